@@ -1,0 +1,94 @@
+"""Host cost of one launch: how long the CPU spends in a call that launches a small kernel,
+for our jit kernel object called directly (three tensors: x, y and a preallocated z of
+1×1024 float16), for our `add` entry point, and for torch.add(x, y, out=z).
+
+The GPU work is a few microseconds, so back-to-back launches without synchronising measure
+the host path alone: argument checks, packing, the driver call. Wall clock over many
+launches after a warm-up, divided by the count; the median of several such rounds.
+Target: at most 5 µs per launch through the jit kernel object.
+
+    python benchmarks/bench_launch.py         # OUT=dir also writes dir/bench_launch.json
+"""
+import statistics
+import sys
+import time
+
+import torch
+
+import common
+
+SHAPE = (1, 1024)
+DTYPE = torch.float16
+WARMUP = 500
+COUNT = 5000
+ROUNDS = 5
+TARGET_US = 5.0
+
+
+def per_launch_us(fn) -> float:
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    rounds = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(COUNT):
+            fn()
+        rounds.append((time.perf_counter() - start) / COUNT * 1e6)
+        torch.cuda.synchronize()  # outside the timed span: only host time is measured
+    return statistics.median(rounds)
+
+
+def _row(case, fn, torch_us, target_us=None, error=None):
+    row = {"case": case, "us": None, "torch_us": torch_us, "error": error, "target": "-",
+           "status": "ERROR" if error else "-"}
+    if error is None:
+        try:
+            row["us"] = per_launch_us(fn)
+        except Exception as exc:  # reported in the table and the JSON
+            row["error"], row["status"] = f"{type(exc).__name__}: {exc}"[:300], "ERROR"
+            return row
+        row["vs_torch"] = torch_us / row["us"]
+        if target_us is not None:
+            row["target"] = f"<={target_us:.0f} us"
+            row["status"] = common.status(row["us"] <= target_us)
+    return row
+
+
+def main() -> int:
+    common.require_gpu("bench_launch")
+    from tegula.kernels import add
+    from tegula.kernels import elementwise
+
+    x = torch.randn(SHAPE, device="cuda", dtype=DTYPE)
+    y = torch.randn(SHAPE, device="cuda", dtype=DTYPE)
+    z = torch.empty_like(x)
+    torch_us = per_launch_us(lambda: torch.add(x, y, out=z))
+
+    kernel, error = None, None
+    try:
+        kernel = elementwise.kernel_for(SHAPE[1], DTYPE, False)
+        kernel(x, y, z)
+        torch.cuda.synchronize()
+        if not torch.equal(z, x + y):
+            error = "WRONG: the kernel's z differs from x + y"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+    rows = [
+        _row("jit kernel(x, y, z)", lambda: kernel(x, y, z), torch_us, TARGET_US, error),
+        _row("add(x, y, out=z) entry point", lambda: add(x, y, out=z), torch_us, None, error),
+        {"case": "torch.add(x, y, out=z)", "us": torch_us, "torch_us": torch_us,
+         "vs_torch": 1.0, "target": "-", "status": "-"},
+    ]
+    common.write_json("launch", rows, shape=list(SHAPE), count=COUNT, rounds=ROUNDS)
+    columns = [("case", "case", "s"), ("host us/launch", "us", ".2f"),
+               ("torch us/launch", "torch_us", ".2f"), ("torch/ours", "vs_torch", ".2f"),
+               ("target", "target", "s"), ("status", "status", "s")]
+    common.print_table(f"Launch overhead, {SHAPE[0]}x{SHAPE[1]} float16, {COUNT} launches "
+                       f"without sync, median of {ROUNDS}", rows, columns=columns)
+    return common.exit_status(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The kernels Tegula ships, written in its own tile language, each behind a plain function
+that takes and returns torch tensors:
+
+    from tegula.kernels import rms_norm
+    y = rms_norm(x, weight, eps=1e-6)
+
+Every entry point checks its arguments (contiguous CUDA tensors of float16, bfloat16 or
+float32; shapes; a ValueError or TypeError naming the argument otherwise), picks the tile
+parameters, and calls a kernel compiled once per (hidden size, dtype, ...). Each module
+also exposes the TileLang form, `<name>_program` (the function of sizes returning a
+`T.prim_func`) and `<name>_kernel` (that function under `tegula.jit(out_idx=[-1])`), and
+`kernel_for(...)`, the cached jit kernel the entry point launches. Two modules share
+their function's name, so `tegula.kernels.softmax` and `tegula.kernels.transpose` are the
+functions; their modules are `importlib.import_module("tegula.kernels.softmax")` (and
+`.transpose`).
+
+`DEMO_KERNELS` lists, for the demo command line, one `DemoKernel(name, make_inputs, run,
+reference)` per kernel: `make_inputs(device, shape)` builds float16 inputs for a 2-D
+`shape` (rows, hidden), `run(inputs)` calls the entry point, and `reference(inputs)`
+computes the same result with torch in float32.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from .elementwise import add
+from .layernorm import layer_norm
+from .reduce import row_max, row_sum
+from .rmsnorm import rms_norm, rms_norm_silu
+from .softmax import softmax
+from .transpose import transpose
+
+__all__ = [
+    "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max",
+    "transpose", "DemoKernel", "DEMO_KERNELS",
+]
+
+
+class DemoKernel(NamedTuple):
+    name: str
+    make_inputs: Callable
+    run: Callable
+    reference: Callable
+
+
+DEMO_DTYPE = torch.float16
+
+
+def _randn(device, shape, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(DEMO_DTYPE)
+
+
+def _row_and_vector(device, shape):
+    return _randn(device, shape, 1), _randn(device, (shape[-1],), 2)
+
+
+def _norm_inputs(device, shape):
+    x = _randn(device, shape, 1)
+    weight = 1.0 + 0.1 * _randn(device, (shape[-1],), 2)
+    bias = 0.1 * _randn(device, (shape[-1],), 3)
+    return x, weight.to(DEMO_DTYPE), bias.to(DEMO_DTYPE)
+
+
+def _rms_ref(x, w):
+    return F.rms_norm(x.float(), (x.shape[-1],), w.float(), 1e-6)
+
+
+def _ln_ref(x, w, b):
+    return F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), 1e-5)
+
+
+DEMO_KERNELS = [
+    DemoKernel(
+        "add", _row_and_vector,
+        lambda inp: add(*inp),
+        lambda inp: inp[0].float() + inp[1].float()),
+    DemoKernel(
+        "rms_norm", lambda d, s: _norm_inputs(d, s)[:2],
+        lambda inp: rms_norm(inp[0], inp[1], 1e-6),
+        lambda inp: _rms_ref(*inp)),
+    DemoKernel(
+        "rms_norm_silu", lambda d, s: _norm_inputs(d, s)[:2],
+        lambda inp: rms_norm_silu(inp[0], inp[1], 1e-6),
+        lambda inp: F.silu(_rms_ref(*inp))),
+    DemoKernel(
+        "softmax", lambda d, s: (_randn(d, s, 1),),
+        lambda inp: softmax(inp[0]),
+        lambda inp: torch.softmax(inp[0].float(), dim=-1)),
+    DemoKernel(
+        "layer_norm", _norm_inputs,
+        lambda inp: layer_norm(inp[0], inp[1], inp[2], 1e-5),
+        lambda inp: _ln_ref(*inp)),
+    DemoKernel(
+        "row_sum", lambda d, s: (_randn(d, s, 1),),
+        lambda inp: row_sum(inp[0]),
+        lambda inp: inp[0].float().sum(-1)),
+    DemoKernel(
+        "row_max", lambda d, s: (_randn(d, s, 1),),
+        lambda inp: row_max(inp[0]),
+        lambda inp: inp[0].float().amax(-1)),
+    DemoKernel(
+        "transpose", lambda d, s: (_randn(d, s, 1),),
+        lambda inp: transpose(inp[0]),
+        lambda inp: inp[0].float().t().contiguous()),
+]

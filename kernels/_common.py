@@ -1,0 +1,157 @@
+"""What the shipped kernels share: argument checks with errors that name the argument, and
+the plan that decides how a row-wise kernel spreads rows over a thread block.
+
+The row plan is the whole performance story of the memory-bound kernels here, so the
+reasoning is written once:
+
+- A row is held entirely in registers (a fragment), so global memory is read once and
+  written once. Each thread owns `per_thread` elements of a row, in 16-byte vectors; 8 to
+  16 elements per thread keeps enough loads in flight without spilling.
+- `threads_per_row` is a power of two, so the threads of a row form an aligned group that
+  a warp shuffle (or a shuffle plus shared memory) can reduce.
+- The fragment may be wider than the row (`n_pad >= n`): when n is not a multiple of
+  `threads_per_row * vector` the tail columns are padding. Tile copies mask columns past
+  the tensor's edge (loads give 0, stores are skipped), so padding costs registers and a
+  little issue slot time, never memory traffic. Kernels whose math would be changed by a
+  zero (max, variance) mask the padding explicitly.
+- Short rows are stacked `blk_m` to a block so that one block moves at least
+  `BLOCK_BYTES`: a block that moves 1 KiB spends more time starting than streaming.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+FLOAT_DTYPES = tuple(DTYPE_NAMES)
+FLOAT_DTYPES_TEXT = "float16/bfloat16/float32"
+
+VECTOR_BYTES = 16          # widest global load/store a thread issues
+BLOCK_BYTES = 8192         # what one block of a short-row kernel should move at least
+MAX_THREADS = 1024
+MULTI_ROW_THREADS = 256    # block size once several rows share a block
+MAX_PER_THREAD = 32        # fragment elements per thread per buffer before registers spill
+PREFERRED_PER_THREAD = 16
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES[dtype]
+
+
+def elem_bytes(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits // 8
+
+
+def describe(t) -> str:
+    """A short account of a tensor for error messages: dtype, shape, device, layout."""
+    if not isinstance(t, torch.Tensor):
+        return f"an object of type {type(t).__name__}"
+    layout = "contiguous" if t.is_contiguous() else f"non-contiguous (strides {tuple(t.stride())})"
+    dtype = str(t.dtype).replace("torch.", "")
+    return f"a {dtype} tensor of shape {tuple(t.shape)} on {t.device}, {layout}"
+
+
+def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES, like=None) -> None:
+    """TypeError when `t` is not a tensor; ValueError when it is not a contiguous CUDA tensor
+    of one of `dtypes`, or (with `like`) not on `like`'s device with `like`'s dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
+    if like is not None:
+        if t.dtype != like.dtype or t.device != like.device:
+            want = str(like.dtype).replace("torch.", "")
+            raise ValueError(f"{op}: {name} must be a contiguous {want} tensor on {like.device} "
+                             f"(the dtype and device of x), got {describe(t)}")
+    allowed = "/".join(str(d).replace("torch.", "") for d in dtypes)
+    if t.device.type != "cuda" or t.dtype not in dtypes or not t.is_contiguous():
+        raise ValueError(f"{op}: {name} must be a contiguous CUDA tensor of {allowed}, "
+                         f"got {describe(t)}")
+
+
+def check_hidden(op: str, name: str, n: int) -> None:
+    if n <= 0 or n % 8 != 0:
+        raise ValueError(f"{op}: the last dimension of {name} must be a positive multiple of 8 "
+                         f"(rows are moved in 16-byte vectors), got {n}")
+    limit = MAX_THREADS * MAX_PER_THREAD
+    if n > limit:
+        raise ValueError(f"{op}: the last dimension of {name} is {n}; the single-pass kernel "
+                         f"keeps a row in registers and holds at most {limit} elements")
+
+
+def check_out(op: str, out, shape, like: torch.Tensor) -> None:
+    """The optional preallocated output: x's dtype and device, the expected shape."""
+    check_tensor(op, "out", out, like=like)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out must have shape {tuple(shape)}, got {describe(out)}")
+
+
+def as_rows(op: str, x: torch.Tensor) -> torch.Tensor:
+    """x viewed as (rows, hidden): the leading dimensions flatten into rows."""
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    return x.reshape(-1, x.shape[-1])
+
+
+def next_pow2(v: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, v))))
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    blk_m: int            # rows per block
+    threads: int          # threads per block (= blk_m * threads_per_row)
+    n_pad: int            # fragment width: n rounded up to threads_per_row * per_thread
+    threads_per_row: int
+    per_thread: int       # elements of one row held by one thread
+
+
+def plan_rows(n: int, elem_bytes: int) -> RowPlan:
+    """The row tiling for hidden size n. Worked examples (float16, vector = 8 elements):
+
+    n=4096 → 256 threads × 16 elements, one row per block (8 KiB);
+    n=512  → 32 threads a row × 16 elements, 8 rows per block (256 threads, 8 KiB);
+    n=4104 → 256 threads a row × 24 elements, n_pad=6144 (4104 = 8·513 has no power-of-two
+             split, so the least padding within 32 elements a thread wins).
+    """
+    vector = VECTOR_BYTES // elem_bytes
+    vectors = -(-n // vector)
+    best = None
+    for k in range(1, MAX_PER_THREAD // vector + 1):
+        per_row = next_pow2(-(-vectors // k))
+        if per_row > MAX_THREADS:
+            continue
+        per_thread = k * vector
+        n_pad = per_row * per_thread
+        # Least padding first; among equal padding, closest to 16 elements a thread.
+        key = (n_pad, abs(math.log2(per_thread / PREFERRED_PER_THREAD)), -per_thread)
+        if best is None or key < best[0]:
+            best = (key, per_row, per_thread, n_pad)
+    if best is None:
+        raise ValueError(f"row of {n} elements does not fit the single-pass row kernels")
+    _, per_row, per_thread, n_pad = best
+    blk_m = 1
+    row_bytes = n_pad * elem_bytes
+    while blk_m * per_row < MULTI_ROW_THREADS and blk_m * row_bytes < BLOCK_BYTES:
+        blk_m *= 2
+    while blk_m * per_row < 32:  # a block is at least one full warp
+        blk_m *= 2
+    return RowPlan(blk_m, blk_m * per_row, n_pad, per_row, per_thread)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    block_m: int
+    block_n: int
+    threads: int
+
+
+def plan_tile(n: int, elem_bytes: int) -> TilePlan:
+    """A 2-D tile of about BLOCK_BYTES for purely elementwise kernels: rows of up to 64
+    vectors (1 KiB), as many rows as fill the tile, 256 threads so each owns two vectors."""
+    vector = VECTOR_BYTES // elem_bytes
+    tile_elems = BLOCK_BYTES // elem_bytes
+    block_n = min(next_pow2(n), 64 * vector)
+    block_m = max(1, tile_elems // block_n)
+    threads = max(32, min(MULTI_ROW_THREADS, block_m * block_n // (2 * vector)))
+    return TilePlan(block_m, block_n, threads)

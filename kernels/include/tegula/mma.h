@@ -1,0 +1,140 @@
+// Warp-level tensor-core instructions (sm_80+): ldmatrix to fill fragments from
+// shared memory, mma.sync to multiply them, and packing helpers for the epilogue.
+//
+// Fragments are uint32_t registers each holding two 16-bit values (four 8-bit ones),
+// in the per-lane order the PTX ISA gives. For m16n8k16 with 16-bit A, lane l holds
+// rows l/4 and l/4 + 8, columns 2*(l%4) + {0, 1} and the same plus 8: a[0] row l/4,
+// a[1] row l/4 + 8, a[2] row l/4 at k + 8, a[3] row l/4 + 8 at k + 8.
+// The layout pass chooses the shared-memory addresses so each lane's ldmatrix row
+// lands exactly there; these functions add nothing beyond the instruction.
+#pragma once
+
+#include "tegula/config.h"
+
+namespace tegula {
+
+// ldmatrix: each of the 1, 2 or 4 8x8 matrices takes its 8 row addresses from lanes
+// 8m .. 8m+7 (16 bytes per row, 16-byte aligned); only lanes [0, 8 * count) matter.
+// _trans delivers each matrix transposed, which turns a k-major B tile into the "col"
+// operand mma wants without a shuffle.
+TEGULA_DEVICE void ldmatrix_x1(uint32_t (&d)[1], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+               : "=r"(d[0])
+               : "r"(smem_addr(smem)));
+}
+TEGULA_DEVICE void ldmatrix_x2(uint32_t (&d)[2], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(smem_addr(smem)));
+}
+TEGULA_DEVICE void ldmatrix_x4(uint32_t (&d)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem_addr(smem)));
+}
+TEGULA_DEVICE void ldmatrix_x1_trans(uint32_t (&d)[1], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+               : "=r"(d[0])
+               : "r"(smem_addr(smem)));
+}
+TEGULA_DEVICE void ldmatrix_x2_trans(uint32_t (&d)[2], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(smem_addr(smem)));
+}
+TEGULA_DEVICE void ldmatrix_x4_trans(uint32_t (&d)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem_addr(smem)));
+}
+
+// D = A * B + C for one m16n8 tile; d may be the same array as c.
+// A is row-major 16xK, B is "col" (K-major) Kx8, the instruction's only layout pair
+// for 16-bit inputs. Name: <input type><accumulator type>.
+#define TEGULA_MMA_F32_ACC(name, shape, in_type, a_regs)                                 \
+  TEGULA_DEVICE void name(float(&d)[4], const uint32_t(&a)[a_regs], const uint32_t(&b)[2], \
+                          const float(&c)[4]) {                                          \
+    asm("mma.sync.aligned." shape ".row.col.f32." in_type "." in_type ".f32 "              \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"          \
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                 \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),   \
+          "f"(c[1]), "f"(c[2]), "f"(c[3]));                                               \
+  }
+TEGULA_MMA_F32_ACC(mma_m16n8k16_f16f32, "m16n8k16", "f16", 4)
+TEGULA_MMA_F32_ACC(mma_m16n8k16_bf16f32, "m16n8k16", "bf16", 4)
+// float32 inputs run as tf32 (10-bit mantissa); each register holds one element.
+TEGULA_MMA_F32_ACC(mma_m16n8k8_tf32f32, "m16n8k8", "tf32", 4)
+#if TEGULA_ARCH >= 890
+// 8-bit floats, sm_89+: each register holds four elements.
+TEGULA_MMA_F32_ACC(mma_m16n8k32_e4m3f32, "m16n8k32", "e4m3", 4)
+TEGULA_MMA_F32_ACC(mma_m16n8k32_e5m2f32, "m16n8k32", "e5m2", 4)
+#endif
+#undef TEGULA_MMA_F32_ACC
+
+// Half accumulators: c and d are two registers of packed half2 (rows r and r + 8).
+TEGULA_DEVICE void mma_m16n8k16_f16f16(uint32_t (&d)[2], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[2], const uint32_t (&c)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+      "{%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%8, %9};\n"
+      : "=r"(d[0]), "=r"(d[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]));
+}
+
+// int8 x int8 -> int32, wrapping on overflow (no .satfinite), as torch's int matmul does.
+TEGULA_DEVICE void mma_m16n8k32_s8s32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                      const int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]),
+        "r"(c[2]), "r"(c[3]));
+}
+
+// Two floats rounded into one register, `lo` in bits 0..15: how an f32 accumulator
+// becomes the 16-bit A operand of the next mma (the P @ V step of attention).
+TEGULA_DEVICE uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+TEGULA_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// float -> tf32 operand, rounded to nearest (the mma itself would just drop the bits).
+TEGULA_DEVICE uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+#if TEGULA_ARCH >= 900
+// stmatrix (sm_90+), the inverse of ldmatrix: lanes 8m .. 8m+7 give the row addresses
+// of matrix m, and each lane's registers are written where ldmatrix would read them.
+TEGULA_DEVICE void stmatrix_x2(void* smem, const uint32_t (&s)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};\n" ::"r"(smem_addr(smem)),
+               "r"(s[0]), "r"(s[1])
+               : "memory");
+}
+TEGULA_DEVICE void stmatrix_x4(void* smem, const uint32_t (&s)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   smem_addr(smem)),
+               "r"(s[0]), "r"(s[1]), "r"(s[2]), "r"(s[3])
+               : "memory");
+}
+TEGULA_DEVICE void stmatrix_x2_trans(void* smem, const uint32_t (&s)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(
+                   smem_addr(smem)),
+               "r"(s[0]), "r"(s[1])
+               : "memory");
+}
+TEGULA_DEVICE void stmatrix_x4_trans(void* smem, const uint32_t (&s)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   smem_addr(smem)),
+               "r"(s[0]), "r"(s[1]), "r"(s[2]), "r"(s[3])
+               : "memory");
+}
+#endif
+
+}  // namespace tegula

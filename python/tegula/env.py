@@ -1,0 +1,127 @@
+"""Environment switches and the lazily imported native module.
+
+`import tegula` must work on a machine without a GPU driver, and even before the
+extension is built (for reading docs, or to run the pure-Python pieces), so the
+native module `tegula._C` is imported on first use, never at package import.
+
+Variables:
+  TEGULA_TARGET     "sm_90a", "sm_80", ...: the target for target="auto"
+  TEGULA_DUMP_IR    "1": print the IR of every pipeline stage when a kernel compiles
+                    (read by `tegula._C.lower` itself)
+  TEGULA_CACHE_DIR  read by the native cache (see `cache_dir()`)
+"""
+from __future__ import annotations
+
+import os
+import re
+
+_native = None
+
+
+def native():
+    """The `tegula._C` module; ImportError with a build hint when it is missing."""
+    global _native
+    if _native is None:
+        try:
+            from . import _C  # noqa: PLC0415 - deliberate lazy import, see module doc
+        except ImportError as err:
+            raise ImportError(
+                "tegula._C (the compiled core) is not available: build it with "
+                "`pip install -e .` from the repository root"
+            ) from err
+        _register_device_library(_C)
+        _native = _C
+    return _native
+
+
+def device_include_dir() -> str | None:
+    """The device header library handed to NVRTC: the repository's kernels/include when
+    the package runs from a checkout (the copy setup.py makes is only as fresh as the last
+    build), else the copy shipped inside the package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "..", "..", "kernels", "include"), os.path.join(here, "include")):
+        if os.path.isdir(os.path.join(candidate, "tegula")):
+            return os.path.normpath(candidate)
+    return None
+
+
+def _register_device_library(C) -> None:
+    # Without headers only a build fails (and says so), never parsing or lowering.
+    include = device_include_dir()
+    if include is not None and hasattr(C, "set_device_library"):
+        C.set_device_library(include)
+
+
+def env_target() -> str | None:
+    value = os.environ.get("TEGULA_TARGET", "").strip()
+    return value or None
+
+
+_TARGET_FORMS = (
+    re.compile(r"^(sm_\d+a?)$"),
+    re.compile(r"^cuda\s+.*-arch=(sm_\d+a?)\b"),
+    re.compile(r"^cuda\s+.*-arch\s+(sm_\d+a?)\b"),
+)
+
+COMPILE_ONLY_TARGET = "sm_90a"
+
+
+def parse_target(target: str) -> str:
+    """Explicit spellings to "sm_XX[a]"; ValueError for anything else."""
+    text = target.strip()
+    for form in _TARGET_FORMS:
+        match = form.search(text)
+        if match:
+            return match.group(1)
+    raise ValueError(
+        f"unknown target {target!r}: expected 'auto', 'cuda', 'sm_80', 'sm_90a', 'sm_100a' "
+        "or 'cuda -arch=sm_90'"
+    )
+
+
+def detect_arch() -> str | None:
+    """The current GPU's target, or None when no driver/GPU can be seen."""
+    C = native()
+    try:
+        if C.driver_available():
+            return C.device_arch(_current_device())
+    except Exception:  # a driver without a usable device: compile-only, like no driver
+        pass
+    return None
+
+
+def _current_device() -> int:
+    # torch's current device when torch has already set one up; 0 otherwise (asking
+    # torch would initialise CUDA in this process just to learn the default).
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            return torch.cuda.current_device()
+    except Exception:
+        pass
+    return 0
+
+
+def resolve_target(target: str | None) -> tuple[str, bool]:
+    """(concrete target, guessed). `guessed` is True when "auto" found no GPU and fell
+    back to COMPILE_ONLY_TARGET: the kernel can be compiled and inspected, not launched."""
+    if target is None or target.strip() in ("auto", "cuda"):
+        chosen = env_target()
+        if chosen:
+            return parse_target(chosen), False
+        arch = detect_arch()
+        if arch:
+            return arch, False
+        return COMPILE_ONLY_TARGET, True
+    return parse_target(target), False
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are cached on disk."""
+    return native().cache_dir()
+
+
+def set_cache_enabled(enabled: bool) -> None:
+    """Turn the kernel cache (memory and disk) on or off for this process."""
+    native().set_cache_enabled(bool(enabled))

@@ -1,0 +1,144 @@
+"""The statement builder a prim_func is parsed into, and the intrinsic calling convention.
+
+`T.*` functions are ordinary Python functions marked with `@intrinsic("T.copy")`. The
+parser checks each call's arguments against the signature before calling, so a wrong
+keyword is reported at the keyword itself; tile ops then emit their statement into the
+builder of the prim_func being parsed (`current()`), which is also how they work when
+called from a plain Python helper function inside a kernel.
+"""
+from __future__ import annotations
+
+import inspect
+
+from .errors import ArgError
+from .values import BufferValue, PrimExpr, ir
+
+
+class KernelFrame:
+    """What `with T.Kernel(...) as (bx, by)` declared."""
+
+    def __init__(self, grid: list, block_vars: list[PrimExpr], thread_var: PrimExpr, threads: int):
+        self.grid = grid
+        self.block_vars = block_vars
+        self.thread_var = thread_var
+        self.threads = threads
+
+
+class Builder:
+    def __init__(self, name: str):
+        self.name = name
+        self.blocks: list[list] = []  # innermost last; each a list of _C.ir.Stmt
+        self.allocs: list[BufferValue] = []
+        self.kernel: KernelFrame | None = None
+        self.kernel_body = None
+        self._names: dict[str, int] = {}
+
+    # ---- statements ----
+    def emit(self, stmt) -> None:
+        if not self.blocks:
+            raise ArgError(None, "this statement must be inside `with T.Kernel(...)`")
+        if stmt is not None:
+            self.blocks[-1].append(stmt)
+
+    def push(self) -> None:
+        self.blocks.append([])
+
+    def pop(self):
+        """The statements of the innermost block as one statement."""
+        stmts = self.blocks.pop()
+        return stmts[0] if len(stmts) == 1 else ir().seq(stmts)
+
+    def pop_optional(self):
+        """Like pop(), but None for a block with no statements (an empty `else`)."""
+        return self.pop() if self.blocks[-1] else (self.blocks.pop(), None)[1]
+
+    # ---- allocations ----
+    def unique_name(self, name: str) -> str:
+        """Buffers of one kernel get distinct names even when a Python name is reused."""
+        count = self._names.get(name, 0)
+        self._names[name] = count + 1
+        return name if count == 0 else f"{name}_{count}"
+
+    def allocate(self, name: str, scope: str, dtype: str, shape: tuple, cls=BufferValue) -> BufferValue:
+        from .values import to_expr
+
+        name = self.unique_name(name)
+        buf = ir().buffer(name, scope, dtype, [to_expr(s, "int32") for s in shape])
+        value = cls(buf, name, shape, dtype, scope)
+        self.allocs.append(value)
+        return value
+
+    def require_kernel(self, what: str) -> KernelFrame:
+        if self.kernel is None or not self.blocks:
+            raise ArgError(None, f"{what} can only be used inside `with T.Kernel(...)`")
+        return self.kernel
+
+
+_STACK: list[Builder] = []
+
+
+def current(what: str = "this function") -> Builder:
+    if not _STACK:
+        raise RuntimeError(f"{what} can only be used inside a @T.prim_func kernel")
+    return _STACK[-1]
+
+
+class active:
+    """`with active(builder):` makes it the target of intrinsics while a function parses."""
+
+    def __init__(self, builder: Builder):
+        self.builder = builder
+
+    def __enter__(self):
+        _STACK.append(self.builder)
+        return self.builder
+
+    def __exit__(self, *exc):
+        _STACK.pop()
+        return False
+
+
+def intrinsic(name: str):
+    """Marks a `T.*` function: `name` is how errors call it ("T.copy")."""
+
+    def mark(fn):
+        fn.__tegula_intrinsic__ = name
+        fn.__tegula_signature__ = inspect.signature(fn)
+        return fn
+
+    return mark
+
+
+def check_call(fn, args: list, kwargs: dict) -> tuple[int | str, str] | None:
+    """Argument problems of a call to an intrinsic, found before calling it:
+    (positional index or keyword name of the culprit, message), or None when fine."""
+    name = fn.__tegula_intrinsic__
+    sig: inspect.Signature = fn.__tegula_signature__
+    params = list(sig.parameters.values())
+    takes_var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not takes_var_kw:
+        for key in kwargs:
+            if key not in named:
+                return key, f"{name}() got an unexpected keyword argument '{key}' (it takes: {', '.join(named)})"
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as err:
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        has_var_pos = any(p.kind is p.VAR_POSITIONAL for p in params)
+        if not has_var_pos and len(args) > len(positional):
+            return len(positional), (f"{name}() takes at most {len(positional)} positional argument(s) "
+                                     f"({', '.join(p.name for p in positional)}), got {len(args)}")
+        return -1, f"{name}(): {err}"
+    return None
+
+
+def argument_index(fn, arg_name: str, n_positional: int) -> int | str:
+    """Where argument `arg_name` was passed: its positional index if it was passed by
+    position, else the name (a keyword)."""
+    for index, param in enumerate(fn.__tegula_signature__.parameters.values()):
+        if param.kind is param.VAR_POSITIONAL:
+            return arg_name
+        if param.name == arg_name:
+            return index if index < n_positional else arg_name
+    return arg_name

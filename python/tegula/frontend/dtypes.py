@@ -1,0 +1,81 @@
+"""Data types: every spelling a user may write, reduced to one canonical name.
+
+`T.float16`, "float16", "half", "fp16" and `torch.float16` all mean "float16". The
+canonical names are the IR's (`DataType::name()` in src/ir/dtype.cc).
+"""
+from __future__ import annotations
+
+import builtins
+
+# spelling -> canonical name
+_SPELLINGS = {
+    "float16": "float16", "half": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "float": "float32", "fp32": "float32",
+    "float64": "float64", "double": "float64", "fp64": "float64",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+    "bool": "bool",
+}
+
+# Python types used as annotations or dtypes: `n: int`.
+_PY_TYPES = {builtins.int: "int32", builtins.float: "float32", builtins.bool: "bool"}
+
+FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+# canonical name -> torch attribute
+_TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}
+
+
+class DType(str):
+    """A dtype that is also its canonical name (so it works anywhere a string does) and,
+    called on a value, a cast: `T.float32(x)` (TileLang/TVM behaviour)."""
+
+    __slots__ = ()
+
+    def __call__(self, value):
+        from .values import cast_value  # values imports this module
+
+        return cast_value(value, str(self))
+
+    def __repr__(self):
+        return f"T.{str(self)}"
+
+
+def normalize_dtype(value) -> str:
+    """The canonical name of any dtype spelling; ValueError naming the value otherwise."""
+    if isinstance(value, str):
+        name = _SPELLINGS.get(value.strip())
+        if name is not None:
+            return name
+    elif isinstance(value, type) and value in _PY_TYPES:
+        return _PY_TYPES[value]
+    elif type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        name = _SPELLINGS.get(str(value).rsplit(".", 1)[-1])
+        if name is not None:
+            return name
+    known = ", ".join(sorted(set(_SPELLINGS.values())))
+    raise ValueError(f"unknown dtype {value!r} (known: {known})")
+
+
+def is_dtype(value) -> bool:
+    try:
+        normalize_dtype(value)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def to_torch(name: str):
+    import torch
+
+    return getattr(torch, _TORCH_NAMES[normalize_dtype(name)])
+
+
+def is_float(name: str) -> bool:
+    return name in FLOAT_TYPES
+
+
+def is_int(name: str) -> bool:
+    return name in INT_TYPES

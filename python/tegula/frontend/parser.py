@@ -1,0 +1,332 @@
+"""Statements of a prim_func, and the function as a whole, parsed into `_C.ir`.
+
+Control flow on Python values happens now (an `if` on a Python value parses only the
+branch taken; a `for` over a Python tuple unrolls), control flow on kernel values becomes
+IR (`if_`, `for_`). A name bound to a kernel value that reads a buffer becomes a `let`
+over the rest of its block, so it keeps the value it had when assigned; pure index
+arithmetic is inlined instead. Names bound inside an IR loop or branch end with it.
+"""
+from __future__ import annotations
+
+import ast
+
+from ..language.builtins import AllocRequest, KernelSpec, LoopSpec
+from ..language.types import TensorSpec
+from .builder import KernelFrame
+from .dtypes import DType, is_dtype, normalize_dtype
+from .evaluator import BINARY_OPS, Evaluator
+from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, to_expr
+
+UNSUPPORTED_STMTS = {
+    ast.While: "while loops are not supported in a kernel: use `for i in T.serial(n)` with an `if`",
+    ast.Try: "try statements are not supported in a kernel",
+    ast.Raise: "raise is not supported in a kernel",
+    ast.Break: "break is not supported in a kernel",
+    ast.Continue: "continue is not supported in a kernel",
+    ast.Delete: "del is not supported in a kernel",
+    ast.Global: "global is not supported in a kernel",
+    ast.Nonlocal: "nonlocal is not supported in a kernel",
+    ast.Import: "import is not supported in a kernel: import at module level",
+    ast.ImportFrom: "import is not supported in a kernel: import at module level",
+    ast.FunctionDef: "nested functions are not supported in a kernel: define helpers outside it",
+    ast.AsyncFunctionDef: "nested functions are not supported in a kernel",
+    ast.ClassDef: "classes are not supported in a kernel",
+    ast.AsyncFor: "async for is not supported in a kernel",
+    ast.AsyncWith: "async with is not supported in a kernel",
+}
+if hasattr(ast, "TryStar"):
+    UNSUPPORTED_STMTS[ast.TryStar] = UNSUPPORTED_STMTS[ast.Try]
+if hasattr(ast, "Match"):
+    UNSUPPORTED_STMTS[ast.Match] = "match statements are not supported in a kernel"
+
+
+class Parser(Evaluator):
+    def __init__(self, fn, source, builder):
+        super().__init__(fn, source)
+        self.builder = builder
+
+    # ---- blocks ----
+    def parse_block(self, stmts: list) -> None:
+        for index, stmt in enumerate(stmts):
+            lets = self.parse_stmt(stmt)
+            if lets:
+                self._emit_lets(stmt, lets, stmts[index + 1:])
+                return
+
+    def _emit_lets(self, stmt, lets: list, rest: list) -> None:
+        """`x = <reads a buffer>`: the rest of the block is the let's body."""
+        self.builder.push()
+        self.parse_block(rest)
+        body = self.builder.pop_optional()
+        if body is None:
+            return  # nothing reads the names: the lets are dead
+        previous = self.set_loc(stmt)
+        for var, value in reversed(lets):
+            body = self._ir.let(var.expr, value.expr, body)
+        self.builder.emit(body)
+        self.restore_loc(previous)
+
+    def parse_nested(self, stmts: list):
+        """A block of IR control flow, with its own names; None when it emits nothing."""
+        self.scopes.append({})
+        self.builder.push()
+        try:
+            self.parse_block(stmts)
+        finally:
+            self.scopes.pop()
+        return self.builder.pop_optional()
+
+    def parse_stmt(self, stmt) -> list:
+        handler = self._STMTS.get(type(stmt))
+        if handler is None:
+            message = UNSUPPORTED_STMTS.get(type(stmt), f"unsupported statement in a kernel: {type(stmt).__name__}")
+            raise self.error(stmt, message)
+        previous = self.set_loc(stmt)
+        try:
+            lets = handler(self, stmt)
+        except Exception as err:  # noqa: BLE001 - every failure becomes a located user error
+            raise self.convert(stmt, err) from None
+        self.restore_loc(previous)
+        return lets or []
+
+    # ---- simple statements ----
+    def _expr_stmt(self, stmt):
+        self.eval(stmt.value)  # tile ops emit themselves; other results (docstrings) are dropped
+
+    def _pass(self, stmt):
+        return None
+
+    def _return(self, stmt):
+        if stmt.value is not None:
+            raise self.error(stmt, "a kernel returns nothing: write results into a tensor parameter")
+
+    def _assert(self, stmt):
+        test = self.eval(stmt.test)
+        if isinstance(test, PrimExpr):
+            raise self.error(stmt.test, "assert needs a Python value (it is checked while parsing)")
+        if not test:
+            message = self.eval(stmt.msg) if stmt.msg is not None else "assertion failed"
+            raise self.error(stmt, f"AssertionError: {message}")
+
+    def _assign(self, stmt):
+        value = self.eval(stmt.value)
+        lets = []
+        for target in stmt.targets:
+            lets += self.assign(target, value)
+        return lets
+
+    def _ann_assign(self, stmt):
+        if stmt.value is None or not isinstance(stmt.target, ast.Name):
+            raise self.error(stmt, "an annotated assignment in a kernel needs a name and a value: x: T.int32 = v")
+        dtype = self.eval(stmt.annotation)
+        if not is_dtype(dtype):
+            raise self.error(stmt.annotation, f"the annotation must be a dtype such as T.int32, got {dtype!r}")
+        return self.assign(stmt.target, cast_value(self.eval(stmt.value), normalize_dtype(dtype)))
+
+    def _aug_assign(self, stmt):
+        op = BINARY_OPS.get(type(stmt.op))
+        if op is None:
+            raise self.error(stmt, f"unsupported operator {type(stmt.op).__name__} in a kernel")
+        rhs = self.eval(stmt.value)
+        target = stmt.target
+        if isinstance(target, ast.Name):
+            current = self.lookup(target.id, target)
+            if isinstance(current, VarBuffer):
+                self.builder.emit(store(current, [0], op(current.load(), rhs)))
+                return None
+            return self.assign(target, op(current, rhs))
+        if isinstance(target, ast.Subscript):
+            base = self.eval_base(target.value)
+            key = self.eval_index(target.slice)
+            if isinstance(base, BufferValue):
+                return self._store(target, base, key, op(base[key], rhs))
+            base[key] = op(base[key], rhs)
+            return None
+        raise self.error(target, "only names and buffer elements can be updated in a kernel")
+
+    # ---- binding ----
+    def assign(self, target, value) -> list:
+        if isinstance(target, ast.Name):
+            return self._assign_name(target, value)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (PrimExpr, BufferValue)) or not hasattr(value, "__iter__"):
+                raise self.error(target, f"cannot unpack {type(value).__name__} in a kernel")
+            items = list(value)
+            if len(items) != len(target.elts):
+                raise self.error(target, f"cannot unpack {len(items)} values into {len(target.elts)} names")
+            lets = []
+            for element, item in zip(target.elts, items):
+                lets += self.assign(element, item)
+            return lets
+        if isinstance(target, ast.Subscript):
+            base = self.eval_base(target.value)
+            key = self.eval_index(target.slice)
+            if isinstance(base, BufferValue):
+                return self._store(target, base, key, value)
+            base[key] = value
+            return []
+        raise self.error(target, f"cannot assign to {type(target).__name__} in a kernel")
+
+    def _assign_name(self, target: ast.Name, value) -> list:
+        name = target.id
+        existing = self.lookup_local(name)
+        if isinstance(existing, VarBuffer):
+            self.builder.emit(store(existing, [0], value))
+            return []
+        if isinstance(value, AllocRequest):
+            self._allocate(name, value)
+            return []
+        if isinstance(value, PrimExpr) and value.reads:
+            if not self.builder.blocks:
+                raise self.error(target, "buffers can only be read inside `with T.Kernel(...)`")
+            var = PrimExpr.var(self.builder.unique_name(name), value.expr.dtype)
+            var.dyn = value.dyn
+            self.bind(name, var)
+            return [(var, value)]
+        self.bind(name, value)
+        return []
+
+    def _allocate(self, name: str, request: AllocRequest) -> None:
+        cls = VarBuffer if request.is_var else BufferValue
+        buffer = self.builder.allocate(name, request.scope, request.dtype, request.shape, cls)
+        self.bind(name, buffer)
+        if request.init is not None:
+            self.builder.emit(store(buffer, [0], request.init))
+
+    def _store(self, target, buffer: BufferValue, key, value) -> list:
+        indices = list(key) if isinstance(key, tuple) else [key]
+        if any(isinstance(i, slice) for i in indices):
+            raise self.error(target, f"assigning to a region of {buffer.name} is not supported: use T.fill, "
+                             "T.copy or a T.Parallel loop")
+        if isinstance(value, VarBuffer):
+            value = value.load()
+        self.builder.emit(store(buffer, indices, value))
+        return []
+
+    # ---- control flow ----
+    def _if(self, stmt):
+        cond = self.eval(stmt.test)
+        if not isinstance(cond, PrimExpr):
+            self.parse_block(stmt.body if cond else stmt.orelse)  # decided now; the other branch is never read
+            return None
+        if cond.expr.dtype != "bool":
+            cond = binop("ne", cond, 0)
+        then_case = self.parse_nested(stmt.body)
+        else_case = self.parse_nested(stmt.orelse) if stmt.orelse else None
+        if then_case is None and else_case is None:
+            return None
+        if then_case is None:
+            cond, then_case, else_case = PrimExpr(self._ir.not_(cond.expr)), else_case, None
+        self.builder.emit(self._ir.if_(cond.expr, then_case, else_case))
+        return None
+
+    def _for(self, stmt):
+        if stmt.orelse:
+            raise self.error(stmt, "for ... else is not supported in a kernel")
+        spec = self.eval(stmt.iter)
+        if isinstance(spec, range):
+            if spec.step <= 0:
+                raise self.error(stmt.iter, "range with a non-positive step is not supported in a kernel")
+            spec = LoopSpec("serial", [(spec.start, len(spec), spec.step)])
+        if isinstance(spec, (tuple, list)):
+            for item in spec:  # a Python sequence unrolls while parsing
+                lets = self.assign(stmt.target, item)
+                if lets:
+                    self._emit_lets(stmt, lets, stmt.body)
+                else:
+                    self.parse_block(stmt.body)
+            return None
+        if not isinstance(spec, LoopSpec):
+            raise self.error(stmt.iter, f"cannot loop over {type(spec).__name__} in a kernel: use range, "
+                             "T.serial, T.unroll, T.Parallel or T.Pipelined")
+        names = self._loop_names(stmt.target, len(spec.dims))
+        loop_vars = [PrimExpr.var(name) for name in names]
+        self.scopes.append({})
+        for name, var, (start, _, step) in zip(names, loop_vars, spec.dims):
+            self.bind(name, var if step == 1 else start + var * step)
+        self.builder.push()
+        try:
+            self.parse_block(stmt.body)
+        finally:
+            self.scopes.pop()
+        body = self.builder.pop_optional()
+        if body is None:
+            return None
+        for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
+            low = start if step == 1 else 0
+            body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
+                                 spec.num_stages)
+        self.builder.emit(body)
+        return None
+
+    def _loop_names(self, target, count: int) -> list[str]:
+        elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        if not all(isinstance(e, ast.Name) for e in elements):
+            raise self.error(target, "loop variables must be plain names")
+        if len(elements) != count:
+            raise self.error(target, f"this loop has {count} variable(s), but {len(elements)} name(s) are given")
+        return [e.id for e in elements]
+
+    def _with(self, stmt):
+        if len(stmt.items) != 1:
+            raise self.error(stmt, "only `with T.Kernel(...) as ...:` is supported in a kernel")
+        item = stmt.items[0]
+        spec = self.eval(item.context_expr)
+        if not isinstance(spec, KernelSpec):
+            raise self.error(item.context_expr, "only `with T.Kernel(...) as ...:` is supported in a kernel")
+        if self.builder.kernel is not None:
+            raise self.error(stmt, "a prim_func has exactly one `with T.Kernel(...)`")
+        default = ["bx", "by", "bz"][: len(spec.grid)]
+        names = default if item.optional_vars is None else self._loop_names(item.optional_vars, len(spec.grid))
+        block_vars = [PrimExpr.var(name) for name in names]
+        thread_var = PrimExpr.var("tx")
+        self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads)
+        self.scopes.append({})
+        for name, var in zip(names, block_vars):
+            if item.optional_vars is not None:
+                self.bind(name, var)
+        self.builder.push()
+        self.parse_block(stmt.body)
+        body = self.builder.pop_optional()
+        self.builder.kernel_body = body if body is not None else self._ir.seq([])
+        # Names from inside the kernel stay visible to the (Python-only) rest of the function.
+        self.scopes[-2].update(self.scopes.pop())
+        return None
+
+    _STMTS = {
+        ast.Expr: _expr_stmt, ast.Pass: _pass, ast.Return: _return, ast.Assert: _assert,
+        ast.Assign: _assign, ast.AnnAssign: _ann_assign, ast.AugAssign: _aug_assign,
+        ast.If: _if, ast.For: _for, ast.With: _with,
+    }
+
+    # ---- the signature ----
+    def parse_params(self, fn_node: ast.FunctionDef, annotations: dict) -> list:
+        """Parameters as (name, BufferValue or scalar PrimExpr, annotation). `annotations`
+        are the ones Python already evaluated (`fn.__annotations__`): they may name locals
+        of the enclosing function that the body never uses, so are not in its closure."""
+        args = fn_node.args
+        extra = args.vararg or args.kwarg or (args.kwonlyargs[0] if args.kwonlyargs else None)
+        if extra is not None or args.posonlyargs:
+            raise self.error(extra or fn_node, "a prim_func takes only plain parameters (A: T.Tensor(...), n: T.int32)")
+        params = []
+        for arg in args.args:
+            if arg.annotation is None:
+                raise self.error(arg, f"parameter '{arg.arg}' needs an annotation: T.Tensor((M, N), dtype) or a dtype")
+            spec = annotations.get(arg.arg)
+            if spec is None or isinstance(spec, str):
+                # Postponed (string) annotations: evaluate them here, as TVMScript does.
+                spec = self.eval(arg.annotation)
+            previous = self.set_loc(arg)
+            if isinstance(spec, TensorSpec):
+                buf = self._ir.buffer(arg.arg, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])
+                value = BufferValue(buf, arg.arg, spec.shape, spec.dtype, "global")
+                self.builder.unique_name(arg.arg)
+            elif is_dtype(spec):
+                value = PrimExpr.var(arg.arg, DType(normalize_dtype(spec)))
+            else:
+                raise self.error(arg.annotation, f"parameter '{arg.arg}': expected T.Tensor(shape, dtype) or a "
+                                 f"dtype such as T.int32, got {spec!r}")
+            self.restore_loc(previous)
+            self.bind(arg.arg, value)
+            params.append((arg.arg, value, spec))
+        return params

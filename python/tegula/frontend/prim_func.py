@@ -1,0 +1,138 @@
+"""`@T.prim_func`: parse a Python function into one `_C.ir` Kernel, at decoration time."""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+from .builder import Builder, active
+from .errors import SourceInfo, TegulaCompileError
+from .parser import Parser
+from .values import BufferValue, PrimExpr, to_expr
+
+
+class ParamInfo:
+    """One parameter of a prim_func, as the JIT layer needs it."""
+
+    __slots__ = ("name", "shape", "dtype", "is_scalar", "value")
+
+    def __init__(self, name: str, shape: tuple, dtype: str, is_scalar: bool, value):
+        self.name = name
+        self.shape = shape  # ints and T.dynamic PrimExprs; () for scalars
+        self.dtype = dtype  # canonical name
+        self.is_scalar = is_scalar
+        self.value = value  # BufferValue or scalar PrimExpr
+
+    def __repr__(self):
+        kind = "scalar" if self.is_scalar else f"tensor[{', '.join(str(d) for d in self.shape)}]"
+        return f"ParamInfo({self.name}: {kind} {self.dtype})"
+
+
+class PrimFunc:
+    """A parsed kernel: the IR Kernel, its parameters, and its source for error display."""
+
+    def __init__(self, name: str, kernel, params: list[ParamInfo], dynamic_vars: list[PrimExpr],
+                 source: SourceInfo, fn):
+        self.name = name
+        self.kernel = kernel
+        self.params = params
+        self.dynamic_vars = dynamic_vars
+        self.source = source
+        self.__wrapped__ = fn
+
+    def ir(self, stage: str = "all") -> str:
+        return self.kernel.ir(stage)
+
+    def script(self) -> str:
+        return self.kernel.ir()
+
+    def __str__(self):
+        return self.script()
+
+    def __repr__(self):
+        return f"<PrimFunc {self.name}({', '.join(p.name for p in self.params)})>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"prim_func {self.name} cannot be called directly: compile it with "
+                        "tegula.compile(func, out_idx=...) or return it from a @tegula.jit function")
+
+
+def _source_of(fn) -> SourceInfo:
+    file = fn.__code__.co_filename
+    try:
+        raw_lines, _ = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as err:
+        raise TegulaCompileError(f"T.prim_func needs the source of {fn.__name__} (define it in a file, "
+                                 f"not an interactive prompt): {err}", file, fn.__code__.co_firstlineno, 1) from None
+    dedented = textwrap.dedent("".join(raw_lines)).splitlines(keepends=True)
+    first_raw = raw_lines[0]
+    indent = (len(first_raw) - len(first_raw.lstrip())) - (len(dedented[0]) - len(dedented[0].lstrip()))
+    raw = [line.rstrip("\n") for line in raw_lines]
+    return SourceInfo(file, fn.__code__.co_firstlineno, indent, [line.rstrip("\n") for line in dedented], raw)
+
+
+def _collect_dynamic(params: list) -> list[PrimExpr]:
+    found: list[PrimExpr] = []
+    for _, value, _ in params:
+        for dim in value.shape if isinstance(value, BufferValue) else ():
+            for var in dim.dyn if isinstance(dim, PrimExpr) else ():
+                if all(var is not seen for seen in found):
+                    found.append(var)
+    return found
+
+
+def parse(fn) -> PrimFunc:
+    try:
+        return _parse(fn)
+    except TegulaCompileError as err:
+        # The frames of the parser's recursion say nothing to the user: the message
+        # already shows their line.
+        raise err.with_traceback(None) from None
+
+
+def _parse(fn) -> PrimFunc:
+    source = _source_of(fn)
+    module = ast.parse("\n".join(source.lines))
+    fn_node = module.body[0]
+    if not isinstance(fn_node, ast.FunctionDef):
+        raise source.error_at(fn_node, "T.prim_func decorates a plain `def` function")
+    builder = Builder(fn.__name__)
+    parser = Parser(fn, source, builder)
+    with active(builder):
+        parser.set_loc(fn_node)
+        params = parser.parse_params(fn_node, dict(getattr(fn, "__annotations__", {})))
+        parser.parse_block(fn_node.body)
+        if builder.kernel is None:
+            raise source.error_at(fn_node, f"prim_func {fn.__name__} has no `with T.Kernel(...)` block")
+        parser.set_loc(fn_node)
+        frame = builder.kernel
+        dynamic_vars = _collect_dynamic(params)
+        try:
+            kernel = parser._ir.kernel(
+                fn.__name__,
+                [value.buf if isinstance(value, BufferValue) else value.expr for _, value, _ in params],
+                [v.expr for v in dynamic_vars],
+                [to_expr(g, "int32") for g in frame.grid],
+                [v.expr for v in frame.block_vars],
+                frame.thread_var.expr,
+                frame.threads,
+                [b.buf for b in builder.allocs],
+                builder.kernel_body,
+                {},
+            )
+        except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's
+            raise parser.convert(fn_node, err) from None
+    infos = []
+    for name, value, _ in params:
+        if isinstance(value, BufferValue):
+            infos.append(ParamInfo(name, value.shape, str(value.dtype), False, value))
+        else:
+            infos.append(ParamInfo(name, (), str(value.dtype), True, value))
+    return PrimFunc(fn.__name__, kernel, infos, dynamic_vars, source, fn)
+
+
+def prim_func(fn=None, **options):
+    """`@T.prim_func` (also `@T.prim_func(private=True)` as in TVMScript; options ignored)."""
+    if fn is None:
+        return lambda f: parse(f)
+    return parse(fn)

@@ -1,0 +1,246 @@
+"""`tegula.jit` / `tegula.compile` and the `JITKernel` they return.
+
+    @tegula.jit(out_idx=[-1])
+    def matmul(M, N, K, block_M=128):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float16"), ...): ...
+        return main
+
+    kernel = matmul(1024, 1024, 1024)     # parsed, lowered, cached per argument tuple
+    C = kernel(A, B)                      # out_idx: outputs are allocated and returned
+
+Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
+arguments, allocates the outputs and launches (see JITKernel.__call__).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import warnings
+
+from . import env
+from .frontend.dtypes import to_torch
+from .frontend.errors import from_native
+from .frontend.prim_func import PrimFunc
+from .transform import PYTHON_SIDE, to_options
+
+_BACKENDS = (None, "auto", "cython", "ctypes", "nvrtc", "tvm_ffi", "dlpack", "torch")
+
+
+class KernelParam:
+    """A parameter as callers and the profiler see it."""
+
+    __slots__ = ("name", "shape", "dtype", "dtype_name", "is_output", "is_scalar")
+
+    def __init__(self, name, shape, dtype, dtype_name, is_output, is_scalar):
+        self.name = name
+        self.shape = shape  # ints; None where the dimension is T.dynamic
+        self.dtype = dtype  # torch dtype
+        self.dtype_name = dtype_name
+        self.is_output = is_output
+        self.is_scalar = is_scalar
+
+    def __repr__(self):
+        role = "output" if self.is_output else "input"
+        return f"KernelParam({self.name}: {self.dtype_name}{list(self.shape)} {role})"
+
+
+def _normalize_out_idx(out_idx, params) -> list[int]:
+    if out_idx is None:
+        return []
+    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    count = len(params)
+    result = []
+    for item in items:
+        if not isinstance(item, int) or not -count <= item < count:
+            raise ValueError(f"out_idx {out_idx!r}: {item!r} is not a parameter index of a kernel with {count} parameters")
+        index = item % count
+        if params[index].is_scalar:
+            raise ValueError(f"out_idx {out_idx!r}: parameter '{params[index].name}' is a scalar, not a tensor")
+        if index not in result:
+            result.append(index)
+    return sorted(result)
+
+
+class JITKernel:
+    def __init__(self, func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verbose=False,
+                 debug_root_path=None, execution_backend=None, compile_flags=None):
+        if not isinstance(func, PrimFunc):
+            raise TypeError(f"tegula.compile expects a T.prim_func, got {type(func).__name__}")
+        if execution_backend not in _BACKENDS:
+            raise ValueError(f"execution_backend {execution_backend!r}: expected one of {_BACKENDS}")
+        self.prim_func = func
+        self.out_idx = _normalize_out_idx(out_idx, func.params)
+        self.target, self._target_guessed = env.resolve_target(target)
+        options = to_options(pass_configs)
+        if compile_flags:
+            warnings.warn("tegula: compile_flags are ignored (NVRTC flags are fixed by the target)", stacklevel=3)
+        python_side = {k: options.pop(k) for k in list(options) if k in PYTHON_SIDE}
+        self.options = options  # what _C.lower was given
+        C = env.native()
+        try:
+            self._lowered = C.lower(func.kernel, self.target, options)
+        except C.CompileError as err:
+            raise from_native(err, func.source) from None
+        self._program = None
+        self._setup_params()
+        self._report(verbose, python_side.get("dump_ir", False),
+                     debug_root_path or python_side.get("kernels_output_dir"))
+
+    # ---- construction ----
+    def _setup_params(self) -> None:
+        func, outputs = self.prim_func, set(self.out_idx)
+        self.params = [
+            KernelParam(info.name, tuple(d if isinstance(d, int) else None for d in info.shape),
+                        to_torch(info.dtype), info.dtype, index in outputs, info.is_scalar)
+            for index, info in enumerate(func.params)
+        ]
+        # Found now rather than at the first launch: with out_idx, every dynamic size
+        # must be readable off an input tensor.
+        for var in func.dynamic_vars:
+            if not any(d is var for i, p in enumerate(func.params) if i not in outputs for d in p.shape):
+                raise ValueError(f"kernel {func.name}: dynamic dimension '{var}' is not a whole dimension of "
+                                 "any input tensor, so its value cannot be known at launch")
+        self.num_inputs = len(func.params) - len(outputs)
+
+    def _report(self, verbose: bool, dump: bool, out_dir: str | None) -> None:
+        # TEGULA_DUMP_IR itself is honoured by _C.lower (each stage to stderr); this is
+        # the pass-config spelling of the same request.
+        if dump:
+            for stage in self.stages:
+                print(f"==== {self.prim_func.name}: {stage} ====\n{self.get_ir(stage)}")
+        if verbose:
+            print(f"==== {self.prim_func.name} for {self.target} ====\n{self.get_kernel_source()}")
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, f"{self.prim_func.name}.cu"), "w") as f:
+                f.write(self.get_kernel_source())
+
+    # ---- launch ----
+    def _build(self):
+        if self._target_guessed:
+            raise RuntimeError(
+                f"kernel {self.prim_func.name} was compiled for {self.target} only because no GPU was found "
+                "(target='auto'); it cannot be launched. Set TEGULA_TARGET or compile where a GPU is visible.")
+        self._program = self._lowered.build(self.out_idx)
+        return self._program
+
+    def __call__(self, *args):
+        """TileLang semantics: with out_idx, pass the inputs and get the outputs back (one
+        tensor, or a list); without, pass every tensor and get None.
+
+        The whole launch is one C++ call (`Program.__call__`): it checks each argument
+        (count, type, dtype, rank, static and dynamic sizes, device, contiguity; an error
+        is a ValueError naming the argument), allocates the outputs on the inputs' device
+        and launches on torch's current stream."""
+        return (self._program or self._build())(*args)
+
+    def launch(self, *args, stream: int = 0) -> None:
+        """Every parameter given (outputs included), on an explicit CUDA stream handle."""
+        (self._program or self._build()).launch(list(args), stream)
+
+    # ---- inspection ----
+    def get_kernel_source(self) -> str:
+        return self._lowered.source
+
+    def get_ir(self, stage: str = "final") -> str:
+        return self._lowered.ir(stage)
+
+    @property
+    def stages(self) -> list[str]:
+        stages = getattr(self._lowered, "stages", None)
+        if stages is not None:
+            return list(stages() if callable(stages) else stages)
+        return list(self.prim_func.kernel.stages())
+
+    def get_profiler(self, tensor_supply_type=None):
+        from . import profiler
+
+        if tensor_supply_type is None:
+            tensor_supply_type = profiler.TensorSupplyType.Auto
+        return profiler.Profiler(self, tensor_supply_type)
+
+    def __repr__(self):
+        return f"<JITKernel {self.prim_func.name} target={self.target} out_idx={self.out_idx}>"
+
+
+def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verbose=False,  # noqa: A001
+            execution_backend=None, target_host=None, compile_flags=None, debug_root_path=None) -> JITKernel:
+    """Lower a prim_func for `target`; the kernel is built by NVRTC on its first call.
+    `target_host` is TileLang's host compiler target; Tegula has no host code to compile."""
+    return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs, verbose=verbose,
+                     debug_root_path=debug_root_path, execution_backend=execution_backend,
+                     compile_flags=compile_flags)
+
+
+def _freeze(value, where: str):
+    """A hashable key for one argument of a @jit function."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_freeze(v, where) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _freeze(v, where)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"@tegula.jit: {where} of type {type(value).__name__} is not hashable, so the compiled "
+                        "kernel cannot be cached; pass ints, floats, strings, dtypes or tuples") from None
+    return (type(value).__name__, value)
+
+
+class JITFunction:
+    """A @tegula.jit function: call it with sizes to get a (cached) JITKernel."""
+
+    def __init__(self, fn, settings: dict):
+        self.fn = fn
+        self.settings = settings
+        self._kernels: dict = {}
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = None
+        functools.update_wrapper(self, fn)
+
+    def _key(self, args, kwargs):
+        # Bound with defaults applied, so f(1024), f(N=1024) and f(1024, dtype=<default>)
+        # share one kernel.
+        if self._signature is not None:
+            try:
+                bound = self._signature.bind(*args, **kwargs)
+            except TypeError as err:
+                raise TypeError(f"{self.fn.__name__}(): {err}") from None
+            bound.apply_defaults()
+            return tuple((k, _freeze(v, f"argument '{k}'")) for k, v in bound.arguments.items())
+        return (tuple(_freeze(a, f"argument {i}") for i, a in enumerate(args)),
+                tuple(sorted((k, _freeze(v, f"argument '{k}'")) for k, v in kwargs.items())))
+
+    def __call__(self, *args, **kwargs) -> JITKernel:
+        key = self._key(args, kwargs)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            func = self.fn(*args, **kwargs)
+            if not isinstance(func, PrimFunc):
+                raise TypeError(f"@tegula.jit function {self.fn.__name__} must return a T.prim_func, "
+                                f"got {type(func).__name__}")
+            kernel = JITKernel(func, **self.settings)
+            self._kernels[key] = kernel
+        return kernel
+
+    def cache_clear(self) -> None:
+        self._kernels.clear()
+
+
+def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
+        execution_backend=None, compile_flags=None):
+    """`@tegula.jit` or `@tegula.jit(out_idx=[-1], ...)` on a function that returns a
+    T.prim_func (or directly on a prim_func, which compiles it at once)."""
+    settings = dict(out_idx=out_idx, target=target, pass_configs=pass_configs, verbose=verbose,
+                    debug_root_path=debug_root_path, execution_backend=execution_backend,
+                    compile_flags=compile_flags)
+
+    def decorate(fn):
+        if isinstance(fn, PrimFunc):
+            return JITKernel(fn, **settings)
+        return JITFunction(fn, settings)
+
+    return decorate if func is None else decorate(func)

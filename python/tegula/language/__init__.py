@@ -1,0 +1,25 @@
+"""The kernel language: `import tegula.language as T`, with TileLang's names and meaning.
+
+    @T.prim_func
+    def add(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 128), M, threads=128) as (bx, by):
+            for i in T.Parallel(128):
+                B[by, bx * 128 + i] = A[by, bx * 128 + i] + 1
+
+  types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.dynamic, T.GemmWarpPolicy
+  builtins.py  math, casts, loops, T.Kernel, allocations
+  tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
+"""
+from .. import layout
+from ..frontend.prim_func import PrimFunc, prim_func
+from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, abs, alloc_fragment,
+                       alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, exp, exp2, floordiv, floormod,
+                       get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value, min,
+                       min_value, rsqrt, serial, sqrt, sync_threads, unroll)
+from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
+                      reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
+from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
+                    float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
+                    uint64)
+
+make_swizzled_layout = layout.make_swizzled_layout

@@ -1,0 +1,304 @@
+"""Scalar math, casts, loops, `T.Kernel` and allocations.
+
+Math on two Python values folds in Python (`T.max(2, 3)` is 3, `T.ceildiv(1000, 128)` is
+8), so sizes computed with T.* stay plain ints. Loops, T.Kernel and allocations return
+descriptions that the parser turns into IR: `for i, j in T.Parallel(M, N)` reads the
+`LoopSpec`, and `A_s = T.alloc_shared(...)` names the buffer after the variable.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ..frontend import builder
+from ..frontend.builder import intrinsic
+from ..frontend.dtypes import is_float, is_int, normalize_dtype
+from ..frontend.errors import ArgError
+from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
+
+# ---- scalar math ----
+
+# name -> Python fold for a Python argument
+_UNARY_MATH = {
+    "exp": math.exp,
+    "exp2": lambda x: 2.0 ** x,
+    "log": math.log,
+    "log2": math.log2,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x),
+}
+
+
+def _scalar(value, name: str, arg: str):
+    if isinstance(value, VarBuffer):
+        return value.load()
+    if isinstance(value, PrimExpr) or is_number(value):
+        return value
+    raise ArgError(arg, f"{name}: '{arg}' must be a number or a kernel expression, got {value!r}")
+
+
+def _unary_math(name: str, fold):
+    @intrinsic(f"T.{name}")
+    def op(x):
+        x = _scalar(x, f"T.{name}", "x")
+        if not isinstance(x, PrimExpr):
+            return fold(x)
+        if not is_float(x.expr.dtype):  # the intrinsics are floating point
+            x = cast_value(x, "float32")
+        return call(name, [x], x.expr.dtype)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"T.{name}(x): elementwise {name}; folds for a Python number."
+    return op
+
+
+exp, exp2, log, log2, sqrt, rsqrt = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
+
+
+@intrinsic("T.abs")
+def abs(x):  # noqa: A001 - TileLang's name
+    x = _scalar(x, "T.abs", "x")
+    return x.__abs__() if isinstance(x, PrimExpr) else (-x if x < 0 else x)
+
+
+def _binary_fold(name: str, op: str, fold):
+    @intrinsic(f"T.{name}")
+    def fn(a, b):
+        a, b = _scalar(a, f"T.{name}", "a"), _scalar(b, f"T.{name}", "b")
+        if not isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
+            return fold(a, b)
+        return binop(op, a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+max = _binary_fold("max", "max", lambda a, b: a if a >= b else b)  # noqa: A001
+min = _binary_fold("min", "min", lambda a, b: a if a <= b else b)  # noqa: A001
+floordiv = _binary_fold("floordiv", "floordiv", lambda a, b: a // b)
+floormod = _binary_fold("floormod", "floormod", lambda a, b: a % b)
+
+
+@intrinsic("T.ceildiv")
+def ceildiv(a, b):
+    a, b = _scalar(a, "T.ceildiv", "a"), _scalar(b, "T.ceildiv", "b")
+    if not isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
+        return -(-a // b)
+    return (a + b - 1) // b
+
+
+@intrinsic("T.clamp")
+def clamp(x, lo, hi):
+    return max(min(x, hi), lo)
+
+
+@intrinsic("T.if_then_else")
+def if_then_else(cond, then_value, else_value):
+    """cond ? then_value : else_value, with both sides evaluated (a select)."""
+    cond = _scalar(cond, "T.if_then_else", "cond")
+    a = _scalar(then_value, "T.if_then_else", "then_value")
+    b = _scalar(else_value, "T.if_then_else", "else_value")
+    if not isinstance(cond, PrimExpr):
+        return a if cond else b
+    da = a.expr.dtype if isinstance(a, PrimExpr) else None
+    db = b.expr.dtype if isinstance(b, PrimExpr) else None
+    expr = ir().select(to_expr(cond), to_expr(a, db), to_expr(b, da))
+    return PrimExpr(expr, any(isinstance(v, PrimExpr) and v.reads for v in (cond, a, b)))
+
+
+def _special_constant(name: str):
+    @intrinsic(f"T.{name}")
+    def fn(dtype):
+        return call(name, [], normalize_dtype(dtype), tag=name)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+infinity = _special_constant("infinity")
+max_value = _special_constant("max_value")
+min_value = _special_constant("min_value")
+
+
+@intrinsic("T.cast")
+def cast(value, dtype):
+    """TileLang's T.cast(value, dtype)."""
+    return cast_value(_scalar(value, "T.cast", "value"), dtype)
+
+
+@intrinsic("T.Cast")
+def Cast(dtype, value):  # noqa: N802 - TileLang's name
+    """TVM's T.Cast(dtype, value)."""
+    return cast_value(_scalar(value, "T.Cast", "value"), dtype)
+
+
+# ---- loops ----
+
+class LoopSpec:
+    """What a `for` iterates over: one (start, extent, step) per loop variable."""
+
+    def __init__(self, kind: str, dims: list, num_stages: int = 0):
+        self.kind = kind
+        self.dims = dims
+        self.num_stages = num_stages
+
+
+def _extent(value, fn: str, arg: str):
+    if isinstance(value, VarBuffer):
+        value = value.load()
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or
+                                       (isinstance(value, PrimExpr) and is_int(value.expr.dtype))):
+        label = f"argument {arg + 1}" if isinstance(arg, int) else f"'{arg}'"
+        raise ArgError(arg, f"{fn}: {label} must be an integer or an integer kernel expression, got {value!r}")
+    return value
+
+
+def _range(kind: str, fn: str, start, stop, step, num_stages: int = 0) -> LoopSpec:
+    if stop is None:
+        start, stop = 0, _extent(start, fn, "start")
+    else:
+        start, stop = _extent(start, fn, "start"), _extent(stop, fn, "stop")
+    step = 1 if step is None else step
+    if not isinstance(step, int) or step <= 0:
+        raise ArgError("step", f"{fn}: step must be a positive Python int, got {step!r}")
+    extent = stop - start
+    if step != 1:
+        extent = (extent + step - 1) // step
+    return LoopSpec(kind, [(start, extent, step)], num_stages)
+
+
+@intrinsic("T.serial")
+def serial(start, stop=None, step=None, annotations=None):
+    return _range("serial", "T.serial", start, stop, step)
+
+
+@intrinsic("T.unroll")
+def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
+    # explicit/unroll_factor are TileLang hints; NVRTC unrolls a `#pragma unroll` loop fully.
+    return _range("unrolled", "T.unroll", start, stop, step)
+
+
+@intrinsic("T.Pipelined")
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
+    # order/stage/sync/group hand-schedule TileLang's pipeline; Tegula's pipeline planning
+    # pass chooses the schedule itself, so they are accepted for portability and ignored.
+    if not isinstance(num_stages, int) or num_stages < 0:
+        raise ArgError("num_stages", f"T.Pipelined: num_stages must be a non-negative int, got {num_stages!r}")
+    return _range("pipelined", "T.Pipelined", start, stop, None, num_stages)
+
+
+@intrinsic("T.Parallel")
+def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
+    if not extents:
+        raise ArgError(None, "T.Parallel needs at least one extent")
+    dims = [(0, _extent(e, "T.Parallel", i), 1) for i, e in enumerate(extents)]
+    return LoopSpec("parallel", dims)
+
+
+# ---- the kernel ----
+
+class KernelSpec:
+    def __init__(self, grid: list, threads: int):
+        self.grid = grid
+        self.threads = threads
+
+
+@intrinsic("T.Kernel")
+def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - TileLang's name
+    if not 1 <= len(blocks) <= 3:
+        raise ArgError(None, f"T.Kernel takes 1 to 3 grid dimensions, got {len(blocks)}")
+    grid = [_extent(b, "T.Kernel", i) for i, b in enumerate(blocks)]
+    if threads is None:
+        threads = 128  # TileLang's default
+    if isinstance(threads, (list, tuple)):
+        if len(threads) != 1:
+            raise ArgError("threads", f"T.Kernel: threads must be an int or a list of one int "
+                           f"(multi-dimensional thread blocks are not supported), got {threads!r}")
+        threads = threads[0]
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= 1024:
+        raise ArgError("threads", f"T.Kernel: threads must be an int in 1..1024, got {threads!r}")
+    if is_cpu:
+        raise ArgError("is_cpu", "T.Kernel: CPU kernels are not supported by Tegula")
+    if prelude is not None:
+        raise ArgError("prelude", "T.Kernel: prelude source is not supported by Tegula")
+    return KernelSpec(grid, int(threads))
+
+
+@intrinsic("T.get_thread_binding")
+def get_thread_binding(dim=0):
+    frame = builder.current("T.get_thread_binding").require_kernel("T.get_thread_binding")
+    if dim != 0:
+        raise ArgError("dim", "T.get_thread_binding: thread blocks are one-dimensional; dim must be 0")
+    return frame.thread_var
+
+
+@intrinsic("T.get_block_binding")
+def get_block_binding(dim=0):
+    frame = builder.current("T.get_block_binding").require_kernel("T.get_block_binding")
+    if not isinstance(dim, int) or not 0 <= dim < len(frame.block_vars):
+        raise ArgError("dim", f"T.get_block_binding: dim must be in 0..{len(frame.block_vars) - 1}")
+    return frame.block_vars[dim]
+
+
+@intrinsic("T.sync_threads")
+def sync_threads():
+    builder.current("T.sync_threads").emit(ir().sync())
+
+
+# ---- allocations ----
+
+class AllocRequest:
+    """An allocation waiting for its name: the parser creates the buffer on assignment."""
+
+    def __init__(self, scope: str, shape: tuple, dtype: str, init=None, is_var: bool = False):
+        self.scope = scope
+        self.shape = shape
+        self.dtype = dtype
+        self.init = init
+        self.is_var = is_var
+
+
+def _shape(shape, fn: str, constant: bool) -> tuple:
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    for index, dim in enumerate(dims):
+        if isinstance(dim, bool) or not (isinstance(dim, numbers.Integral) or isinstance(dim, PrimExpr)):
+            raise ArgError("shape", f"{fn}: shape entries must be ints, got {dim!r} "
+                           f"({type(dim).__name__}) in shape {shape!r}", index)
+        if isinstance(dim, PrimExpr) and (constant or not is_int(dim.expr.dtype)):
+            raise ArgError("shape", f"{fn}: shape must be constant ints (it is fixed at compile "
+                           f"time), got {dim} in shape {shape!r}", index)
+        if isinstance(dim, numbers.Integral) and dim <= 0:
+            raise ArgError("shape", f"{fn}: shape entries must be positive, got {shape!r}", index)
+    return tuple(int(d) if isinstance(d, numbers.Integral) else d for d in dims)
+
+
+def _dtype(value, fn: str) -> str:
+    try:
+        return normalize_dtype(value)
+    except (ValueError, TypeError) as err:
+        raise ArgError("dtype", f"{fn}: {err}") from None
+
+
+_SHARED_SCOPES = ("shared", "shared.dyn")
+
+
+@intrinsic("T.alloc_shared")
+def alloc_shared(shape, dtype, scope="shared.dyn"):
+    if scope not in _SHARED_SCOPES:
+        raise ArgError("scope", f"T.alloc_shared: scope must be one of {_SHARED_SCOPES}, got {scope!r}")
+    return AllocRequest("shared", _shape(shape, "T.alloc_shared", False), _dtype(dtype, "T.alloc_shared"))
+
+
+@intrinsic("T.alloc_fragment")
+def alloc_fragment(shape, dtype, scope="local.fragment"):
+    return AllocRequest("fragment", _shape(shape, "T.alloc_fragment", True), _dtype(dtype, "T.alloc_fragment"))
+
+
+@intrinsic("T.alloc_local")
+def alloc_local(shape, dtype, scope="local"):
+    return AllocRequest("local", _shape(shape, "T.alloc_local", True), _dtype(dtype, "T.alloc_local"))
+
+
+@intrinsic("T.alloc_var")
+def alloc_var(dtype, init=None, scope="local.var"):
+    return AllocRequest("local", (1,), _dtype(dtype, "T.alloc_var"), init=init, is_var=True)

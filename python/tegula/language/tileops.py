@@ -1,0 +1,185 @@
+"""Tile operations: each emits one `_C.ir.tile_op` (docs/internals.md lists ops and attrs).
+
+A tile op argument names a region: a bare buffer is all of it, `A[i:j, :]` a slice, and a
+corner `A[by * bM, k * bK]` a region of extent 1 per dimension whose extents the copy op
+takes from the other side.
+"""
+from __future__ import annotations
+
+import numbers
+
+from .. import layout as layout_module
+from ..frontend import builder
+from ..frontend.builder import intrinsic
+from ..frontend.errors import ArgError
+from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
+                               is_number, region_of)
+from .types import GemmWarpPolicy
+
+
+def _emit(fn: str, op: str, regions: list, args: list = (), attrs: dict | None = None) -> None:
+    stmt = ir().tile_op(op, regions, list(args), attrs or {})
+    builder.current(fn).emit(stmt)
+
+
+def _describe(value) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _region(value, fn: str, arg: str):
+    region = region_of(value)
+    if region is None:
+        raise ArgError(arg, f"{fn}: '{arg}' must be a buffer, a buffer region (A[i:j, :]) or an "
+                       f"element (A[i, j]), got {_describe(value)}")
+    return region.native()
+
+
+def _scalar_for(value, buffer: BufferValue, fn: str, arg: str):
+    if isinstance(value, VarBuffer):
+        value = value.load()
+    if not (isinstance(value, PrimExpr) or is_number(value)):
+        raise ArgError(arg, f"{fn}: '{arg}' must be a number or a scalar expression, got {_describe(value)}")
+    return cast_value(value, buffer.dtype).expr
+
+
+def _flag(value, fn: str, arg: str) -> int:
+    if not isinstance(value, (bool, numbers.Integral)):
+        raise ArgError(arg, f"{fn}: '{arg}' must be True or False, got {_describe(value)}")
+    return int(bool(value))
+
+
+def _buffer_of(value, fn: str, arg: str) -> BufferValue:
+    region = region_of(value)
+    if region is None:
+        raise ArgError(arg, f"{fn}: '{arg}' must be a buffer or a buffer region, got {_describe(value)}")
+    return region.buffer
+
+
+@intrinsic("T.copy")
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+    # coalesced_width, disable_tma and eviction_policy are TileLang hints; Tegula's copy
+    # lowering picks vector width and engine itself, so they are accepted and ignored.
+    _emit("T.copy", "copy", [_region(src, "T.copy", "src"), _region(dst, "T.copy", "dst")])
+
+
+@intrinsic("T.fill")
+def fill(buffer, value):
+    target = _buffer_of(buffer, "T.fill", "buffer")
+    _emit("T.fill", "fill", [_region(buffer, "T.fill", "buffer")], [_scalar_for(value, target, "T.fill", "value")])
+
+
+@intrinsic("T.clear")
+def clear(buffer):
+    target = _buffer_of(buffer, "T.clear", "buffer")
+    _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
+
+
+def _reduce(kind: str):
+    name = f"T.reduce_{kind}"
+
+    @intrinsic(name)
+    def reduce(buffer, out, dim=-1, clear=True):
+        src = _region(buffer, name, "buffer")
+        rank = len(src[1])
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -rank <= dim < rank:
+            raise ArgError("dim", f"{name}: dim must be an int in {-rank}..{rank - 1} for a {rank}-d "
+                           f"buffer, got {dim!r}")
+        attrs = {"kind": kind, "dim": int(dim) % rank, "clear": _flag(clear, name, "clear")}
+        _emit(name, "reduce", [src, _region(out, name, "out")], [], attrs)
+
+    reduce.__name__ = reduce.__qualname__ = f"reduce_{kind}"
+    return reduce
+
+
+reduce_max, reduce_min, reduce_sum, reduce_abssum, reduce_absmax = (
+    _reduce(k) for k in ("max", "min", "sum", "abssum", "absmax"))
+
+
+def _policy(value) -> str:
+    if isinstance(value, GemmWarpPolicy):
+        return value.value
+    if isinstance(value, str) and value in GemmWarpPolicy.__members__:
+        return value
+    names = ", ".join(f"T.GemmWarpPolicy.{n}" for n in GemmWarpPolicy.__members__)
+    raise ArgError("policy", f"T.gemm: policy must be one of {names}, got {value!r}")
+
+
+@intrinsic("T.gemm")
+def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,  # noqa: N803
+         clear_accum=False, k_pack=1, wg_wait=0):
+    # wg_wait is TileLang's manual wgmma wait depth; Tegula's lowering places the waits.
+    if isinstance(k_pack, bool) or k_pack not in (1, 2):
+        raise ArgError("k_pack", f"T.gemm: k_pack must be 1 or 2, got {k_pack!r}")
+    regions = [_region(A, "T.gemm", "A"), _region(B, "T.gemm", "B"), _region(C, "T.gemm", "C")]
+    attrs = {
+        "transpose_A": _flag(transpose_A, "T.gemm", "transpose_A"),
+        "transpose_B": _flag(transpose_B, "T.gemm", "transpose_B"),
+        "clear_accum": _flag(clear_accum, "T.gemm", "clear_accum"),
+        "policy": _policy(policy),
+        "k_pack": int(k_pack),
+    }
+    _emit("T.gemm", "gemm", regions, [], attrs)
+
+
+@intrinsic("T.atomic_add")
+def atomic_add(dst, value):
+    dst_region = _region(dst, "T.atomic_add", "dst")
+    target = _buffer_of(dst, "T.atomic_add", "dst")
+    if isinstance(value, (BufferValue, RegionValue)) and not isinstance(value, VarBuffer):
+        _emit("T.atomic_add", "atomic_add", [dst_region, _region(value, "T.atomic_add", "value")])
+    else:
+        # A scalar (an element load included): the op adds it to the one element of dst.
+        _emit("T.atomic_add", "atomic_add", [dst_region], [_scalar_for(value, target, "T.atomic_add", "value")])
+
+
+@intrinsic("T.annotate_layout")
+def annotate_layout(layout_map):
+    if not isinstance(layout_map, dict):
+        raise ArgError("layout_map", f"T.annotate_layout takes a dict {{buffer: layout}}, got {_describe(layout_map)}")
+    for buffer, layout in layout_map.items():
+        if not isinstance(buffer, BufferValue):
+            raise ArgError("layout_map", f"T.annotate_layout: keys must be buffers, got {_describe(buffer)}")
+        if not isinstance(layout, layout_module.Layout):
+            raise ArgError("layout_map", f"T.annotate_layout: the layout of {buffer.name} must come from "
+                           f"T.layout.make_swizzled_layout, got {_describe(layout)}")
+        _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], [], {"layout": layout.kind})
+
+
+@intrinsic("T.use_swizzle")
+def use_swizzle(panel_size, order="row", enable=True):
+    if isinstance(panel_size, bool) or not isinstance(panel_size, int) or panel_size <= 0:
+        raise ArgError("panel_size", f"T.use_swizzle: panel_size must be a positive int, got {panel_size!r}")
+    if order not in ("row", "col"):
+        raise ArgError("order", f"T.use_swizzle: order must be 'row' or 'col', got {order!r}")
+    if enable:
+        _emit("T.use_swizzle", "use_swizzle", [], [], {"panel_size": panel_size, "order": order})
+
+
+@intrinsic("T.print")
+def print(obj, msg=""):  # noqa: A001 - TileLang's name
+    """Device printf of a scalar, or of every element of a buffer. The IR has no string
+    expressions, so the message rides in the call's op name: "print:<msg>"."""
+    op = f"print:{msg}" if msg else "print"
+    target = builder.current("T.print")
+    if isinstance(obj, VarBuffer):
+        obj = obj.load()
+    if isinstance(obj, PrimExpr) or is_number(obj):
+        target.emit(ir().evaluate(call(op, [obj], "int32").expr))
+        return
+    if not isinstance(obj, BufferValue):
+        raise ArgError("obj", f"T.print: 'obj' must be a scalar or a buffer, got {_describe(obj)}")
+    # One loop per dimension; a fragment's elements live in many threads, so each
+    # thread prints its own (a parallel loop), the others print from every thread.
+    kind = "parallel" if obj.scope == "fragment" else "serial"
+    loop_vars = [PrimExpr.var(f"{obj.name}_i{d}") for d in range(obj.ndim)]
+    body = ir().evaluate(call(op, [LoadValue(obj, loop_vars)], "int32").expr)
+    for var, extent in reversed(list(zip(loop_vars, obj.shape))):
+        body = ir().for_(var.expr, ir().int_imm(0, "int32"), cast_value(extent, "int32").expr, kind, body)
+    target.emit(body)
+
+
+# Not a tile op, but also a statement: `T.evaluate(expr)` keeps an expression's effect.
+@intrinsic("T.evaluate")
+def evaluate(value):
+    if isinstance(value, PrimExpr):
+        builder.current("T.evaluate").emit(ir().evaluate(value.expr))

@@ -1,0 +1,69 @@
+"""Types a kernel's signature is written with: dtypes, `T.Tensor`, `T.dynamic`, enums."""
+from __future__ import annotations
+
+import enum
+import numbers
+
+from ..frontend.dtypes import DType, normalize_dtype
+from ..frontend.values import PrimExpr
+
+float16 = half = DType("float16")
+bfloat16 = DType("bfloat16")
+float32 = float = DType("float32")  # noqa: A001 - TileLang's name
+float64 = double = DType("float64")
+int8, int16, int32, int64 = DType("int8"), DType("int16"), DType("int32"), DType("int64")
+uint8, uint16, uint32, uint64 = DType("uint8"), DType("uint16"), DType("uint32"), DType("uint64")
+bool = DType("bool")  # noqa: A001 - TileLang's name
+
+DTYPES = ("float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
+          "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+
+
+def dtype(name) -> DType:
+    """Any spelling (string, torch dtype, T.float16) as a DType."""
+    return DType(normalize_dtype(name))
+
+
+def dynamic(name: str, dtype="int32") -> PrimExpr:
+    """A shape dimension that varies without recompiling: `M = T.dynamic("m")`, created
+    outside the prim_func and used in parameter shapes; its value comes from the tensors
+    at launch."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"T.dynamic: name must be an identifier, got {name!r}")
+    return PrimExpr.var(name, normalize_dtype(dtype), dynamic=True)
+
+
+symbolic = dynamic
+
+
+class TensorSpec:
+    """`A: T.Tensor((M, N), "float16")`: a global tensor parameter."""
+
+    def __init__(self, shape, dtype="float32"):
+        dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        for dim in dims:
+            ok = (isinstance(dim, numbers.Integral) and not isinstance(dim, type(True)) and dim > 0) or (
+                isinstance(dim, PrimExpr) and dim.expr.dtype.startswith("int"))
+            if not ok:
+                raise ValueError(f"T.Tensor: each shape entry must be a positive int or a T.dynamic "
+                                 f"var, got {dim!r} in {shape!r}")
+        self.shape = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in dims)
+        self.dtype = DType(normalize_dtype(dtype))
+
+    def __repr__(self):
+        return f"T.Tensor({list(self.shape)}, {self.dtype})"
+
+
+def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - TileLang's name
+    return TensorSpec(shape, dtype)
+
+
+Buffer = Tensor
+
+
+class GemmWarpPolicy(enum.Enum):
+    """How T.gemm splits the tile among warps (TileLang's names)."""
+
+    Square = "Square"
+    FullRow = "FullRow"
+    FullCol = "FullCol"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine, which has no network. Before a run, on the machine
+# with network: `bash scripts/prepare_device_deps.sh` (puts the nlohmann/json headers in
+# the git-ignored .deps/), and carry `.deps` to the GPU machine with the working tree.
+#
+# Steps, each logged to $OUT/<step>.log (or build/device-logs/ when OUT is unset):
+#   build     pip install --no-build-isolation --no-deps -e .   (nothing from the network)
+#   ctest     the C++ tests (cmake + ctest in build/)
+#   pytest    pytest tests/python -m gpu
+#   bench_*   every benchmarks/bench_*.py, one step each
+# then a summary table. Exit status: nonzero when any step failed.
+#   bash scripts/device_run.sh              # everything
+#   bash scripts/device_run.sh -k softmax   # extra arguments go to pytest
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-$(command -v python || command -v python3)}
+LOG_DIR=${OUT:-build/device-logs}
+mkdir -p "$LOG_DIR"
+jobs=$(nproc 2>/dev/null || echo 8)
+export MAX_JOBS=${MAX_JOBS:-$jobs} PIP_ROOT_USER_ACTION=ignore
+
+rows=()
+# run_step NAME COMMAND...: runs the command, tees its output into NAME.log, records a row.
+run_step() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "=== $name: $*"
+  "$@" 2>&1 | tee "$LOG_DIR/$name.log"
+  rc=${PIPESTATUS[0]}
+  rows+=("$name|$( ((rc == 0)) && echo ok || echo "FAILED ($rc)")|$((SECONDS - t0))")
+  return "$rc"
+}
+skip_step() { rows+=("$1|skipped: $2|0"); echo "=== $1: skipped: $2"; }
+
+describe_machine() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available())"
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+}
+
+build_extension() {
+  if [[ ! -f .deps/nlohmann/json.hpp && ! -f /usr/include/nlohmann/json.hpp ]]; then
+    echo "nlohmann/json.hpp missing: run scripts/prepare_device_deps.sh and carry .deps"
+  fi
+  "$PY" -m pip install --disable-pip-version-check --no-index --no-build-isolation --no-deps -e .
+}
+
+cpp_tests() {
+  cmake -S . -B build && cmake --build build -j "$jobs" &&
+    ctest --test-dir build --output-on-failure -j "$jobs"
+}
+
+gpu_tests() {
+  "$PY" -m pytest tests/python -m gpu -q "$@"
+  local rc=$?
+  ((rc == 5)) && { echo "no test marked gpu was collected"; return 0; }
+  return "$rc"
+}
+
+run_step machine describe_machine
+built=1
+run_step build build_extension || built=0
+if command -v cmake >/dev/null; then run_step ctest cpp_tests; else skip_step ctest "no cmake"; fi
+if ((built)); then
+  run_step pytest gpu_tests "$@"
+  for bench in benchmarks/bench_*.py; do
+    [[ -e $bench ]] || break
+    run_step "$(basename "$bench" .py)" "$PY" "$bench"
+  done
+else
+  skip_step pytest "the build failed"
+  skip_step benchmarks "the build failed"
+fi
+
+failed=0
+echo
+echo "=== summary (logs in $LOG_DIR)"
+printf '%-28s %-22s %8s\n' step result seconds
+for row in "${rows[@]}"; do
+  IFS='|' read -r name result secs <<<"$row"
+  printf '%-28s %-22s %8s\n' "$name" "$result" "$secs"
+  [[ $result == ok || $result == skipped* ]] || failed=1
+done
+exit "$failed"

@@ -1,0 +1,54 @@
+// What the binding files of `tegula._C` share. The bindings are the only C++ that sees
+// Python; the core under src/ir, src/transform, ... never includes this.
+//
+//   module.cc      PYBIND11_MODULE(_C): exception classes, the `ir` submodule
+//   ir_builder.cc  tegula._C.ir: the IR builder the frontend drives (docs/internals.md)
+//   compile.cc     tegula._C.lower / Lowered / Program: passes, NVRTC, launch
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "ir/stmt.h"
+#include "support/error.h"
+
+namespace tegula::bindings {
+
+namespace py = pybind11;
+
+// Fills the submodule `tegula._C.ir` (module.cc creates it and passes it in).
+void init_ir_builder(py::module_& ir);
+// Adds the compile and launch API to `tegula._C` itself.
+void init_compile(py::module_& m);
+
+// The DSL location last given to `ir.set_loc` on this thread. Every node built through the
+// bindings carries it, and the bindings' own user errors (a bad dtype string...) point at it.
+const SourceLoc& current_loc();
+
+// A dtype name as the DSL spells it ("float16", "bf16", "int32", ...); an unknown name is
+// a CompileError at current_loc().
+ir::DataType parse_dtype(const std::string& name);
+
+// The Python `tegula._C.ir.Buffer`. A wrapper because pybind11 cannot hold the
+// shared_ptr<const BufferNode> that ir::Buffer is.
+struct BufferHandle {
+  ir::Buffer node;
+};
+
+// A bad argument to a launch (dtype, shape, device, stride). Thrown from binding code, it
+// reaches Python as `tegula._C.ArgumentError`, a subclass of ValueError.
+class ArgumentError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The Python exception classes, for code that sets a Python error itself:
+//   PyErr_SetString(argument_error_type().ptr(), "...");  throw py::error_already_set();
+// CompileError instances carry .file .line .col .msg; str() is the message alone.
+py::handle compile_error_type();
+py::handle cuda_error_type();
+py::handle internal_error_type();
+py::handle argument_error_type();
+
+}  // namespace tegula::bindings

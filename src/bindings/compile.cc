@@ -1,0 +1,245 @@
+// tegula._C: lower a kernel, build it with NVRTC through the cache, launch it.
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "bindings/bindings.h"
+#include "bindings/program.h"
+#include "codegen/cuda_printer.h"
+#include "ir/functor.h"
+#include "runtime/cache.h"
+#include "runtime/compile.h"
+#include "runtime/driver.h"
+#include "runtime/hash.h"
+#include "runtime/nvrtc.h"
+#include "transform/pipeline.h"
+
+#if __has_include("tegula_build_id.h")
+#include "tegula_build_id.h"
+#endif
+#ifndef TEGULA_BUILD_ID
+#define TEGULA_BUILD_ID "dev"
+#endif
+
+namespace tegula::bindings {
+
+namespace {
+
+// The device library, read once and handed to NVRTC in memory.
+struct DeviceLibrary {
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string hash;
+};
+DeviceLibrary& device_library() {
+  static DeviceLibrary lib;
+  return lib;
+}
+
+void set_device_library(const std::string& dir) {
+  namespace fs = std::filesystem;
+  DeviceLibrary lib;
+  runtime::Hasher h;
+  std::vector<fs::path> files;
+  for (auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".h") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string rel = fs::relative(f, dir).generic_string();
+    h.field(rel).field(ss.str());
+    lib.headers.push_back({rel, ss.str()});
+  }
+  if (lib.headers.empty()) throw CudaError("no device library headers found under " + dir);
+  lib.hash = h.hex();
+  device_library() = std::move(lib);
+}
+
+at::ScalarType scalar_type(ir::DataType t) {
+  switch (t.code) {
+    case ir::DataType::Float: return t.bits == 16 ? at::kHalf : t.bits == 64 ? at::kDouble : at::kFloat;
+    case ir::DataType::BFloat: return at::kBFloat16;
+    case ir::DataType::Int: return t.bits == 8 ? at::kChar : t.bits == 16 ? at::kShort : t.bits == 64 ? at::kLong : at::kInt;
+    case ir::DataType::UInt: return t.bits == 8 ? at::kByte : t.bits == 16 ? at::kUInt16 : t.bits == 64 ? at::kUInt64 : at::kUInt32;
+    case ir::DataType::Bool: return at::kBool;
+    default: return at::kFloat;
+  }
+}
+
+// Widest vector access the generated code makes to each global buffer, in bytes.
+std::map<const ir::BufferNode*, int> vector_bytes(const ir::Kernel& k) {
+  std::map<const ir::BufferNode*, int> out;
+  auto note = [&](const ir::Buffer& b, int lanes) {
+    if (b->scope == ir::Scope::Global && lanes > 1) out[b.get()] = std::max(out[b.get()], lanes * b->dtype.bytes());
+  };
+  ir::post_order(k.body, [&](const ir::Stmt& s) {
+    if (auto* st = s.as<ir::BufferStoreNode>()) note(st->buffer, st->value.dtype().lanes);
+  }, [&](const ir::Expr& e) {
+    if (auto* ld = e.as<ir::BufferLoadNode>()) note(ld->buffer, ld->dtype.lanes);
+  });
+  return out;
+}
+
+struct LoweredKernel {
+  std::shared_ptr<ir::Kernel> input;
+  transform::Lowered lowered;
+  transform::Target target;
+  transform::Options options;
+  codegen::CudaSource source;
+  double compile_seconds = 0;
+  bool cache_hit = false;
+
+  std::string ir(const std::string& stage) const {
+    if (stage == "final" || stage == "all") {
+      if (stage == "final") return lowered.stages.back().second;
+      std::string all;
+      for (auto& [name, text] : lowered.stages) all += "# ---- after " + name + "\n" + text + "\n";
+      return all;
+    }
+    for (auto& [name, text] : lowered.stages) {
+      if (name == stage) return text;
+    }
+    std::string known;
+    for (auto& [name, text] : lowered.stages) known += " " + name;
+    throw py::value_error("unknown IR stage '" + stage + "'; stages are: final all" + known);
+  }
+
+  std::vector<char> compile_image() {
+    auto& lib = device_library();
+    if (lib.headers.empty()) throw CudaError("the device library was not set (tegula._C.set_device_library)");
+    runtime::CompileOptions opts;
+    opts.arch = target.arch;
+    opts.headers = lib.headers;
+    if (options.fast_math) opts.extra_flags.push_back("-use_fast_math");
+    std::string build_id = std::string(TEGULA_BUILD_ID) + ":" + lib.hash;
+    try {
+      return runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id, &cache_hit);
+    } catch (const CudaError& e) {
+      throw CudaError(std::string(e.what()) + "\n(the generated source is kernel.get_kernel_source())");
+    }
+  }
+
+  std::shared_ptr<Program> build(const std::vector<int>& out_idx) {
+    std::vector<char> image = compile_image();
+    const ir::Kernel& k = lowered.kernel;
+    auto vec = vector_bytes(k);
+    std::vector<ParamSpec> specs;
+    int np = int(k.params.size());
+    for (int i = 0; i < np; ++i) {
+      const ir::Param& p = k.params[i];
+      ParamSpec s;
+      s.name = p.name();
+      if (p.buffer) {
+        s.dtype = p.buffer->dtype;
+        s.scalar_type = scalar_type(s.dtype);
+        for (auto& d : p.buffer->shape) {
+          const int64_t* v = ir::as_const_int(d);
+          int var = -1;
+          for (size_t j = 0; !v && j < k.dynamic_vars.size(); ++j) {
+            if (k.dynamic_vars[j].same_as(d)) var = int(j);
+          }
+          if (!v && var < 0) {
+            throw py::value_error("parameter '" + s.name + "': shape entries must be constants or T.dynamic variables");
+          }
+          s.dims.push_back(v ? *v : -1);
+          s.dim_var.push_back(var);
+        }
+        auto it = vec.find(p.buffer.get());
+        s.align_bytes = it == vec.end() ? 0 : it->second;
+      } else {
+        s.is_tensor = false;
+        s.dtype = p.var.dtype();
+        s.var = p.var;
+      }
+      specs.push_back(std::move(s));
+    }
+    for (int i : out_idx) {
+      int j = i < 0 ? i + np : i;
+      if (j < 0 || j >= np || !specs[j].is_tensor) {
+        throw py::value_error("out_idx " + std::to_string(i) + " does not name a tensor parameter of " + k.name);
+      }
+      specs[j].is_output = true;
+    }
+    return std::make_shared<Program>(k.name, source.entry, std::move(image), std::move(specs),
+                                     int(k.dynamic_vars.size()), k.grid, k.dynamic_vars, k.threads,
+                                     int(k.smem_bytes));
+  }
+};
+
+transform::Options parse_options(const py::dict& d) {
+  transform::Options o;
+  for (auto item : d) {
+    std::string key = py::str(item.first);
+    if (key == "fast_math") o.fast_math = item.second.cast<bool>();
+    else if (key == "disable_vectorize") o.disable_vectorize = item.second.cast<bool>();
+    else if (key == "disable_safe_memory") o.disable_safe_memory = item.second.cast<bool>();
+    else if (key == "dynamic_alignment") o.dynamic_alignment = item.second.cast<int>();
+    else throw py::value_error("unknown lowering option '" + key + "'");
+  }
+  return o;
+}
+
+}  // namespace
+
+void init_compile(py::module_& m) {
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program")
+      .def("__call__", &Program::call)
+      .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
+      .def_property_readonly("num_outputs", &Program::num_outputs);
+
+  py::class_<LoweredKernel, std::shared_ptr<LoweredKernel>>(m, "Lowered")
+      .def_property_readonly("source", [](const LoweredKernel& l) { return l.source.code; })
+      .def_property_readonly("entry", [](const LoweredKernel& l) { return l.source.entry; })
+      .def_property_readonly("smem_bytes", [](const LoweredKernel& l) { return l.lowered.kernel.smem_bytes; })
+      .def_property_readonly("threads", [](const LoweredKernel& l) { return l.lowered.kernel.threads; })
+      .def_property_readonly("target", [](const LoweredKernel& l) { return l.target.arch; })
+      .def_property_readonly("cache_hit", [](const LoweredKernel& l) { return l.cache_hit; })
+      .def("ir", &LoweredKernel::ir, py::arg("stage") = "final")
+      .def("stages", [](const LoweredKernel& l) {
+        std::vector<std::string> names;
+        for (auto& s : l.lowered.stages) names.push_back(s.first);
+        return names;
+      })
+      .def("compile", [](LoweredKernel& l) {
+        std::vector<char> image = l.compile_image();
+        return py::bytes(image.data(), image.size());
+      }, "Compiles to a cubin (through the cache) without loading it; works without a GPU.")
+      .def("build", &LoweredKernel::build, py::arg("out_idx") = std::vector<int>{});
+
+  m.def("lower", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const py::dict& options) {
+    auto l = std::make_shared<LoweredKernel>();
+    l->input = k;
+    l->target = transform::Target::parse(target);
+    l->options = parse_options(options);
+    const char* dump = std::getenv("TEGULA_DUMP_IR");
+    l->lowered = transform::lower(*k, l->target, l->options, dump && *dump && std::string(dump) != "0");
+    l->source = codegen::print_cuda(l->lowered.kernel, l->target);
+    return l;
+  }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
+
+  m.def("set_device_library", &set_device_library, py::arg("include_dir"));
+  m.def("nvrtc_version", &runtime::nvrtc_version);
+  m.def("driver_available", &runtime::driver_available);
+  m.def("device_arch", &runtime::device_arch, py::arg("device") = 0);
+  m.def("device_name", &runtime::device_name, py::arg("device") = 0);
+  m.def("cache_dir", [] { return runtime::KernelCache::global().dir(); });
+  m.def("set_cache_enabled", [](bool on) { runtime::KernelCache::global().set_disk_enabled(on); });
+  m.def("clear_memory_cache", [] { runtime::KernelCache::global().clear_memory(); });
+  m.def("cache_stats", [] {
+    auto s = runtime::KernelCache::global().stats();
+    py::dict d;
+    d["memory_hits"] = s.memory_hits;
+    d["disk_hits"] = s.disk_hits;
+    d["misses"] = s.misses;
+    d["stores"] = s.stores;
+    d["rejected"] = s.rejected;
+    return d;
+  });
+}
+
+}  // namespace tegula::bindings

@@ -1,0 +1,64 @@
+// A compiled kernel bound to torch: argument checks, output allocation and launch.
+#pragma once
+#include <torch/extension.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ir/stmt.h"
+#include "runtime/driver.h"
+
+namespace tegula::bindings {
+
+// What a launch checks of one kernel parameter, decided once at build time.
+struct ParamSpec {
+  std::string name;
+  bool is_tensor = true;
+  ir::DataType dtype;
+  at::ScalarType scalar_type = at::kFloat;
+  std::vector<int64_t> dims;       // -1 where the dimension is a dynamic variable
+  std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
+  int align_bytes = 0;             // data_ptr alignment the generated vector accesses need
+  bool is_output = false;
+  ir::Expr var;                    // scalar parameters: their variable
+};
+
+class Program {
+ public:
+  Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
+          int num_dynamic, std::vector<ir::Expr> grid, std::vector<ir::Expr> dynamic_vars, int threads,
+          int smem_bytes);
+
+  // inputs: the caller's arguments (tensors, ints, floats) in parameter order, outputs
+  // (params marked is_output) left out. Returns the outputs (None, one tensor, or a list).
+  py::object call(const py::args& inputs);
+  // Every parameter given, on an explicit stream (0: torch's current stream).
+  void launch(const std::vector<py::object>& args, int64_t stream);
+  const std::vector<ParamSpec>& params() const { return params_; }
+  int num_outputs() const { return num_outputs_; }
+
+ private:
+  struct Loaded {
+    int device = -1;
+    std::unique_ptr<runtime::Module> module;
+    runtime::Function fn;
+  };
+  const Loaded& loaded_for(int device);
+  void run(std::vector<at::Tensor>& tensors, const std::vector<py::handle>& scalars, int device, void* stream);
+  [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
+  at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
+
+  std::string kernel_name_, entry_;
+  std::vector<char> image_;
+  std::vector<ParamSpec> params_;
+  int num_dynamic_, num_outputs_ = 0;
+  std::vector<ir::Expr> grid_, dynamic_vars_;
+  std::vector<int64_t> const_grid_;  // empty unless every grid extent is a constant
+  int threads_, smem_bytes_;
+  std::mutex mu_;
+  std::vector<Loaded> loaded_;
+};
+
+}  // namespace tegula::bindings

@@ -1,0 +1,44 @@
+// Integer facts about expressions: ranges, divisibility, numeric evaluation, and the
+// simplifier that uses them.
+//
+// Example: with tx in [0, 512), simplify(floordiv(tx * 8 + 3, 4096)) == 0 and
+// simplify(floormod(tx * 8 + 3, 4096)) == tx * 8 + 3, which is what turns a fragment
+// layout's coordinate formulas into plain per-thread offsets.
+#pragma once
+#include <unordered_map>
+
+#include "ir/stmt.h"
+
+namespace tegula::ir {
+
+struct Interval {
+  int64_t lo, hi;  // inclusive
+  static Interval everything();
+  bool is_const() const { return lo == hi; }
+};
+
+class Analyzer {
+ public:
+  // Declares var in [lo, hi).
+  void bind(const Expr& var, int64_t lo, int64_t hi_exclusive);
+  void bind(const Expr& var, Interval iv);
+  bool has_bound(const Expr& var) const;
+
+  Interval bound(const Expr& e) const;
+  // The largest d known to divide every value of e (0 means e == 0).
+  int64_t known_divisor(const Expr& e) const;
+  // true only when cond holds for every value of the bound variables.
+  bool can_prove(const Expr& cond) const;
+  Expr simplify(const Expr& e) const;
+  Stmt simplify(const Stmt& s) const;
+
+ private:
+  std::unordered_map<const ExprNode*, Interval> ranges_;
+};
+
+// Numeric evaluation with the given variable values; false when e reads memory or a
+// variable without a value.
+using VarValues = std::unordered_map<const ExprNode*, int64_t>;
+bool eval_int(const Expr& e, const VarValues& vars, int64_t* out);
+
+}  // namespace tegula::ir

@@ -1,0 +1,36 @@
+#include "ir/dtype.h"
+
+#include <unordered_map>
+
+namespace tegula::ir {
+
+std::string DataType::name() const {
+  std::string base;
+  switch (code) {
+    case Int: base = "int" + std::to_string(bits); break;
+    case UInt: base = "uint" + std::to_string(bits); break;
+    case Float: base = "float" + std::to_string(bits); break;
+    case BFloat: base = "bfloat" + std::to_string(bits); break;
+    case Bool: base = "bool"; break;
+    case Handle: base = "handle"; break;
+  }
+  return lanes == 1 ? base : base + "x" + std::to_string(lanes);
+}
+
+bool DataType::parse(const std::string& s, DataType* out) {
+  static const std::unordered_map<std::string, DataType> table = {
+      {"float16", {Float, 16}},  {"half", {Float, 16}},     {"fp16", {Float, 16}},
+      {"float32", {Float, 32}},  {"float", {Float, 32}},    {"fp32", {Float, 32}},
+      {"float64", {Float, 64}},  {"double", {Float, 64}},   {"bfloat16", {BFloat, 16}},
+      {"bf16", {BFloat, 16}},    {"int8", {Int, 8}},        {"int16", {Int, 16}},
+      {"int32", {Int, 32}},      {"int", {Int, 32}},        {"int64", {Int, 64}},
+      {"uint8", {UInt, 8}},      {"uint16", {UInt, 16}},    {"uint32", {UInt, 32}},
+      {"uint64", {UInt, 64}},    {"bool", {Bool, 8}},
+  };
+  auto it = table.find(s);
+  if (it == table.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+}  // namespace tegula::ir

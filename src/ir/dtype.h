@@ -1,0 +1,38 @@
+// Scalar data types of the tile IR: a code, a bit width and a vector lane count.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tegula::ir {
+
+struct DataType {
+  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle };
+  Code code = Int;
+  int bits = 32;
+  int lanes = 1;
+
+  static DataType i32() { return {Int, 32, 1}; }
+  static DataType i64() { return {Int, 64, 1}; }
+  static DataType f32() { return {Float, 32, 1}; }
+  static DataType f16() { return {Float, 16, 1}; }
+  static DataType bf16() { return {BFloat, 16, 1}; }
+  static DataType boolean() { return {Bool, 8, 1}; }
+
+  bool is_int() const { return code == Int || code == UInt; }
+  bool is_float() const { return code == Float || code == BFloat; }
+  bool is_bool() const { return code == Bool; }
+  int bytes() const { return bits / 8 * lanes; }
+  DataType with_lanes(int n) const { return {code, bits, n}; }
+  DataType element() const { return with_lanes(1); }
+
+  bool operator==(const DataType& o) const { return code == o.code && bits == o.bits && lanes == o.lanes; }
+  bool operator!=(const DataType& o) const { return !(*this == o); }
+
+  // TileLang spelling: "float16", "bfloat16", "float32", "int32", "bool", ...
+  std::string name() const;
+  // Accepts TileLang/torch spellings ("float", "half", "fp16", "float16", ...).
+  // Returns false when the name is unknown.
+  static bool parse(const std::string& s, DataType* out);
+};
+
+}  // namespace tegula::ir

@@ -1,0 +1,137 @@
+// Statements of the tile IR, tile ops, and the kernel (prim_func) itself.
+#pragma once
+#include <map>
+#include <variant>
+
+#include "ir/expr.h"
+
+namespace tegula::ir {
+
+struct StmtNode : Node {
+  explicit StmtNode(NodeKind k) : Node(k) {}
+};
+
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(std::shared_ptr<const StmtNode> n) : node_(std::move(n)) {}  // NOLINT
+  const StmtNode* get() const { return node_.get(); }
+  const StmtNode* operator->() const { return node_.get(); }
+  explicit operator bool() const { return node_ != nullptr; }
+  bool same_as(const Stmt& o) const { return node_ == o.node_; }
+  NodeKind kind() const { return node_->kind; }
+  template <typename T>
+  const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+
+ private:
+  std::shared_ptr<const StmtNode> node_;
+};
+
+struct EvaluateNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::Evaluate;
+  Expr value;
+  explicit EvaluateNode(Expr v) : StmtNode(kKind), value(std::move(v)) {}
+};
+struct BufferStoreNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::BufferStore;
+  Buffer buffer;
+  std::vector<Expr> indices;
+  Expr value;  // value.dtype().lanes > 1 stores that many contiguous elements
+  BufferStoreNode(Buffer b, std::vector<Expr> i, Expr v)
+      : StmtNode(kKind), buffer(std::move(b)), indices(std::move(i)), value(std::move(v)) {}
+};
+
+enum class ForKind : uint8_t { Serial, Unrolled, Parallel, Pipelined, Vectorized };
+const char* for_kind_name(ForKind k);
+
+struct ForNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::For;
+  Expr var;  // a Var
+  Expr min, extent;
+  ForKind for_kind;
+  Stmt body;
+  int num_stages = 0;  // T.Pipelined(num_stages=)
+  ForNode(Expr v, Expr m, Expr e, ForKind k, Stmt b, int stages)
+      : StmtNode(kKind), var(std::move(v)), min(std::move(m)), extent(std::move(e)), for_kind(k), body(std::move(b)), num_stages(stages) {}
+};
+struct IfThenElseNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::IfThenElse;
+  Expr cond;
+  Stmt then_case, else_case;  // else_case may be empty
+  IfThenElseNode(Expr c, Stmt t, Stmt e) : StmtNode(kKind), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
+};
+struct SeqNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::Seq;
+  std::vector<Stmt> seq;
+  explicit SeqNode(std::vector<Stmt> s) : StmtNode(kKind), seq(std::move(s)) {}
+};
+struct LetStmtNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::LetStmt;
+  Expr var, value;
+  Stmt body;
+  LetStmtNode(Expr v, Expr val, Stmt b) : StmtNode(kKind), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
+};
+
+// An attribute of a tile op: an integer, a float or a string.
+using TileAttr = std::variant<int64_t, double, std::string>;
+
+// A tile-level operation. `op` names an implementation in src/ops (see ops/tile_op.h):
+//   copy(src, dst)  fill(dst; value)  reduce(src, dst; kind, dim, clear)
+//   gemm(A, B, C; transpose_A, transpose_B, policy, clear_accum)  atomic_add(dst, src)
+struct TileOpNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::TileOp;
+  std::string op;
+  std::vector<BufferRegion> regions;
+  std::vector<Expr> args;
+  std::map<std::string, TileAttr> attrs;
+  TileOpNode(std::string o, std::vector<BufferRegion> r, std::vector<Expr> a, std::map<std::string, TileAttr> at)
+      : StmtNode(kKind), op(std::move(o)), regions(std::move(r)), args(std::move(a)), attrs(std::move(at)) {}
+  int64_t attr_int(const std::string& k, int64_t dflt) const;
+  std::string attr_str(const std::string& k, const std::string& dflt) const;
+};
+struct SyncNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::Sync;
+  SyncNode() : StmtNode(kKind) {}
+};
+
+Stmt make_evaluate(Expr v, SourceLoc loc = {});
+Stmt make_store(Buffer b, std::vector<Expr> indices, Expr value, SourceLoc loc = {});
+Stmt make_for(Expr var, Expr min, Expr extent, ForKind k, Stmt body, int num_stages = 0, SourceLoc loc = {});
+Stmt make_if(Expr cond, Stmt then_case, Stmt else_case = {}, SourceLoc loc = {});
+// Flattens nested Seqs and drops empty statements; a single statement is returned as is.
+Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc = {});
+Stmt make_let(Expr var, Expr value, Stmt body, SourceLoc loc = {});
+Stmt make_tile_op(const std::string& op, std::vector<BufferRegion> regions, std::vector<Expr> args,
+                  std::map<std::string, TileAttr> attrs, SourceLoc loc = {});
+Stmt make_sync(SourceLoc loc = {});
+
+// A scalar kernel parameter (T.int32 argument) or a tensor (T.Tensor).
+struct Param {
+  Buffer buffer;  // set for tensors
+  Expr var;       // set for scalars
+  std::string name() const;
+};
+
+// T.prim_func + T.Kernel: one CUDA kernel.
+struct Kernel {
+  std::string name;
+  std::vector<Param> params;
+  std::vector<Expr> dynamic_vars;  // T.dynamic dims, passed as int32 arguments
+  std::vector<Expr> grid;          // 1..3 extents
+  std::vector<Expr> block_vars;    // bx, by, bz
+  Expr thread_var;                 // threadIdx.x
+  int threads = 128;
+  std::vector<Buffer> allocs;      // shared / fragment / local buffers, in declaration order
+  Stmt body;
+  SourceLoc loc;
+
+  // Filled by the later passes:
+  std::map<const BufferNode*, int64_t> smem_offset;  // storage plan of shared buffers
+  int64_t smem_bytes = 0;
+  int panel_size = 0;          // T.use_swizzle
+  bool swizzle_row_major = true;
+};
+
+}  // namespace tegula::ir

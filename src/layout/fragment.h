@@ -1,0 +1,80 @@
+// Fragment layouts: which thread of the block holds which element of a tile, and in
+// which register slot.
+//
+// A layout answers two questions, one numeric (for checks and inference, evaluated over
+// the whole tile at compile time) and one symbolic (for the generated code):
+//   coords(t, s)        -> the logical element thread t keeps in slot s
+//   coords_expr(tx, s)  -> the same as expressions of the thread index, for a constant s
+// Several threads may hold the same element (replication, e.g. a row maximum held by
+// every thread that held part of the row); replicate_mask() says which thread bits differ
+// between the copies.
+//
+// Worked example, Blocked({2, 16}, threads=4, vec=4): 32 elements, 8 slots per thread.
+//   thread 0 holds (0,0..3) in slots 0..3 and (1,0..3) in slots 4..7;
+//   thread 1 holds (0,4..7) and (1,4..7); ... thread 3 holds (0,12..15) and (1,12..15).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/expr.h"
+
+namespace tegula::layout {
+
+using ir::Expr;
+
+class Fragment {
+ public:
+  Fragment(std::vector<int64_t> shape, int threads, int slots);
+  virtual ~Fragment() = default;
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t num_elements() const;
+  int threads() const { return threads_; }
+  int slots() const { return slots_; }
+  // Contiguous slots that hold contiguous elements of the last dimension (1 if none).
+  virtual int vector_width() const { return 1; }
+
+  virtual bool coords(int t, int s, int64_t* out) const = 0;
+  // valid is set to a predicate on tx when some threads leave slot s empty, else to null.
+  virtual std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const = 0;
+  virtual std::string describe() const = 0;
+
+  // Slot of element `flat` (row-major) in thread t, or -1 when t does not hold it.
+  int slot_of(int t, int64_t flat) const;
+  // Bits of the thread index along which copies of one element differ.
+  int replicate_mask() const;
+  // Structural sameness: the same element in the same (thread, slot) everywhere.
+  bool same_as(const Fragment& other) const;
+
+  int64_t flatten(const int64_t* c) const;
+
+ protected:
+  std::vector<int64_t> shape_;
+  int threads_, slots_;
+
+ private:
+  void build_table() const;
+  mutable std::vector<std::vector<std::pair<int, int>>> owners_;  // flat -> (thread, slot)
+  mutable int replicate_mask_ = -1;
+};
+
+using FragmentPtr = std::shared_ptr<const Fragment>;
+
+// Free choice: the tile flattened row-major, cut into vectors of `vec` elements dealt
+// round-robin to the threads.
+FragmentPtr make_blocked(std::vector<int64_t> shape, int threads, int vec);
+
+// A layout derived from `base` by keeping only the dimensions in `keep` (reductions,
+// and fragments indexed by a subset of a parallel loop's variables). Throws UserError at
+// loc when the derived slots would differ between threads.
+FragmentPtr make_projected(const FragmentPtr& base, std::vector<int> keep, const SourceLoc& loc);
+
+// Every thread holds the whole tile.
+FragmentPtr make_replicated(std::vector<int64_t> shape, int threads);
+
+// The largest vector (in elements) of `elem_bytes`-sized elements, at most 16 bytes,
+// that divides `last_dim` and spreads `total` elements over threads without waste.
+int choose_vector(int64_t last_dim, int64_t total, int threads, int elem_bytes);
+
+}  // namespace tegula::layout

@@ -1,0 +1,185 @@
+// T.reduce_{max,min,sum,abssum,absmax}(src, dst, dim, clear) over fragments.
+//
+// Layout: dst is src with `dim` removed; each dst element is then held by every thread
+// that held part of its row (replication).
+// Lowering, per thread: fold its own slots into one partial per dst slot; combine the
+// partials of the threads sharing an element with xor-shuffles inside a warp, then
+// through a shared-memory scratch across warps, so every copy ends with the full result.
+#include <algorithm>
+
+#include "ops/tile_op.h"
+
+namespace tegula::ops {
+namespace {
+
+using namespace ir;
+
+struct Combiner {
+  BinaryOp op;
+  bool abs_first;
+};
+
+Combiner combiner_of(const std::string& kind, const SourceLoc& loc) {
+  if (kind == "sum") return {BinaryOp::Add, false};
+  if (kind == "abssum") return {BinaryOp::Add, true};
+  if (kind == "max") return {BinaryOp::Max, false};
+  if (kind == "absmax") return {BinaryOp::Max, true};
+  if (kind == "min") return {BinaryOp::Min, false};
+  user_error(loc) << "unknown reduction '" << kind << "' (expected max, min, sum, abssum or absmax)";
+  return {};
+}
+
+Expr identity(const std::string& kind, DataType t) {
+  if (kind == "sum" || kind == "abssum") return make_cast(t, make_float(0.0, DataType::f32()));
+  if (kind == "max" || kind == "absmax") {
+    if (kind == "absmax") return make_cast(t, make_float(0.0, DataType::f32()));
+    return t.is_float() ? make_call("ninfinity", {}, t) : make_call("min_value", {}, t);
+  }
+  return t.is_float() ? make_call("infinity", {}, t) : make_call("max_value", {}, t);
+}
+
+class Reduce : public TileOp {
+ public:
+  bool infer_layout(const TileOpNode* op, InferLevel level, transform::LayoutMap& layouts,
+                    const Kernel&) const override {
+    if (level != InferLevel::Common) return false;
+    const Buffer& src = op->regions.at(0).buffer;
+    const Buffer& dst = op->regions.at(1).buffer;
+    auto s = layouts.fragment.find(src.get());
+    if (s == layouts.fragment.end() || layouts.fragment.count(dst.get())) return false;
+    int dim = int(op->attr_int("dim", 0));
+    std::vector<int> keep;
+    for (int d = 0; d < int(src->shape.size()); ++d) {
+      if (d != dim) keep.push_back(d);
+    }
+    auto derived = layout::make_projected(s->second, keep, op->loc);
+    user_assert(derived->num_elements() == dst->num_elements_const(), op->loc)
+        << "T.reduce: '" << dst->name << "' must hold " << derived->num_elements() << " elements (the shape of '"
+        << src->name << "' without dimension " << dim << ")";
+    layouts.fragment[dst.get()] = derived;
+    layouts.decided_at[dst.get()] = op->loc;
+    return true;
+  }
+
+  Stmt lower(const TileOpNode* op, transform::PassContext& ctx, const Kernel& k) const override {
+    const SourceLoc& loc = op->loc;
+    const Buffer& src = op->regions.at(0).buffer;
+    const Buffer& dst = op->regions.at(1).buffer;
+    user_assert(src->scope == Scope::Fragment && dst->scope == Scope::Fragment, loc)
+        << "T.reduce works on fragments ('" << src->name << "' is " << scope_name(src->scope) << ", '" << dst->name
+        << "' is " << scope_name(dst->scope) << ")";
+    std::string kind = op->attr_str("kind", "sum");
+    Combiner comb = combiner_of(kind, loc);
+    bool clear = op->attr_int("clear", 1) != 0;
+    int dim = int(op->attr_int("dim", 0));
+    auto ls = ctx.layouts.fragment.at(src.get());
+    auto ld = ctx.layouts.fragment.at(dst.get());
+    Buffer sreg = ctx.registers.at(src.get()), dreg = ctx.registers.at(dst.get());
+    DataType acc_t = dst->dtype;
+
+    // Which dst slot each src slot folds into, identical for every thread.
+    std::vector<int> to_dst(ls->slots(), -1);
+    std::vector<int64_t> c(src->shape.size()), dc;
+    int group_mask = 0;
+    std::vector<int> first_holder(ld->num_elements(), -1);
+    for (int t = 0; t < ls->threads(); ++t) {
+      for (int s = 0; s < ls->slots(); ++s) {
+        if (!ls->coords(t, s, c.data())) continue;
+        dc.clear();
+        for (int d = 0; d < int(c.size()); ++d) {
+          if (d != dim) dc.push_back(c[d]);
+        }
+        if (dc.empty()) dc.push_back(0);
+        int64_t flat = ld->flatten(dc.data());
+        int p = ld->slot_of(t, flat);
+        user_assert(p >= 0 && (to_dst[s] == -1 || to_dst[s] == p), loc)
+            << "T.reduce: the layout of '" << dst->name << "' (" << ld->describe()
+            << ") does not match the rows of '" << src->name << "' (" << ls->describe() << ")";
+        to_dst[s] = p;
+        if (first_holder[flat] < 0) first_holder[flat] = t;
+        group_mask |= t ^ first_holder[flat];
+      }
+    }
+    int lane_mask = group_mask & 31, warp_mask = group_mask >> 5;
+
+    Buffer part = make_buffer(ctx.fresh_name(dst->name + "_part"), Scope::Local, acc_t,
+                              {make_int(ld->slots())}, loc);
+    ctx.extra_locals.push_back(part);
+    std::vector<Stmt> body;
+    for (int p = 0; p < ld->slots(); ++p) body.push_back(make_store(part, {make_int(p)}, identity(kind, acc_t), loc));
+    auto combine = [&](Expr a, Expr b) { return make_binary(comb.op, a, b, loc); };
+    for (int s = 0; s < ls->slots(); ++s) {
+      if (to_dst[s] < 0) continue;
+      Expr v = make_cast(acc_t, make_load(sreg, {make_int(s)}, loc));
+      if (comb.abs_first) v = make_call("abs", {v}, acc_t, loc);
+      Expr cur = make_load(part, {make_int(to_dst[s])}, loc);
+      Stmt st = make_store(part, {make_int(to_dst[s])}, combine(cur, v), loc);
+      if (ls->slots() * ls->threads() > ls->num_elements()) {
+        // Slots some threads leave empty contribute nothing.
+        Expr valid;
+        ls->coords_expr(k.thread_var, s, &valid);
+        if (valid) st = make_if(valid, st, {}, loc);
+      }
+      body.push_back(st);
+    }
+    for (int p = 0; p < ld->slots(); ++p) {
+      for (int bit = 1; bit < 32; bit <<= 1) {
+        if (!(lane_mask & bit)) continue;
+        Expr cur = make_load(part, {make_int(p)}, loc);
+        Expr other = make_call("shfl_xor", {cur, make_int(bit)}, acc_t, loc);
+        body.push_back(make_store(part, {make_int(p)}, combine(cur, other), loc));
+      }
+    }
+    if (warp_mask) {
+      int T = k.threads;
+      Buffer scratch = make_buffer(ctx.fresh_name("red_buf"), Scope::Shared, acc_t,
+                                   {make_int(int64_t(ld->slots()) * T)}, loc);
+      ctx.extra_shared.push_back(scratch);
+      for (int p = 0; p < ld->slots(); ++p) {
+        body.push_back(make_store(scratch, {k.thread_var + int64_t(p) * T}, make_load(part, {make_int(p)}, loc), loc));
+      }
+      body.push_back(make_sync(loc));
+      int high = warp_mask << 5;
+      Expr base = make_binary(BinaryOp::BitAnd, k.thread_var, make_int(~high), loc);
+      for (int p = 0; p < ld->slots(); ++p) {
+        Expr acc;
+        // Every subset of the warp bits names one warp of the group.
+        for (int sub = high;; sub = (sub - 1) & high) {
+          Expr t = make_binary(BinaryOp::BitOr, base, make_int(sub), loc);
+          Expr v = make_load(scratch, {t + int64_t(p) * T}, loc);
+          acc = acc ? combine(acc, v) : v;
+          if (sub == 0) break;
+        }
+        body.push_back(make_store(part, {make_int(p)}, acc, loc));
+      }
+      body.push_back(make_sync(loc));
+    }
+    for (int p = 0; p < ld->slots(); ++p) {
+      Expr r = make_load(part, {make_int(p)}, loc);
+      if (!clear) r = combine(make_cast(acc_t, make_load(dreg, {make_int(p)}, loc)), r);
+      body.push_back(make_store(dreg, {make_int(p)}, r, loc));
+    }
+    return make_seq(body, loc);
+  }
+};
+
+class Gemm : public TileOp {
+ public:
+  Stmt lower(const TileOpNode* op, transform::PassContext&, const Kernel&) const override {
+    user_error(op->loc) << "T.gemm is not supported by this version of Tegula yet";
+    return {};
+  }
+};
+
+}  // namespace
+
+const TileOp* reduce_op() {
+  static Reduce op;
+  return &op;
+}
+const TileOp* gemm_op() {
+  static Gemm op;
+  return &op;
+}
+
+}  // namespace tegula::ops

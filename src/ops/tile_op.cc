@@ -1,0 +1,49 @@
+#include "ops/tile_op.h"
+
+#include <unordered_map>
+
+namespace tegula::ops {
+
+const TileOp* copy_op();
+const TileOp* fill_op();
+const TileOp* reduce_op();
+const TileOp* atomic_add_op();
+const TileOp* gemm_op();
+const TileOp* annotation_op();
+
+const TileOp* find_tile_op(const std::string& name) {
+  static const std::unordered_map<std::string, const TileOp*> table = {
+      {"copy", copy_op()},          {"fill", fill_op()},          {"reduce", reduce_op()},
+      {"atomic_add", atomic_add_op()}, {"gemm", gemm_op()},        {"annotate_layout", annotation_op()},
+      {"use_swizzle", annotation_op()},
+  };
+  auto it = table.find(name);
+  return it == table.end() ? nullptr : it->second;
+}
+
+ir::Stmt make_parallel_nest(const std::vector<ir::Expr>& extents,
+                            const std::function<ir::Stmt(const std::vector<ir::Expr>&)>& body,
+                            const SourceLoc& loc) {
+  static const char* names[] = {"i", "j", "k", "l", "m", "n"};
+  std::vector<ir::Expr> vars;
+  for (size_t d = 0; d < extents.size(); ++d) {
+    vars.push_back(ir::make_var(d < 6 ? names[d] : "v" + std::to_string(d), ir::DataType::i32(), loc));
+  }
+  ir::Stmt s = body(vars);
+  for (int d = int(extents.size()) - 1; d >= 0; --d) {
+    s = ir::make_for(vars[d], ir::make_int(0), extents[d], ir::ForKind::Parallel, s, 0, loc);
+  }
+  return s;
+}
+
+std::vector<int64_t> const_shape(const ir::Buffer& b, const SourceLoc& loc, const char* what) {
+  std::vector<int64_t> out;
+  for (auto& d : b->shape) {
+    const int64_t* v = ir::as_const_int(d);
+    if (!v) user_error(loc) << what << ": the shape of '" << b->name << "' must be made of constants";
+    out.push_back(*v);
+  }
+  return out;
+}
+
+}  // namespace tegula::ops

@@ -1,0 +1,65 @@
+// NVRTC, opened with dlopen on first use (never linked), and the one place that turns CUDA C++
+// into a loadable image.
+//
+// Where libnvrtc comes from, first hit wins:
+//   1. TEGULA_NVRTC_PATH, or a path given to set_nvrtc_path() before first use: a library file, or a
+//      directory searched as <dir>, <dir>/lib, <dir>/lib64, <dir>/cu13/lib, <dir>/cuda_nvrtc/lib (so the
+//      pip packages' site-packages/nvidia directory works);
+//   2. $CUDA_HOME/lib64, $CUDA_PATH/lib64;
+//   3. the bare sonames libnvrtc.so.13, .12, libnvrtc.so (the loader's path, or a copy torch already loaded);
+//   4. /usr/local/cuda/lib64.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tegula::runtime {
+
+struct CompileOptions {
+  // "sm_80", "sm_90a", "sm_100a" give a cubin; "compute_90" gives PTX.
+  std::string arch = "sm_80";
+  // Passed through verbatim: "-use_fast_math", "-lineinfo", "-DNAME=1", ...
+  std::vector<std::string> extra_flags;
+  // (include name, content): handed to NVRTC in memory, so the device library needs no files.
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Searched after the in-memory headers and before the toolkit's include directories.
+  std::vector<std::string> include_dirs;
+};
+
+struct CompileResult {
+  // The image cuModuleLoadData takes: the cubin, or for a compute_XX arch the PTX text with its
+  // terminating NUL.
+  std::vector<char> cubin;
+  // Warnings of a successful compile (NVRTC's log, possibly empty).
+  std::string log;
+  // Filled only for compute_XX archs.
+  std::string ptx;
+};
+
+// Must be called before NVRTC is first used; returns false (and changes nothing) once it is loaded.
+bool set_nvrtc_path(const std::string& file_or_dir);
+// True when libnvrtc can be loaded; never throws.
+bool nvrtc_available();
+// The file libnvrtc was loaded from (loads it; throws CudaError when it cannot be found).
+std::string nvrtc_library_path();
+// major * 1000 + minor * 10, e.g. 13000 for 13.0. Throws CudaError when NVRTC cannot be loaded.
+int nvrtc_version();
+
+// The toolkit include directory holding cuda_fp16.h, matched to the loaded NVRTC where possible;
+// empty when none was found.
+std::string cuda_include_dir();
+// Every toolkit directory handed to NVRTC with -I: cuda_include_dir() plus, where the toolkit keeps
+// libcu++ apart (CUDA 13: include/cccl), the directory holding <cuda/std/...>.
+std::vector<std::string> cuda_include_dirs();
+
+// Always -std=c++17 and --gpu-architecture=<arch>. Throws CudaError naming the NVRTC call and its
+// error, with the full log and the generated lines the errors point at.
+CompileResult compile(const std::string& source, const std::string& name, const CompileOptions& opts);
+
+// Lines of `name` the log reports errors on, from "name(LINE): error: ..." (and "catastrophic
+// error"); an empty name accepts any file. In order of appearance, without repeats.
+std::vector<int> error_lines(const std::string& log, const std::string& name = "");
+// The 1-based line of `source`, without its newline; empty when out of range.
+std::string line_of(const std::string& source, int line);
+
+}  // namespace tegula::runtime

@@ -1,0 +1,90 @@
+// Pass: insert_barriers.
+//
+// Expects: lowered code (no tile ops, no parallel loops); shared memory is written and
+// read by different threads. Guarantees: between a write of a shared buffer and any later
+// access of it by another thread, and between a read and a later write, a block-wide
+// barrier runs — also across iterations of an enclosing loop.
+//
+// Conservative and simple: every shared access counts as touching the whole buffer.
+// A statement that conflicts with what happened since the last barrier gets one before it.
+#include <set>
+
+#include "ir/functor.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+
+namespace {
+
+using namespace ir;
+using BufSet = std::set<const BufferNode*>;
+
+struct Touch {
+  BufSet reads, writes;
+  bool has_sync = false;
+};
+
+Touch touched(const Stmt& s) {
+  Touch t;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) {
+      if (st->buffer->scope == Scope::Shared) t.writes.insert(st->buffer.get());
+    }
+    if (x.as<SyncNode>()) t.has_sync = true;
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) {
+      if (ld->buffer->scope == Scope::Shared) t.reads.insert(ld->buffer.get());
+    }
+  });
+  return t;
+}
+
+bool meets(const BufSet& a, const BufSet& b) {
+  for (auto* x : a) {
+    if (b.count(x)) return true;
+  }
+  return false;
+}
+
+class Barriers : public IRMutator {
+ public:
+  Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    Stmt body = mutate(op->body);
+    // The next iteration's accesses follow this one's: check the body against itself.
+    if (!touched(body).writes.empty()) body = make_seq({body, make_sync(op->loc)});
+    return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+  }
+
+ Stmt run(const std::vector<Stmt>& seq, const SourceLoc& loc) {
+    std::vector<Stmt> out;
+    BufSet reads, writes;
+    for (const Stmt& s0 : seq) {
+      Stmt s = mutate(s0);
+      if (s.as<SyncNode>()) {
+        reads.clear(), writes.clear();
+        out.push_back(s);
+        continue;
+      }
+      Touch t = touched(s);
+      if (meets(t.reads, writes) || meets(t.writes, writes) || meets(t.writes, reads)) {
+        out.push_back(make_sync(s->loc));
+        reads.clear(), writes.clear();
+      }
+      if (t.has_sync) reads.clear(), writes.clear();
+      reads.insert(t.reads.begin(), t.reads.end());
+      writes.insert(t.writes.begin(), t.writes.end());
+      out.push_back(s);
+    }
+    return make_seq(out, loc);
+  }
+};
+
+}  // namespace
+
+void insert_barriers(Kernel& k, PassContext&) {
+  auto* seq = k.body.as<SeqNode>();
+  k.body = Barriers().run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+}
+
+}  // namespace tegula::transform

@@ -1,0 +1,214 @@
+// Pass: infer_layout.
+//
+// Expects: copies, fills and atomics already expanded into T.Parallel nests; fragment
+// shapes constant. Guarantees: every fragment buffer and every outermost T.Parallel loop
+// has a layout in ctx.layouts.
+//
+// Levels, run to a fixed point (see shared notes on layout inference):
+//   strict  - ops whose instruction fixes a layout (gemm), T.annotate_layout
+//   common  - derived from a neighbour: a loop that touches a fragment element-for-element
+//             takes its layout; fragments a loop touches take the loop's layout, or a
+//             projection of it when indexed by a subset of the loop variables; a
+//             reduction's output is its input without the reduced dimension
+//   free    - the first loop still open gets a blocked layout with the widest vector that
+//             its memory accesses allow; then back to `common`
+#include <algorithm>
+
+#include "ir/functor.h"
+#include "ops/tile_op.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+namespace {
+
+using namespace ir;
+
+struct Access {
+  Buffer buf;
+  std::vector<int> keep;  // which loop variable each index is, when every index is one
+  bool identity = false;
+};
+
+struct Nest {
+  const ForNode* outer;
+  std::vector<Expr> vars;
+  std::vector<int64_t> extents;
+  std::vector<Access> fragments;
+  int min_mem_bytes = 0;  // narrowest global/shared element the loop touches
+};
+
+class Collector : public IRVisitor {
+ public:
+  std::vector<Nest> nests;
+  std::vector<const TileOpNode*> ops;
+
+  void visit_For(const ForNode* op) override {
+    if (op->for_kind != ForKind::Parallel) return IRVisitor::visit_For(op);
+    Nest n{op, {}, {}, {}, 0};
+    const ForNode* f = op;
+    Stmt body;
+    while (true) {
+      const int64_t* ext = as_const_int(f->extent);
+      user_assert(ext && is_const_int(f->min, 0), f->loc) << "T.Parallel extents must be constants";
+      n.vars.push_back(f->var);
+      n.extents.push_back(*ext);
+      body = f->body;
+      auto* inner = body.as<ForNode>();
+      if (!inner || inner->for_kind != ForKind::Parallel) break;
+      f = inner;
+    }
+    current_ = &n;
+    visit(body);
+    current_ = nullptr;
+    nests.push_back(std::move(n));
+  }
+  void visit_TileOp(const TileOpNode* op) override { ops.push_back(op); }
+  void visit_BufferLoad(const BufferLoadNode* op) override {
+    note(op->buffer, op->indices);
+    IRVisitor::visit_BufferLoad(op);
+  }
+  void visit_BufferStore(const BufferStoreNode* op) override {
+    note(op->buffer, op->indices);
+    IRVisitor::visit_BufferStore(op);
+  }
+
+ private:
+  void note(const Buffer& b, const std::vector<Expr>& idx) {
+    if (!current_) return;
+    if (b->scope == Scope::Global || b->scope == Scope::Shared) {
+      int bytes = b->dtype.bytes();
+      current_->min_mem_bytes = current_->min_mem_bytes ? std::min(current_->min_mem_bytes, bytes) : bytes;
+      return;
+    }
+    if (b->scope != Scope::Fragment) return;
+    Access a{b, {}, false};
+    std::vector<int> keep;
+    int last = -1;
+    bool ok = true;
+    for (auto& e : idx) {
+      auto it = std::find_if(current_->vars.begin(), current_->vars.end(), [&](const Expr& v) { return v.same_as(e); });
+      int pos = it == current_->vars.end() ? -1 : int(it - current_->vars.begin());
+      if (pos < 0 || pos <= last) {
+        ok = false;
+        break;
+      }
+      keep.push_back(pos);
+      last = pos;
+    }
+    if (ok) {
+      a.keep = keep;
+      a.identity = keep.size() == current_->vars.size();
+    }
+    current_->fragments.push_back(a);
+  }
+  Nest* current_ = nullptr;
+};
+
+std::vector<int64_t> frag_shape(const Buffer& b) { return ops::const_shape(b, b->loc, "T.alloc_fragment"); }
+
+class Inference {
+ public:
+  Inference(Kernel& k, PassContext& ctx, Collector& c) : k_(k), lm_(ctx.layouts), c_(c) {}
+
+  void run() {
+    for (auto* op : c_.ops) {
+      if (auto* impl = ops::find_tile_op(op->op)) impl->infer_layout(op, ops::InferLevel::Strict, lm_, k_);
+    }
+    while (true) {
+      while (common()) {
+      }
+      if (!free_one()) break;
+    }
+    for (auto& b : k_.allocs) {
+      if (b->scope != Scope::Fragment || lm_.fragment.count(b.get())) continue;
+      auto shape = frag_shape(b);
+      int64_t total = b->num_elements_const();
+      lm_.fragment[b.get()] = layout::make_blocked(shape, k_.threads,
+                                                   layout::choose_vector(shape.back(), total, k_.threads, b->dtype.bytes()));
+      lm_.decided_at[b.get()] = b->loc;
+    }
+  }
+
+ private:
+  bool common() {
+    bool changed = false;
+    for (auto* op : c_.ops) {
+      if (auto* impl = ops::find_tile_op(op->op)) changed |= impl->infer_layout(op, ops::InferLevel::Common, lm_, k_);
+    }
+    for (auto& n : c_.nests) {
+      auto known = lm_.loop.find(n.outer);
+      if (known == lm_.loop.end()) {
+        for (auto& a : n.fragments) {
+          auto f = lm_.fragment.find(a.buf.get());
+          if (a.identity && f != lm_.fragment.end()) {
+            lm_.loop[n.outer] = f->second;
+            changed = true;
+            break;
+          }
+        }
+        known = lm_.loop.find(n.outer);
+        if (known == lm_.loop.end()) continue;
+      }
+      for (auto& a : n.fragments) {
+        auto f = lm_.fragment.find(a.buf.get());
+        if (f != lm_.fragment.end()) {
+          if (a.identity && !f->second->same_as(*known->second)) conflict(n, a, known->second, f->second);
+          continue;
+        }
+        if (a.keep.empty()) continue;
+        auto derived = a.identity ? known->second : layout::make_projected(known->second, a.keep, n.outer->loc);
+        check_size(a.buf, derived, n);
+        lm_.fragment[a.buf.get()] = derived;
+        lm_.decided_at[a.buf.get()] = n.outer->loc;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  bool free_one() {
+    for (auto& n : c_.nests) {
+      if (lm_.loop.count(n.outer)) continue;
+      int64_t total = 1;
+      for (int64_t e : n.extents) total *= e;
+      int bytes = n.min_mem_bytes;
+      if (!bytes) {
+        for (auto& a : n.fragments) bytes = bytes ? std::min(bytes, a.buf->dtype.bytes()) : a.buf->dtype.bytes();
+      }
+      if (!bytes) bytes = 4;
+      int vec = layout::choose_vector(n.extents.back(), total, k_.threads, bytes);
+      lm_.loop[n.outer] = layout::make_blocked(n.extents, k_.threads, vec);
+      return true;
+    }
+    return false;
+  }
+
+  void check_size(const Buffer& b, const layout::FragmentPtr& l, const Nest& n) {
+    auto shape = frag_shape(b);
+    user_assert(shape == l->shape(), n.outer->loc)
+        << "the T.Parallel loop indexes fragment '" << b->name << "' over a different shape than it was allocated with";
+  }
+
+  [[noreturn]] void conflict(const Nest& n, const Access& a, const layout::FragmentPtr& loop,
+                             const layout::FragmentPtr& frag) {
+    SourceLoc at = lm_.decided_at.count(a.buf.get()) ? lm_.decided_at[a.buf.get()] : a.buf->loc;
+    user_error(n.outer->loc) << "layout conflict: this T.Parallel loop runs with layout " << loop->describe()
+                             << ", but fragment '" << a.buf->name << "' already has layout " << frag->describe()
+                             << " (decided at line " << at.line << ")";
+    throw;  // unreachable
+  }
+
+  Kernel& k_;
+  LayoutMap& lm_;
+  Collector& c_;
+};
+
+}  // namespace
+
+void infer_layout(Kernel& k, PassContext& ctx) {
+  Collector c;
+  c.visit(k.body);
+  Inference(k, ctx, c).run();
+}
+
+}  // namespace tegula::transform

@@ -1,0 +1,209 @@
+// Pass: partition_loops.
+//
+// Expects: a layout for every outermost T.Parallel nest and every fragment (infer_layout);
+// ctx.registers maps each fragment to its register array.
+// Guarantees: no Parallel loop is left. Each nest becomes per-thread straight-line code,
+// one copy of the body per slot the loop layout gives a thread, where
+//   - loop variables are formulas of the thread index (simplified),
+//   - fragment accesses are register accesses at constant indices (checked for every
+//     thread: a thread must own what it touches, in the same register as all others),
+//   - global accesses past a tensor's edge are masked: loads give 0, stores are skipped,
+//   - contiguous, aligned global/shared accesses of consecutive slots become one vector
+//     access of up to 16 bytes (vectorize.cc).
+#include "transform/partition.h"
+
+#include "ir/functor.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+
+using namespace ir;
+
+namespace {
+
+// Replaces fragment accesses of one slot by register accesses.
+class FragmentToRegister : public IRMutator {
+ public:
+  FragmentToRegister(const NestInfo& n, int slot, PassContext& ctx) : n_(n), slot_(slot), ctx_(ctx) {}
+
+  Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+    Expr e = IRMutator::mutate_BufferLoad(self, op);
+    auto* load = e.as<BufferLoadNode>();
+    if (load->buffer->scope != Scope::Fragment) return e;
+    return make_load(reg(load->buffer), {make_int(slot_for(load->buffer, load->indices, op->loc))}, op->loc);
+  }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+    Stmt s = IRMutator::mutate_BufferStore(self, op);
+    auto* st = s.as<BufferStoreNode>();
+    if (st->buffer->scope != Scope::Fragment) return s;
+    return make_store(reg(st->buffer), {make_int(slot_for(st->buffer, st->indices, op->loc))}, st->value, op->loc);
+  }
+
+ private:
+  Buffer reg(const Buffer& frag) { return ctx_.registers.at(frag.get()); }
+
+  int slot_for(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc) {
+    auto layout = ctx_.layouts.fragment.at(frag.get());
+    bool identity = idx.size() == n_.vars.size();
+    for (size_t k = 0; identity && k < idx.size(); ++k) identity = idx[k].same_as(n_.vars[k]);
+    if (identity && layout.get() == n_.layout.get()) return slot_;
+    const auto& L = *n_.layout;
+    std::vector<int64_t> c(n_.vars.size()), fc(idx.size());
+    VarValues values;
+    int found = -1;
+    for (int t = 0; t < L.threads(); ++t) {
+      if (!L.coords(t, slot_, c.data())) continue;
+      for (size_t k = 0; k < c.size(); ++k) values[n_.vars[k].get()] = c[k];
+      for (size_t k = 0; k < idx.size(); ++k) {
+        user_assert(eval_int(idx[k], values, &fc[k]), loc)
+            << "fragment '" << frag->name
+            << "' must be indexed by the T.Parallel loop variables and constants inside the loop";
+      }
+      int s = layout->slot_of(t, layout->flatten(fc.data()));
+      user_assert(s >= 0 && (found < 0 || found == s), loc)
+          << "layout conflict: in this T.Parallel loop (layout " << L.describe() << ") thread " << t
+          << (s < 0 ? " does not hold" : " holds in another register") << " the element of fragment '" << frag->name
+          << "' it needs (its layout: " << layout->describe() << ")";
+      found = s;
+    }
+    return found < 0 ? 0 : found;
+  }
+
+  const NestInfo& n_;
+  int slot_;
+  PassContext& ctx_;
+};
+
+// Global accesses outside the tensor: loads give 0, stores and atomics are skipped.
+class MaskGlobal : public IRMutator {
+ public:
+  explicit MaskGlobal(const Analyzer& an) : an_(an) {}
+  Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+    Expr e = IRMutator::mutate_BufferLoad(self, op);
+    if (op->buffer->scope != Scope::Global) return e;
+    Expr cond = in_bounds(an_, op->buffer, e.as<BufferLoadNode>()->indices);
+    if (!cond) return e;
+    return make_select(cond, e, make_cast(op->dtype, make_int(0)), op->loc);
+  }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+    Stmt s = IRMutator::mutate_BufferStore(self, op);
+    if (op->buffer->scope != Scope::Global) return s;
+    Expr cond = in_bounds(an_, op->buffer, s.as<BufferStoreNode>()->indices);
+    return cond ? make_if(cond, s, {}, op->loc) : s;
+  }
+  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override {
+    auto* call = op->value.as<CallNode>();
+    if (!call || call->op != "atomic_add") return IRMutator::mutate_Evaluate(self, op);
+    auto* addr = call->args[0].as<BufferLoadNode>();
+    Expr value = mutate(call->args[1]);
+    Stmt s = make_evaluate(make_call("atomic_add", {call->args[0], value}, call->dtype, call->loc), op->loc);
+    Expr cond = addr->buffer->scope == Scope::Global ? in_bounds(an_, addr->buffer, addr->indices) : Expr();
+    return cond ? make_if(cond, s, {}, op->loc) : s;
+  }
+
+ private:
+  const Analyzer& an_;
+};
+
+bool stores_to_memory(const Stmt& s) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) found |= st->buffer->scope == Scope::Global || st->buffer->scope == Scope::Shared;
+    if (x.as<EvaluateNode>()) found = true;
+  });
+  return found;
+}
+
+class Partitioner : public IRMutator {
+ public:
+  Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)) {}
+
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    if (op->for_kind != ForKind::Parallel) {
+      bind_loop(op);
+      return IRMutator::mutate_For(self, op);
+    }
+    NestInfo n;
+    n.layout = ctx_.layouts.loop.at(op);
+    const ForNode* f = op;
+    while (true) {
+      n.vars.push_back(f->var);
+      auto* inner = f->body.as<ForNode>();
+      if (!inner || inner->for_kind != ForKind::Parallel) break;
+      f = inner;
+    }
+    n.body = f->body;
+    n.loc = op->loc;
+    return partition(n);
+  }
+
+ private:
+  void bind_loop(const ForNode* op) {
+    Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
+    if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
+  }
+
+  Stmt one_slot(const NestInfo& n, int s) {
+    Expr valid;
+    n.layout->coords_expr(k_.thread_var, s, &valid);
+    Stmt body = slot_body(n, s, k_, ctx_, an_, true);
+    return valid ? make_if(an_.simplify(valid), body, {}, n.loc) : body;
+  }
+
+  Stmt partition(const NestInfo& n) {
+    int slots = n.layout->slots();
+    int vec = ctx_.options.disable_vectorize ? 1 : n.layout->vector_width();
+    std::vector<Stmt> out;
+    for (int g = 0; g < slots; g += vec) {
+      if (vec > 1) {
+        if (Stmt s = vectorize_group(n, g, vec, k_, ctx_, an_)) {
+          out.push_back(s);
+          continue;
+        }
+      }
+      for (int s = g; s < g + vec && s < slots; ++s) out.push_back(one_slot(n, s));
+    }
+    Stmt body = make_seq(out, n.loc);
+    int rep = n.layout->replicate_mask();
+    if (rep && stores_to_memory(n.body)) {
+      // Copies of a replicated loop would all write the same element; one suffices.
+      Expr first = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, k_.thread_var, make_int(rep)), make_int(0));
+      body = make_if(first, body, {}, n.loc);
+    }
+    return body;
+  }
+
+  Kernel& k_;
+  PassContext& ctx_;
+  Analyzer an_;
+};
+
+}  // namespace
+
+Expr in_bounds(const Analyzer& an, const Buffer& b, const std::vector<Expr>& idx) {
+  Expr cond;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    Expr c = an.simplify(make_binary(BinaryOp::LT, idx[d], b->shape[d]));
+    if (an.bound(idx[d]).lo < 0) c = c && an.simplify(make_binary(BinaryOp::GE, idx[d], make_int(0)));
+    if (is_const_int(c, 1)) continue;
+    cond = cond ? (cond && c) : c;
+  }
+  return cond;
+}
+
+Stmt slot_body(const NestInfo& n, int s, Kernel& k, PassContext& ctx, const Analyzer& an, bool mask) {
+  Expr valid;
+  auto coords = n.layout->coords_expr(k.thread_var, s, &valid);
+  std::vector<std::pair<Expr, Expr>> map;
+  for (size_t d = 0; d < n.vars.size(); ++d) map.push_back({n.vars[d], an.simplify(coords[d])});
+  Stmt body = FragmentToRegister(n, s, ctx).mutate(n.body);
+  body = substitute(body, map);
+  if (mask && !ctx.options.disable_safe_memory) body = MaskGlobal(an).mutate(body);
+  return an.simplify(body);
+}
+
+Expr mask_loads(const Analyzer& an, const Expr& value) { return MaskGlobal(an).mutate(value); }
+
+void partition_loops(Kernel& k, PassContext& ctx) { k.body = Partitioner(k, ctx).mutate(k.body); }
+
+}  // namespace tegula::transform

@@ -1,0 +1,176 @@
+// Vector accesses for one group of consecutive slots of a partitioned loop.
+//
+// A blocked layout gives each thread `vec` consecutive elements of the last loop
+// dimension in consecutive slots. When the body is one store whose global/shared
+// accesses move along that dimension one element per slot, and their addresses are
+// aligned, the group becomes:
+//   tmp_k[0:w] = src_k[base_k : base_k + w]      one 4/8/16-byte load per contiguous source
+//   out[v] = f(tmp_k[v], ...)                    scalar math, v = 0..w-1
+//   dst[base : base + w] = out[0:w]              one vector store
+// Masks are per vector: the last dimension is a multiple of w, so a vector is wholly
+// inside or wholly outside the tensor.
+#include <numeric>
+
+#include "ir/functor.h"
+#include "transform/partition.h"
+
+namespace tegula::transform {
+
+using namespace ir;
+
+namespace {
+
+bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }
+
+class MemoryLoads : public IRVisitor {
+ public:
+  std::vector<const BufferLoadNode*> loads;
+  void visit_BufferLoad(const BufferLoadNode* op) override {
+    if (is_memory(op->buffer)) loads.push_back(op);
+    IRVisitor::visit_BufferLoad(op);
+  }
+};
+
+// Replaces the k-th memory load (pre-order, as MemoryLoads counts) by replacement[k] when set.
+class ReplaceLoads : public IRMutator {
+ public:
+  explicit ReplaceLoads(const std::vector<Expr>& r) : r_(r) {}
+  Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+    if (!is_memory(op->buffer)) return IRMutator::mutate_BufferLoad(self, op);
+    size_t k = next_++;
+    if (k < r_.size() && r_[k]) return r_[k];
+    return IRMutator::mutate_BufferLoad(self, op);
+  }
+
+ private:
+  const std::vector<Expr>& r_;
+  size_t next_ = 0;
+};
+
+// 1 when idx(v) - idx(0) is (0, ..., 0, v) for every v; 0 when it is all zeros; -1 otherwise.
+int classify(const Analyzer& an, const std::vector<std::vector<Expr>>& idx) {
+  bool contiguous = true, uniform = true;
+  size_t last = idx[0].size() - 1;
+  for (size_t v = 1; v < idx.size(); ++v) {
+    for (size_t d = 0; d <= last; ++d) {
+      Expr diff = an.simplify(make_binary(BinaryOp::Sub, idx[v][d], idx[0][d]));
+      const int64_t* c = as_const_int(diff);
+      if (!c) return -1;
+      if (*c != 0) uniform = false;
+      if (*c != (d == last ? int64_t(v) : 0)) contiguous = false;
+    }
+  }
+  return contiguous ? 1 : uniform ? 0 : -1;
+}
+
+// Widest w (a power of two, at most `limit`) for which accesses at idx are aligned.
+int aligned_width(const Analyzer& an, const Buffer& b, const std::vector<Expr>& idx, int limit, int dyn_align) {
+  int w = std::min(limit, std::max(1, 16 / b->dtype.bytes()));
+  Expr flat;
+  int64_t last_div = 1;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    flat = flat ? make_binary(BinaryOp::Mul, flat, b->shape[d]) + idx[d] : idx[d];
+  }
+  const int64_t* last = as_const_int(b->shape.back());
+  last_div = last ? *last : dyn_align;
+  int64_t div = an.known_divisor(an.simplify(flat));
+  if (div == 0) div = int64_t(1) << 30;
+  while (w > 1 && (div % w != 0 || last_div % w != 0)) w /= 2;
+  return w;
+}
+
+}  // namespace
+
+Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& ctx, const Analyzer& an) {
+  std::vector<const BufferStoreNode*> stores;
+  std::vector<Stmt> bodies;
+  for (int v = 0; v < vec; ++v) {
+    bodies.push_back(slot_body(n, g + v, k, ctx, an, false));
+    auto* st = bodies.back().as<BufferStoreNode>();
+    if (!st) return {};
+    stores.push_back(st);
+  }
+  const Buffer& dst = stores[0]->buffer;
+  std::vector<MemoryLoads> loads(vec);
+  for (int v = 0; v < vec; ++v) loads[v].visit(stores[v]->value);
+  size_t nloads = loads[0].loads.size();
+  for (int v = 1; v < vec; ++v) {
+    if (loads[v].loads.size() != nloads) return {};
+  }
+
+  int w = vec;
+  bool any_vector = false;
+  std::vector<int> load_kind(nloads);
+  for (size_t j = 0; j < nloads; ++j) {
+    std::vector<std::vector<Expr>> idx;
+    for (int v = 0; v < vec; ++v) idx.push_back(loads[v].loads[j]->indices);
+    load_kind[j] = classify(an, idx);
+    if (load_kind[j] == 1) {
+      w = std::min(w, aligned_width(an, loads[0].loads[j]->buffer, idx[0], vec, ctx.options.dynamic_alignment));
+      any_vector = true;
+    }
+  }
+  bool dst_memory = is_memory(dst);
+  if (dst_memory) {
+    std::vector<std::vector<Expr>> idx;
+    for (int v = 0; v < vec; ++v) idx.push_back(stores[v]->indices);
+    if (classify(an, idx) != 1) return {};
+    w = std::min(w, aligned_width(an, dst, idx[0], vec, ctx.options.dynamic_alignment));
+    any_vector = true;
+  } else {
+    for (int v = 0; v < vec; ++v) {
+      const int64_t* s0 = as_const_int(stores[0]->indices[0]);
+      const int64_t* sv = as_const_int(stores[v]->indices[0]);
+      if (!s0 || !sv || *sv != *s0 + v) return {};
+    }
+  }
+  if (!any_vector || w < 2) return {};
+
+  bool mask = !ctx.options.disable_safe_memory;
+  std::vector<Stmt> out;
+  for (int v0 = 0; v0 < vec; v0 += w) {
+    std::vector<Stmt> group;
+    std::vector<std::vector<Expr>> replacement(w, std::vector<Expr>(nloads));
+    for (size_t j = 0; j < nloads; ++j) {
+      if (load_kind[j] != 1) continue;
+      const BufferLoadNode* ld = loads[v0].loads[j];
+      Buffer tmp = make_buffer(ctx.fresh_name("vld"), Scope::Local, ld->buffer->dtype, {make_int(w)}, n.loc);
+      ctx.extra_locals.push_back(tmp);
+      Stmt load = make_store(tmp, {make_int(0)}, make_load(ld->buffer, ld->indices, ld->loc, w), ld->loc);
+      Expr cond = mask && ld->buffer->scope == Scope::Global ? in_bounds(an, ld->buffer, ld->indices) : Expr();
+      if (cond) {
+        std::vector<Stmt> zeros;
+        for (int v = 0; v < w; ++v) zeros.push_back(make_store(tmp, {make_int(v)}, make_int(0), ld->loc));
+        load = make_if(cond, load, make_seq(zeros), ld->loc);
+      }
+      group.push_back(load);
+      for (int v = 0; v < w; ++v) replacement[v][j] = make_load(tmp, {make_int(v)}, ld->loc);
+    }
+    Buffer out_tmp;
+    if (dst_memory) {
+      out_tmp = make_buffer(ctx.fresh_name("vst"), Scope::Local, dst->dtype, {make_int(w)}, n.loc);
+      ctx.extra_locals.push_back(out_tmp);
+    }
+    for (int v = 0; v < w; ++v) {
+      const BufferStoreNode* st = stores[v0 + v];
+      Expr value = ReplaceLoads(replacement[v]).mutate(st->value);
+      // Remaining (scattered or repeated) loads are masked one by one.
+      if (mask) value = an.simplify(mask_loads(an, value));
+      group.push_back(dst_memory ? make_store(out_tmp, {make_int(v)}, value, st->loc)
+                                 : make_store(st->buffer, st->indices, value, st->loc));
+    }
+    if (dst_memory) {
+      const BufferStoreNode* st = stores[v0];
+      Stmt store = make_store(dst, st->indices, make_load(out_tmp, {make_int(0)}, st->loc, w), st->loc);
+      Expr cond = mask && dst->scope == Scope::Global ? in_bounds(an, dst, st->indices) : Expr();
+      group.push_back(cond ? make_if(cond, store, {}, st->loc) : store);
+    }
+    out.push_back(make_seq(group, n.loc));
+  }
+  Expr valid;
+  n.layout->coords_expr(k.thread_var, g, &valid);
+  Stmt body = make_seq(out, n.loc);
+  return valid ? make_if(an.simplify(valid), body, {}, n.loc) : body;
+}
+
+}  // namespace tegula::transform
