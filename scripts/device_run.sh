@@ -3,12 +3,13 @@
 # with network: `bash scripts/prepare_device_deps.sh` (puts the nlohmann/json headers in
 # the git-ignored .deps/), and carry `.deps` to the GPU machine with the working tree.
 #
-# Steps, each logged to $OUT/<step>.log (or build/device-logs/ when OUT is unset):
+# Steps, all logged to one file, $OUT/device_run.log (build/device-logs/ when OUT is unset;
+# one file because only a few files come back from $OUT, and benchmarks write their own):
 #   build     pip install --no-build-isolation --no-deps -e .   (nothing from the network)
 #   ctest     the C++ tests (cmake + ctest in build/)
 #   pytest    pytest tests/python -m gpu
-#   bench_*   every benchmarks/bench_*.py, one step each
-# then a summary table. Exit status: nonzero when any step failed.
+#   bench_*   every benchmarks/bench_*.py, one step each (each stopped after $BENCH_TIMEOUT s, 300)
+# then a summary table, also in summary.txt. Exit status: nonzero when any step failed.
 #   bash scripts/device_run.sh              # everything
 #   bash scripts/device_run.sh -k softmax   # extra arguments go to pytest
 set -uo pipefail
@@ -16,21 +17,24 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-$(command -v python || command -v python3)}
 LOG_DIR=${OUT:-build/device-logs}
 mkdir -p "$LOG_DIR"
+LOG=$LOG_DIR/device_run.log
+: >"$LOG"
 jobs=$(nproc 2>/dev/null || echo 8)
-export MAX_JOBS=${MAX_JOBS:-$jobs} PIP_ROOT_USER_ACTION=ignore
+export MAX_JOBS=${MAX_JOBS:-$jobs} PIP_ROOT_USER_ACTION=ignore PYTHONUNBUFFERED=1
 
 rows=()
-# run_step NAME COMMAND...: runs the command, tees its output into NAME.log, records a row.
+# run_step NAME COMMAND...: runs the command, tees its output into the log, records a row.
 run_step() {
   local name=$1 t0=$SECONDS rc
   shift
-  echo "=== $name: $*"
-  "$@" 2>&1 | tee "$LOG_DIR/$name.log"
+  echo "=== $name: $*" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
+  ((rc > 128)) && echo "$name: killed by signal $((rc - 128)) ($(kill -l $((rc - 128))))" | tee -a "$LOG"
   rows+=("$name|$( ((rc == 0)) && echo ok || echo "FAILED ($rc)")|$((SECONDS - t0))")
   return "$rc"
 }
-skip_step() { rows+=("$1|skipped: $2|0"); echo "=== $1: skipped: $2"; }
+skip_step() { rows+=("$1|skipped: $2|0"); echo "=== $1: skipped: $2" | tee -a "$LOG"; }
 
 describe_machine() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -65,7 +69,7 @@ if ((built)); then
   run_step pytest gpu_tests "$@"
   for bench in benchmarks/bench_*.py; do
     [[ -e $bench ]] || break
-    run_step "$(basename "$bench" .py)" "$PY" "$bench"
+    run_step "$(basename "$bench" .py)" timeout "${BENCH_TIMEOUT:-300}" "$PY" "$bench"
   done
 else
   skip_step pytest "the build failed"
@@ -73,12 +77,17 @@ else
 fi
 
 failed=0
-echo
-echo "=== summary (logs in $LOG_DIR)"
-printf '%-28s %-22s %8s\n' step result seconds
+{
+  echo
+  echo "=== summary (full log: $LOG)"
+  printf '%-28s %-22s %8s\n' step result seconds
+  for row in "${rows[@]}"; do
+    IFS='|' read -r name result secs <<<"$row"
+    printf '%-28s %-22s %8s\n' "$name" "$result" "$secs"
+  done
+} | tee "$LOG_DIR/summary.txt" | tee -a "$LOG"
 for row in "${rows[@]}"; do
-  IFS='|' read -r name result secs <<<"$row"
-  printf '%-28s %-22s %8s\n' "$name" "$result" "$secs"
+  result=$(cut -d'|' -f2 <<<"$row")
   [[ $result == ok || $result == skipped* ]] || failed=1
 done
 exit "$failed"

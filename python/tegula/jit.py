@@ -140,6 +140,10 @@ class JITKernel:
         """Every parameter given (outputs included), on an explicit CUDA stream handle."""
         (self._program or self._build()).launch(list(args), stream)
 
+    def cubin(self) -> bytes:
+        """The compiled binary (through the cache), without loading it: works with no GPU."""
+        return self._lowered.compile()
+
     # ---- inspection ----
     def get_kernel_source(self) -> str:
         return self._lowered.source

@@ -22,6 +22,10 @@ std::vector<int64_t> squeeze(const std::vector<Expr>& extents, std::vector<int>*
   return out;
 }
 
+// min + v, written as plain v when min is 0 so that layout inference sees the loop
+// variable itself as the index.
+Expr offset(const Expr& min, const Expr& v) { return is_const_int(min, 0) ? v : min + v; }
+
 bool all_ones(const BufferRegion& r) {
   for (auto& e : r.extents) {
     if (!is_const_int(e, 1)) return false;
@@ -68,19 +72,28 @@ class Copy : public TileOp {
       user_assert(e > 0, loc) << "T.copy: region extents must be constants (got a symbolic extent in '"
                               << src.buffer->name << "')";
     }
-    std::vector<Expr> extents;
-    for (int64_t e : se) extents.push_back(make_int(e));
-    if (extents.empty()) extents.push_back(make_int(1));  // a single element
+    // The loop runs over every dimension of the register/shared side (unit ones too), so
+    // that side is indexed by exactly the loop variables and layout inference can match
+    // the loop with the buffer's layout.
+    bool anchor_dst = dst.buffer->scope != Scope::Global &&
+                      (src.buffer->scope == Scope::Global || dst.buffer->scope == Scope::Fragment);
+    const BufferRegion& anchor = anchor_dst ? dst : src;
+    const std::vector<int>& adims = anchor_dst ? ddims : sdims;
+    std::vector<Expr> extents = anchor.extents;
     return make_parallel_nest(
         extents,
         [&](const std::vector<Expr>& v) {
-          auto index = [&](const BufferRegion& r, const std::vector<int>& dims) {
+          auto index = [&](const BufferRegion& r, const std::vector<int>& dims, bool is_anchor) {
             std::vector<Expr> idx = r.mins;
-            for (size_t k = 0; k < dims.size(); ++k) idx[dims[k]] = idx[dims[k]] + v[k];
+            if (is_anchor) {
+              for (size_t d = 0; d < idx.size(); ++d) idx[d] = offset(idx[d], v[d]);
+            } else {
+              for (size_t k = 0; k < dims.size(); ++k) idx[dims[k]] = offset(idx[dims[k]], v[adims[k]]);
+            }
             return idx;
           };
-          Expr value = make_load(src.buffer, index(src, sdims), loc);
-          return make_store(dst.buffer, index(dst, ddims), value, loc);
+          Expr value = make_load(src.buffer, index(src, sdims, !anchor_dst), loc);
+          return make_store(dst.buffer, index(dst, ddims, anchor_dst), value, loc);
         },
         loc);
   }
@@ -100,7 +113,7 @@ class Fill : public TileOp {
         r.extents,
         [&](const std::vector<Expr>& v) {
           std::vector<Expr> idx;
-          for (size_t k = 0; k < v.size(); ++k) idx.push_back(r.mins[k] + v[k]);
+          for (size_t k = 0; k < v.size(); ++k) idx.push_back(offset(r.mins[k], v[k]));
           return make_store(r.buffer, idx, make_cast(r.buffer->dtype, op->args[0]), op->loc);
         },
         op->loc);
@@ -140,8 +153,8 @@ class AtomicAdd : public TileOp {
         [&](const std::vector<Expr>& v) {
           std::vector<Expr> si = src.mins, di = d.mins;
           for (size_t k = 0; k < v.size(); ++k) {
-            si[sdims[k]] = si[sdims[k]] + v[k];
-            di[ddims[k]] = di[ddims[k]] + v[k];
+            si[sdims[k]] = offset(si[sdims[k]], v[k]);
+            di[ddims[k]] = offset(di[ddims[k]], v[k]);
           }
           return atomic(di, make_load(src.buffer, si, loc));
         },

@@ -1,0 +1,143 @@
+"""Command line: `python -m tegula demo` and `python -m tegula info`.
+
+demo: compiles every shipped kernel (to a cubin, for the GPU present or for sm_90a
+without one), prints the CUDA generated for one of them, and where a GPU is present runs
+each on fresh random inputs, checks it against torch in float32 and times it next to the
+torch operation a user would call instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+
+def _compile_table():
+    """name -> a zero-argument function returning the JITKernel the entry point would use
+    for a 4096-wide float16 row."""
+    import torch
+
+    m = {n: importlib.import_module("tegula.kernels." + n)
+         for n in ("elementwise", "rmsnorm", "softmax", "layernorm", "reduce", "transpose")}
+    h = torch.float16
+    return {
+        "add": lambda: m["elementwise"].kernel_for(4096, h, True),
+        "rms_norm": lambda: m["rmsnorm"].kernel_for(4096, h, 1e-6),
+        "rms_norm_silu": lambda: m["rmsnorm"].kernel_for(4096, h, 1e-6, True),
+        "softmax": lambda: m["softmax"].kernel_for(4096, h),
+        "layer_norm": lambda: m["layernorm"].kernel_for(4096, h, 1e-5),
+        "row_sum": lambda: m["reduce"].kernel_for(4096, h, "sum"),
+        "row_max": lambda: m["reduce"].kernel_for(4096, h, "max"),
+        "transpose": lambda: m["transpose"].kernel_for(4096, 4096, h),
+    }
+
+
+def _torch_equivalents():
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "add": lambda x, y: x + y,
+        "rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+        "rms_norm_silu": lambda x, w: F.silu(F.rms_norm(x, (x.shape[-1],), w, 1e-6)),
+        "softmax": lambda x: torch.softmax(x, -1),
+        "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+        "row_sum": lambda x: x.sum(-1),
+        "row_max": lambda x: x.amax(-1),
+        "transpose": lambda x: x.t().contiguous(),
+    }
+
+
+def demo(args) -> int:
+    import torch
+
+    import tegula
+    from tegula import env
+    from tegula.kernels import DEMO_KERNELS
+
+    gpu = torch.cuda.is_available() and env.native().driver_available()
+    target = env.resolve_target("auto")[0]
+    print(f"tegula {tegula.__version__}: target {target}" +
+          (f" ({torch.cuda.get_device_name()})" if gpu else " (no GPU here: compile only)"))
+    print("\n== compile: DSL -> IR -> passes -> CUDA -> NVRTC cubin ==")
+    failures = 0
+    kernels = {}
+    for name, make in _compile_table().items():
+        if args.kernel and name != args.kernel:
+            continue
+        t0 = time.perf_counter()
+        try:
+            k = make()
+            cubin = k.cubin()
+        except Exception as err:  # report every kernel, then fail
+            print(f"  {name:<14} FAILED: {err}")
+            failures += 1
+            continue
+        kernels[name] = k
+        print(f"  {name:<14} {len(cubin):>7} bytes of cubin in {1e3 * (time.perf_counter() - t0):7.1f} ms")
+    shown = args.show if args.show in kernels else next(iter(kernels), None)
+    if shown:
+        print(f"\n== generated CUDA for {shown} ==")
+        print(kernels[shown].get_kernel_source())
+    if not gpu:
+        print("no GPU: skipping run, check and timing")
+        return 1 if failures else 0
+
+    from tegula.profiler import do_bench
+
+    rows, cols = args.rows, args.cols
+    print(f"\n== run on {torch.cuda.get_device_name()}: {rows}x{cols} float16, checked against torch (float32) ==")
+    print(f"  {'kernel':<14} {'rel err':>9} {'tegula ms':>10} {'torch ms':>9} {'speed-up':>9}")
+    equivalents = _torch_equivalents()
+    for dk in DEMO_KERNELS:
+        if args.kernel and dk.name != args.kernel:
+            continue
+        inputs = dk.make_inputs("cuda", (rows, cols))
+        try:
+            out = dk.run(inputs)
+            ref = dk.reference(inputs)
+            err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+            ok = err <= 2e-3 and not torch.isnan(out).any().item()
+            ours = do_bench(lambda: dk.run(inputs))
+            theirs = do_bench(lambda: equivalents[dk.name](*inputs))
+        except Exception as e:
+            print(f"  {dk.name:<14} FAILED: {e}")
+            failures += 1
+            continue
+        failures += not ok
+        print(f"  {dk.name:<14} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
+    return 1 if failures else 0
+
+
+def info(args) -> int:
+    import tegula
+    from tegula import env
+
+    C = env.native()
+    print(f"tegula {tegula.__version__}")
+    print(f"nvrtc version: {C.nvrtc_version()}")
+    print(f"driver available: {C.driver_available()}")
+    if C.driver_available():
+        print(f"device: {C.device_name()} ({C.device_arch()})")
+    print(f"cache dir: {C.cache_dir()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tegula")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="compile, show, run, check and time the shipped kernels")
+    d.add_argument("--kernel", help="only this kernel")
+    d.add_argument("--show", default="rms_norm", help="whose generated source to print")
+    d.add_argument("--rows", type=int, default=16384)
+    d.add_argument("--cols", type=int, default=4096)
+    d.set_defaults(run=demo)
+    i = sub.add_parser("info", help="NVRTC, driver, device and cache facts")
+    i.set_defaults(run=info)
+    args = p.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
