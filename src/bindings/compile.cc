@@ -49,11 +49,10 @@ void set_device_library(const std::string& dir) {
   std::sort(files.begin(), files.end());
   for (auto& f : files) {
     std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::string rel = fs::relative(f, dir).generic_string();
-    h.field(rel).field(ss.str());
-    lib.headers.push_back({rel, ss.str()});
+    h.field(rel).field(text);
+    lib.headers.push_back({rel, text});
   }
   if (lib.headers.empty()) throw CudaError("no device library headers found under " + dir);
   lib.hash = h.hex();

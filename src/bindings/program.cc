@@ -3,7 +3,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <sstream>
 
 #include "bindings/bindings.h"
 #include "ir/analyzer.h"
@@ -23,7 +22,7 @@ union ArgValue {
 };
 
 std::string shape_str(const ParamSpec& p) {
-  std::ostringstream os;
+  Text os;
   os << "(";
   for (size_t d = 0; d < p.dims.size(); ++d) os << (d ? ", " : "") << (p.dims[d] < 0 ? "?" : std::to_string(p.dims[d]));
   os << ")";
@@ -110,7 +109,7 @@ const Program::Loaded& Program::loaded_for(int device) {
 py::object Program::call(const py::args& inputs) {
   size_t expected = params_.size() - num_outputs_;
   if (inputs.size() != expected) {
-    std::ostringstream os;
+    Text os;
     os << kernel_name_ << ": expected " << expected << " argument(s) (";
     bool first = true;
     for (auto& p : params_) {

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "ir/analyzer.h"
 #include "ir/functor.h"
@@ -135,7 +134,7 @@ class Printer {
     }
   }
 
-  std::ostream& line() {
+  Text& line() {
     for (int i = 0; i < indent_; ++i) os_ << "  ";
     return os_;
   }
@@ -323,7 +322,7 @@ class Printer {
   const Kernel& k_;
   const transform::Target& target_;
   Analyzer an_;
-  std::ostringstream os_;
+  Text os_;
   int indent_ = 0;
   std::map<const void*, std::string> names_;
   std::set<std::string> used_;

@@ -1,7 +1,6 @@
 #include "layout/fragment.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "ir/analyzer.h"
 
@@ -89,7 +88,7 @@ void unflatten(int64_t f, const std::vector<int64_t>& shape, int64_t* out) {
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
+  Text os;
   os << "(";
   for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   os << ")";
@@ -117,7 +116,7 @@ class Blocked : public Fragment {
     return unflatten(f, shape_);
   }
   std::string describe() const override {
-    std::ostringstream os;
+    Text os;
     os << "blocked" << shape_str(shape_) << " threads=" << threads_ << " vec=" << vec_ << " slots=" << slots_;
     return os.str();
   }
@@ -195,7 +194,7 @@ class Projected : public Fragment {
     return out;
   }
   std::string describe() const override {
-    std::ostringstream os;
+    Text os;
     os << "projected" << shape_str(shape_) << " of " << base_->describe();
     return os.str();
   }

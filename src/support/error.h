@@ -9,10 +9,11 @@
 // Both are ordinary C++ exceptions; the bindings translate them into Python
 // exceptions, so the interpreter never crashes on either.
 #pragma once
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+
+#include "support/text.h"
 
 namespace tegula {
 
@@ -70,7 +71,7 @@ class ErrorStream {
   }
 
  private:
-  std::ostringstream os_;
+  Text os_;
   SourceLoc loc_;
 };
 
