@@ -10,6 +10,7 @@
 #include "bindings/program.h"
 #include "codegen/cuda_printer.h"
 #include "ir/functor.h"
+#include "ir/printer.h"
 #include "runtime/cache.h"
 #include "runtime/compile.h"
 #include "runtime/driver.h"
@@ -94,17 +95,17 @@ struct LoweredKernel {
   bool cache_hit = false;
 
   std::string ir(const std::string& stage) const {
-    if (stage == "final" || stage == "all") {
-      if (stage == "final") return lowered.stages.back().second;
+    if (stage == "final") return ir::to_string(lowered.stages.back().second);
+    if (stage == "all") {
       std::string all;
-      for (auto& [name, text] : lowered.stages) all += "# ---- after " + name + "\n" + text + "\n";
+      for (auto& [name, k] : lowered.stages) all += "# ---- after " + name + "\n" + ir::to_string(k) + "\n";
       return all;
     }
-    for (auto& [name, text] : lowered.stages) {
-      if (name == stage) return text;
+    for (auto& [name, k] : lowered.stages) {
+      if (name == stage) return ir::to_string(k);
     }
     std::string known;
-    for (auto& [name, text] : lowered.stages) known += " " + name;
+    for (auto& [name, k] : lowered.stages) known += " " + name;
     throw py::value_error("unknown IR stage '" + stage + "'; stages are: final all" + known);
   }
 

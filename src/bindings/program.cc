@@ -11,7 +11,6 @@ namespace tegula::bindings {
 
 namespace {
 
-constexpr int kMaxArgs = 64;
 
 union ArgValue {
   void* ptr;
@@ -123,8 +122,9 @@ py::object Program::call(const py::args& inputs) {
   int64_t dyn[kMaxArgs];
   for (int i = 0; i < num_dynamic_; ++i) dyn[i] = -1;
   int device = -1;
-  std::vector<at::Tensor> tensors(params_.size());
-  std::vector<py::handle> scalars(params_.size());
+  // Fixed-size storage: the launch path allocates nothing on the heap.
+  Args tensors(params_.size());
+  Handles scalars(params_.size());
   size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
@@ -136,7 +136,8 @@ py::object Program::call(const py::args& inputs) {
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
   }
-  py::list outs;
+  py::object outs[kMaxArgs];
+  int nout = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (!p.is_output) continue;
@@ -151,12 +152,14 @@ py::object Program::call(const py::args& inputs) {
       }
     }
     tensors[i] = at::empty(shape, at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device));
-    outs.append(py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i])));
+    outs[nout++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i]));
   }
   run(tensors, scalars, device, nullptr);
   if (num_outputs_ == 0) return py::none();
   if (num_outputs_ == 1) return outs[0];
-  return outs;
+  py::list list;
+  for (int i = 0; i < nout; ++i) list.append(outs[i]);
+  return list;
 }
 
 void Program::launch(const std::vector<py::object>& args, int64_t stream) {
@@ -167,8 +170,8 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   int64_t dyn[kMaxArgs];
   for (int i = 0; i < num_dynamic_; ++i) dyn[i] = -1;
   int device = -1;
-  std::vector<at::Tensor> tensors(params_.size());
-  std::vector<py::handle> scalars(params_.size());
+  Args tensors(params_.size());
+  Handles scalars(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[i], dyn, &device);
     else scalars[i] = args[i];
@@ -177,8 +180,7 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   run(tensors, scalars, device, reinterpret_cast<void*>(stream));
 }
 
-void Program::run(std::vector<at::Tensor>& tensors, const std::vector<py::handle>& scalars, int device,
-                  void* stream) {
+void Program::run(Args& tensors, const Handles& scalars, int device, void* stream) {
   ArgValue values[kMaxArgs];
   void* argv[kMaxArgs];
   ir::VarValues dyn_values;
@@ -200,7 +202,8 @@ void Program::run(std::vector<at::Tensor>& tensors, const std::vector<py::handle
     ++n;
   }
   // Dynamic sizes: read off the tensors, in the order the kernel declares them.
-  std::vector<int64_t> dyn(num_dynamic_, -1);
+  int64_t dyn[kMaxArgs];
+  for (int v = 0; v < num_dynamic_; ++v) dyn[v] = -1;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (!p.is_tensor) continue;
@@ -231,7 +234,7 @@ void Program::run(std::vector<at::Tensor>& tensors, const std::vector<py::handle
     if (ext <= 0) return;  // nothing to do for an empty tensor
     *g[d] = unsigned(ext);
   }
-  c10::cuda::CUDAGuard guard(device);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   const Loaded& l = loaded_for(device);
   void* s = stream ? stream : static_cast<void*>(c10::cuda::getCurrentCUDAStream(device).stream());
   l.fn.launch(grid, runtime::Dim3{unsigned(threads_), 1, 1}, smem_bytes_, s, argv);

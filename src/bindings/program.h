@@ -1,5 +1,6 @@
 // A compiled kernel bound to torch: argument checks, output allocation and launch.
 #pragma once
+#include <c10/util/SmallVector.h>
 #include <torch/extension.h>
 
 #include <memory>
@@ -25,6 +26,10 @@ struct ParamSpec {
   ir::Expr var;                    // scalar parameters: their variable
 };
 
+constexpr int kMaxArgs = 64;
+using Args = c10::SmallVector<at::Tensor, 8>;
+using Handles = c10::SmallVector<py::handle, 8>;
+
 class Program {
  public:
   Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
@@ -46,7 +51,7 @@ class Program {
     runtime::Function fn;
   };
   const Loaded& loaded_for(int device);
-  void run(std::vector<at::Tensor>& tensors, const std::vector<py::handle>& scalars, int device, void* stream);
+  void run(Args& tensors, const Handles& scalars, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
 

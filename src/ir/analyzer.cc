@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "ir/functor.h"
+#include "ir/hash.h"
 
 namespace tegula::ir {
 
@@ -117,14 +118,14 @@ bool Analyzer::can_prove(const Expr& cond) const {
 
 namespace {
 
-// sum(coeff * atom) + constant, over integer expressions. Atoms are compared by node
-// identity, which is enough for the index formulas the passes build.
+// sum(coeff * atom) + constant, over integer expressions. Atoms are compared
+// structurally: the passes build the same formula (e.g. tx / 64) once per slot.
 struct Linear {
   std::vector<std::pair<Expr, int64_t>> terms;
   int64_t constant = 0;
   void add(const Expr& atom, int64_t c) {
     for (auto& [a, k] : terms) {
-      if (a.same_as(atom)) {
+      if (a.same_as(atom) || (a.kind() == atom.kind() && a.kind() != NodeKind::Var && structural_equal(a, atom))) {
         k += c;
         return;
       }

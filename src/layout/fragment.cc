@@ -125,6 +125,63 @@ class Blocked : public Fragment {
   int vec_;
 };
 
+// Rows (every dimension but the last) dealt to groups of `lanes` consecutive threads, a
+// power of two, so the threads sharing a row differ only in their low bits: a row's
+// reduction is then a butterfly over those bits. Within its row a lane takes every
+// lanes-th vector of `vec` elements; a row shorter than lanes*k vectors leaves the last
+// slots of some lanes empty.
+//   RowBlocked({3, 24}, threads=8, vec=8): 3 vectors a row, lanes = 2, 4 row groups;
+//   thread 1 holds (0, 8..15) in slots 0..7, thread 0 holds (0, 0..7) and (0, 16..23).
+class RowBlocked : public Fragment {
+ public:
+  RowBlocked(std::vector<int64_t> shape, int threads, int vec) : Fragment(std::move(shape), threads, 0), vec_(vec) {
+    cols_ = shape_.back();
+    rows_ = num_elements() / cols_;
+    nv_ = (cols_ + vec_ - 1) / vec_;
+    lanes_ = 1;
+    while (lanes_ * 2 <= nv_ && lanes_ * 2 <= threads_) lanes_ *= 2;
+    groups_ = threads_ / lanes_;
+    kv_ = int((nv_ + lanes_ - 1) / lanes_);
+    rounds_ = int((rows_ + groups_ - 1) / groups_);
+    slots_ = rounds_ * kv_ * vec_;
+  }
+  int vector_width() const override { return vec_; }
+  bool coords(int t, int s, int64_t* out) const override {
+    int v = s % vec_, k = (s / vec_) % kv_, r = s / (vec_ * kv_);
+    int64_t row = int64_t(r) * groups_ + t / lanes_;
+    int64_t vi = int64_t(k) * lanes_ + t % lanes_;
+    if (row >= rows_ || vi >= nv_ || vi * vec_ + v >= cols_) return false;
+    unflatten(row, std::vector<int64_t>(shape_.begin(), shape_.end() - 1), out);
+    out[shape_.size() - 1] = vi * vec_ + v;
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    int v = s % vec_, k = (s / vec_) % kv_, r = s / (vec_ * kv_);
+    Expr row = floordiv(tx, make_int(lanes_)) + int64_t(r) * groups_;
+    Expr vi = floormod(tx, make_int(lanes_)) + int64_t(k) * lanes_;
+    *valid = Expr();
+    if (rows_ % groups_ != 0) *valid = row < make_int(rows_);
+    if (nv_ % lanes_ != 0) {
+      Expr c = vi < make_int(nv_);
+      *valid = *valid ? (*valid && c) : c;
+    }
+    std::vector<Expr> out;
+    if (shape_.size() > 1) out = unflatten(row, std::vector<int64_t>(shape_.begin(), shape_.end() - 1));
+    out.push_back(vi * int64_t(vec_) + int64_t(v));
+    return out;
+  }
+  std::string describe() const override {
+    Text os;
+    os << "row_blocked" << shape_str(shape_) << " threads=" << threads_ << " lanes=" << lanes_ << " vec=" << vec_
+       << " slots=" << slots_;
+    return os.str();
+  }
+
+ private:
+  int vec_, kv_, rounds_;
+  int64_t cols_, rows_, nv_, lanes_, groups_;
+};
+
 class Replicated : public Fragment {
  public:
   Replicated(std::vector<int64_t> shape, int threads) : Fragment(std::move(shape), threads, 0) {
@@ -225,6 +282,9 @@ FragmentPtr make_blocked(std::vector<int64_t> shape, int threads, int vec) {
 FragmentPtr make_projected(const FragmentPtr& base, std::vector<int> keep, const SourceLoc& loc) {
   return std::make_shared<Projected>(base, std::move(keep), loc);
 }
+FragmentPtr make_row_blocked(std::vector<int64_t> shape, int threads, int vec) {
+  return std::make_shared<RowBlocked>(std::move(shape), threads, vec);
+}
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads) {
   return std::make_shared<Replicated>(std::move(shape), threads);
 }
@@ -232,6 +292,12 @@ FragmentPtr make_replicated(std::vector<int64_t> shape, int threads) {
 int choose_vector(int64_t last_dim, int64_t total, int threads, int elem_bytes) {
   int v = std::max(1, 16 / elem_bytes);
   while (v > 1 && (last_dim % v != 0 || total < int64_t(threads) * v)) v /= 2;
+  return v;
+}
+
+int choose_row_vector(int64_t last_dim, int elem_bytes) {
+  int v = std::max(1, 16 / elem_bytes);
+  while (v > 1 && last_dim % v != 0) v /= 2;
   return v;
 }
 

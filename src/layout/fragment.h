@@ -65,6 +65,12 @@ using FragmentPtr = std::shared_ptr<const Fragment>;
 // round-robin to the threads.
 FragmentPtr make_blocked(std::vector<int64_t> shape, int threads, int vec);
 
+// Free choice for tiles reduced along their last dimension: each row goes to a
+// power-of-two group of consecutive threads (see fragment.cc for an example).
+FragmentPtr make_row_blocked(std::vector<int64_t> shape, int threads, int vec);
+// The widest vector (elements, at most 16 bytes) dividing last_dim.
+int choose_row_vector(int64_t last_dim, int elem_bytes);
+
 // A layout derived from `base` by keeping only the dimensions in `keep` (reductions,
 // and fragments indexed by a subset of a parallel loop's variables). Throws UserError at
 // loc when the derived slots would differ between threads.

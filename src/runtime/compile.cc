@@ -1,10 +1,13 @@
 #include "runtime/compile.h"
 
+#include "runtime/nvrtc_identity.h"
+
 namespace tegula::runtime {
 
 std::vector<char> compile_cached(KernelCache& cache, const std::string& source, const std::string& name,
                                  const CompileOptions& opts, const std::string& build_id, bool* was_hit) {
-  const std::string key = KernelCache::make_key(source, name, opts, nvrtc_version(), build_id);
+  const int version = cache.disk_enabled() ? nvrtc_version_cached(cache.dir()) : nvrtc_version();
+  const std::string key = KernelCache::make_key(source, name, opts, version, build_id);
   if (std::optional<std::vector<char>> image = cache.lookup(key)) {
     if (was_hit) *was_hit = true;
     return std::move(*image);

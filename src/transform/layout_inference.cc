@@ -122,9 +122,8 @@ class Inference {
     for (auto& b : k_.allocs) {
       if (b->scope != Scope::Fragment || lm_.fragment.count(b.get())) continue;
       auto shape = frag_shape(b);
-      int64_t total = b->num_elements_const();
-      lm_.fragment[b.get()] = layout::make_blocked(shape, k_.threads,
-                                                   layout::choose_vector(shape.back(), total, k_.threads, b->dtype.bytes()));
+      lm_.fragment[b.get()] =
+          layout::make_row_blocked(shape, k_.threads, layout::choose_row_vector(shape.back(), b->dtype.bytes()));
       lm_.decided_at[b.get()] = b->loc;
     }
   }
@@ -169,15 +168,15 @@ class Inference {
   bool free_one() {
     for (auto& n : c_.nests) {
       if (lm_.loop.count(n.outer)) continue;
-      int64_t total = 1;
-      for (int64_t e : n.extents) total *= e;
       int bytes = n.min_mem_bytes;
       if (!bytes) {
         for (auto& a : n.fragments) bytes = bytes ? std::min(bytes, a.buf->dtype.bytes()) : a.buf->dtype.bytes();
       }
       if (!bytes) bytes = 4;
-      int vec = layout::choose_vector(n.extents.back(), total, k_.threads, bytes);
-      lm_.loop[n.outer] = layout::make_blocked(n.extents, k_.threads, vec);
+      // Rows to power-of-two thread groups, so that reductions along the last dimension
+      // are butterflies and every thread's accesses stay in one row.
+      int vec = layout::choose_row_vector(n.extents.back(), bytes);
+      lm_.loop[n.outer] = layout::make_row_blocked(n.extents, k_.threads, vec);
       return true;
     }
     return false;

@@ -36,11 +36,11 @@ Lowered lower(const ir::Kernel& k, const Target& target, const Options& options,
   PassContext ctx;
   ctx.target = target;
   ctx.options = options;
-  out.stages.push_back({"input", ir::to_string(out.kernel)});
+  out.stages.push_back({"input", out.kernel});
   for (const Step& step : kPipeline) {
     step.run(out.kernel, ctx);
-    out.stages.push_back({step.name, ir::to_string(out.kernel)});
-    if (dump) std::cerr << "==== after " << step.name << " ====\n" << out.stages.back().second << "\n";
+    out.stages.push_back({step.name, out.kernel});
+    if (dump) std::cerr << "==== after " << step.name << " ====\n" << ir::to_string(out.kernel) << "\n";
   }
   ir::verify(out.kernel, "final");
   return out;

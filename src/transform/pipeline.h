@@ -11,7 +11,9 @@ namespace tegula::transform {
 
 struct Lowered {
   ir::Kernel kernel;                                       // after the last pass
-  std::vector<std::pair<std::string, std::string>> stages;  // pass name -> IR text after it
+  // The kernel after each pass. Nodes are shared between stages, so keeping them costs
+  // little; they are printed only when someone asks (kernel.get_ir(stage)).
+  std::vector<std::pair<std::string, ir::Kernel>> stages;
 };
 
 // Runs every pass in order on a copy of k. With dump, prints each stage to stderr.

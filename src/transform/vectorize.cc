@@ -4,11 +4,12 @@
 // dimension in consecutive slots. When the body is one store whose global/shared
 // accesses move along that dimension one element per slot, and their addresses are
 // aligned, the group becomes:
-//   tmp_k[0:w] = src_k[base_k : base_k + w]      one 4/8/16-byte load per contiguous source
-//   out[v] = f(tmp_k[v], ...)                    scalar math, v = 0..w-1
-//   dst[base : base + w] = out[0:w]              one vector store
-// Masks are per vector: the last dimension is a multiple of w, so a vector is wholly
-// inside or wholly outside the tensor.
+//   tmp_k[p:p+w_k] = src_k[base_k+p : +w_k]      loads of the widest vector src_k's alignment allows
+//   out[v] = f(tmp_k[v], ...)                    scalar math, v = 0..vec-1
+//   dst[base+p : +w] = out[p:p+w]                stores of the widest vector dst's alignment allows
+// so a 16-byte global load can feed 4-byte stores into a padded shared tile.
+// Masks are per vector: each buffer's last dimension is a multiple of its width, so a
+// vector is wholly inside or wholly outside the tensor.
 #include <numeric>
 
 #include "ir/functor.h"
@@ -98,25 +99,26 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     if (loads[v].loads.size() != nloads) return {};
   }
 
-  int w = vec;
+  // Each contiguous access gets the widest vector its own alignment allows.
   bool any_vector = false;
-  std::vector<int> load_kind(nloads);
+  std::vector<int> load_kind(nloads), load_width(nloads, 1);
   for (size_t j = 0; j < nloads; ++j) {
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(loads[v].loads[j]->indices);
     load_kind[j] = classify(an, idx);
     if (load_kind[j] == 1) {
-      w = std::min(w, aligned_width(an, loads[0].loads[j]->buffer, idx[0], vec, ctx.options.dynamic_alignment));
-      any_vector = true;
+      load_width[j] = aligned_width(an, loads[0].loads[j]->buffer, idx[0], vec, ctx.options.dynamic_alignment);
+      any_vector |= load_width[j] > 1;
     }
   }
   bool dst_memory = is_memory(dst);
+  int store_width = 1;
   if (dst_memory) {
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(stores[v]->indices);
     if (classify(an, idx) != 1) return {};
-    w = std::min(w, aligned_width(an, dst, idx[0], vec, ctx.options.dynamic_alignment));
-    any_vector = true;
+    store_width = aligned_width(an, dst, idx[0], vec, ctx.options.dynamic_alignment);
+    any_vector |= store_width > 1;
   } else {
     for (int v = 0; v < vec; ++v) {
       const int64_t* s0 = as_const_int(stores[0]->indices[0]);
@@ -124,48 +126,50 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
       if (!s0 || !sv || *sv != *s0 + v) return {};
     }
   }
-  if (!any_vector || w < 2) return {};
+  if (!any_vector) return {};
 
   bool mask = !ctx.options.disable_safe_memory;
   std::vector<Stmt> out;
-  for (int v0 = 0; v0 < vec; v0 += w) {
-    std::vector<Stmt> group;
-    std::vector<std::vector<Expr>> replacement(w, std::vector<Expr>(nloads));
-    for (size_t j = 0; j < nloads; ++j) {
-      if (load_kind[j] != 1) continue;
-      const BufferLoadNode* ld = loads[v0].loads[j];
-      Buffer tmp = make_buffer(ctx.fresh_name("vld"), Scope::Local, ld->buffer->dtype, {make_int(w)}, n.loc);
-      ctx.extra_locals.push_back(tmp);
-      Stmt load = make_store(tmp, {make_int(0)}, make_load(ld->buffer, ld->indices, ld->loc, w), ld->loc);
-      Expr cond = mask && ld->buffer->scope == Scope::Global ? in_bounds(an, ld->buffer, ld->indices) : Expr();
+  std::vector<std::vector<Expr>> replacement(vec, std::vector<Expr>(nloads));
+  for (size_t j = 0; j < nloads; ++j) {
+    if (load_kind[j] != 1) continue;
+    const Buffer& src = loads[0].loads[j]->buffer;
+    Buffer tmp = make_buffer(ctx.fresh_name("vld"), Scope::Local, src->dtype, {make_int(vec)}, n.loc);
+    ctx.extra_locals.push_back(tmp);
+    int w = load_width[j];
+    for (int p = 0; p < vec; p += w) {
+      const BufferLoadNode* ld = loads[p].loads[j];
+      Stmt load = make_store(tmp, {make_int(p)}, make_load(src, ld->indices, ld->loc, w), ld->loc);
+      Expr cond = mask && src->scope == Scope::Global ? in_bounds(an, src, ld->indices) : Expr();
       if (cond) {
         std::vector<Stmt> zeros;
-        for (int v = 0; v < w; ++v) zeros.push_back(make_store(tmp, {make_int(v)}, make_int(0), ld->loc));
+        for (int v = p; v < p + w; ++v) zeros.push_back(make_store(tmp, {make_int(v)}, make_int(0), ld->loc));
         load = make_if(cond, load, make_seq(zeros), ld->loc);
       }
-      group.push_back(load);
-      for (int v = 0; v < w; ++v) replacement[v][j] = make_load(tmp, {make_int(v)}, ld->loc);
+      out.push_back(load);
     }
-    Buffer out_tmp;
-    if (dst_memory) {
-      out_tmp = make_buffer(ctx.fresh_name("vst"), Scope::Local, dst->dtype, {make_int(w)}, n.loc);
-      ctx.extra_locals.push_back(out_tmp);
-    }
-    for (int v = 0; v < w; ++v) {
-      const BufferStoreNode* st = stores[v0 + v];
-      Expr value = ReplaceLoads(replacement[v]).mutate(st->value);
-      // Remaining (scattered or repeated) loads are masked one by one.
-      if (mask) value = an.simplify(mask_loads(an, value));
-      group.push_back(dst_memory ? make_store(out_tmp, {make_int(v)}, value, st->loc)
-                                 : make_store(st->buffer, st->indices, value, st->loc));
-    }
-    if (dst_memory) {
-      const BufferStoreNode* st = stores[v0];
-      Stmt store = make_store(dst, st->indices, make_load(out_tmp, {make_int(0)}, st->loc, w), st->loc);
+    for (int v = 0; v < vec; ++v) replacement[v][j] = make_load(tmp, {make_int(v)}, loads[v].loads[j]->loc);
+  }
+  Buffer out_tmp;
+  if (dst_memory) {
+    out_tmp = make_buffer(ctx.fresh_name("vst"), Scope::Local, dst->dtype, {make_int(vec)}, n.loc);
+    ctx.extra_locals.push_back(out_tmp);
+  }
+  for (int v = 0; v < vec; ++v) {
+    const BufferStoreNode* st = stores[v];
+    Expr value = ReplaceLoads(replacement[v]).mutate(st->value);
+    // Remaining (scattered or repeated) loads are masked one by one.
+    if (mask) value = an.simplify(mask_loads(an, value));
+    out.push_back(dst_memory ? make_store(out_tmp, {make_int(v)}, value, st->loc)
+                             : make_store(st->buffer, st->indices, value, st->loc));
+  }
+  if (dst_memory) {
+    for (int p = 0; p < vec; p += store_width) {
+      const BufferStoreNode* st = stores[p];
+      Stmt store = make_store(dst, st->indices, make_load(out_tmp, {make_int(p)}, st->loc, store_width), st->loc);
       Expr cond = mask && dst->scope == Scope::Global ? in_bounds(an, dst, st->indices) : Expr();
-      group.push_back(cond ? make_if(cond, store, {}, st->loc) : store);
+      out.push_back(cond ? make_if(cond, store, {}, st->loc) : store);
     }
-    out.push_back(make_seq(group, n.loc));
   }
   Expr valid;
   n.layout->coords_expr(k.thread_var, g, &valid);

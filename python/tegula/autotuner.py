@@ -1,0 +1,362 @@
+"""`tegula.autotune`: compile a @tegula.jit function once per configuration, time each,
+and return the fastest kernel, with TileLang's decorator and meaning.
+
+    @tegula.autotune(configs=[{"block": 128, "threads": 128}, {"block": 256, "threads": 256}])
+    @tegula.jit(out_idx=[-1])
+    def add(N, block=128, threads=128): ...
+
+    kernel = add(1 << 20)                  # tunes; kernel.config, kernel.latency (ms)
+    kernel = add(1 << 20, block=64, threads=64)   # every tunable given: compiled, not tuned
+
+The result is remembered per (function source, call arguments, configurations, device,
+target, tegula version and build) in this process and as JSON under
+`<cache dir>/autotune/<key>.json`, so a later call, here or in a new process, only
+compiles the chosen configuration.
+
+Everything that needs a GPU (making inputs, checking, timing, naming the device) goes
+through the module-level `_bench` (a `CudaBench`), so tests replace that one object.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from typing import NamedTuple
+
+import torch
+
+from . import __version__, env
+from .frontend.errors import TegulaCompileError
+from .jit import JITFunction, jit
+from .profiler import Profiler, TensorSupplyType
+
+# What a configuration the DSL or NVRTC cannot build raises; anything else is a bug in
+# the caller's code or ours and is not swallowed.
+_BUILD_ERRORS = (TegulaCompileError, ValueError, RuntimeError)
+_RUN_ERRORS = (AssertionError, RuntimeError, ValueError)
+
+
+class CudaBench:
+    """How a configuration is run and timed on the current CUDA device."""
+
+    def require_device(self) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("autotuning needs a CUDA device (torch.cuda.is_available() is False); give every "
+                               "tunable argument explicitly to compile one configuration without tuning")
+
+    def device_name(self) -> str:
+        # Part of the cache key: without a GPU only explicit calls and cache hits happen.
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "no-cuda-device"
+
+    def make_inputs(self, kernel, supply_type):
+        return Profiler(kernel, supply_type).get_inputs()
+
+    def check(self, kernel, supply_type, ref_prog, atol, rtol, max_mismatched_ratio) -> None:
+        Profiler(kernel, supply_type).assert_allclose(ref_prog, atol=atol, rtol=rtol,
+                                                     max_mismatched_ratio=max_mismatched_ratio)
+
+    def time(self, kernel, inputs, warmup, rep) -> float:
+        # Profiler.do_bench passes preallocated outputs, so no allocation is timed.
+        return Profiler(kernel).do_bench(warmup=warmup, rep=rep, input_tensors=inputs)
+
+
+_bench = CudaBench()
+_memo: dict[str, dict] = {}  # cache key -> {"config", "latency", "results"}
+
+
+def clear_memory_cache() -> None:
+    """Forget this process's tuning results (the JSON files on disk stay)."""
+    _memo.clear()
+
+
+class AutotuneResult(NamedTuple):
+    """What `AutoTuner.run` returns (TileLang's names); results are (config, latency or
+    None, error or None) per configuration."""
+
+    config: dict
+    latency: float | None
+    kernel: object
+    results: list | tuple = ()
+
+
+# ---- keys and the disk cache ----
+
+def _plain(value):
+    """JSON-ready and order-stable: dicts become sorted [key, value] pairs, unknown objects
+    (dtypes, enums) their repr."""
+    if isinstance(value, dict):
+        return sorted(([repr(k), _plain(v)] for k, v in value.items()), key=lambda kv: kv[0])
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _source_of(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):  # defined at a prompt: the bytecode stands in for the text
+        code = fn.__code__
+        return repr((code.co_code, code.co_consts, code.co_names))
+
+
+def _core_stamp() -> str:
+    # A rebuilt compiler may lower a configuration differently, so its tuning is stale.
+    path = getattr(env.native(), "__file__", None)
+    try:
+        stat = os.stat(path)
+        return f"{stat.st_size}:{stat.st_mtime_ns}"
+    except (OSError, TypeError):
+        return "unknown"
+
+
+def _cache_dir() -> str | None:
+    """`<cache dir>/autotune`, or None when the disk cache is off. Read at every call
+    (the native cache reads its variables once, at first use)."""
+    flag = os.environ.get("TEGULA_DISABLE_CACHE", "")
+    if flag and flag not in ("0", "false", "FALSE", "off"):
+        return None
+    root = os.environ.get("TEGULA_CACHE_DIR") or env.cache_dir()
+    return os.path.join(root, "autotune") if root else None
+
+
+def _load(key: str) -> dict | None:
+    directory = _cache_dir()
+    try:
+        with open(os.path.join(directory, key + ".json")) as f:
+            entry = json.load(f)
+    except (OSError, ValueError, TypeError):  # off, absent, or unreadable: tune again
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("config"), dict) else None
+
+
+def _store(key: str, entry: dict) -> None:
+    directory = _cache_dir()
+    if directory is None:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f, indent=1, default=repr)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(directory, key + ".json"))  # readers see the old file or the whole new one
+    except OSError as err:
+        warnings.warn(f"tegula.autotune: could not write the tuning cache in {directory}: {err}", stacklevel=3)
+
+
+def _describe(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items()) or "(defaults)"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+# ---- the tuner ----
+
+class AutoTuner:
+    """Tunes one @tegula.jit function over `configs` (a list of kwargs dicts, or a callable
+    given the call's arguments that returns one). `autotune(...)` builds one of these."""
+
+    def __init__(self, fn, configs, warmup=25, rep=100, timeout=None, supply_type=None, ref_prog=None,
+                 atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01, cache_input_tensors=True, skip_check=False):
+        if configs is None:
+            raise ValueError("tegula.autotune needs configs: a list of kwargs dicts, or a callable returning one")
+        self.fn = fn
+        self.configs = configs
+        self._compile_args: dict = {}
+        self._jit_fn = fn if isinstance(fn, JITFunction) else None
+        self._stamp = None  # the function's source and the compiler build, found once
+        self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type, ref_prog=ref_prog,
+                              atol=atol, rtol=rtol, max_mismatched_ratio=max_mismatched_ratio,
+                              cache_input_tensors=cache_input_tensors, skip_check=skip_check)
+        functools.update_wrapper(self, fn.fn if isinstance(fn, JITFunction) else fn, updated=())
+
+    @classmethod
+    def from_kernel(cls, kernel, configs):
+        return cls(kernel, configs)
+
+    def set_compile_args(self, **jit_settings):
+        """Settings for `tegula.jit` (out_idx=, target=, ...) when `fn` is not jitted yet."""
+        if isinstance(self.fn, JITFunction):
+            raise ValueError("set_compile_args: the function is already @tegula.jit; give the settings there")
+        self._compile_args = jit_settings
+        self._jit_fn = None
+        return self
+
+    def set_profile_args(self, **settings):
+        """warmup, rep (ms budgets), timeout (s per configuration), supply_type, ref_prog,
+        atol, rtol, max_mismatched_ratio, cache_input_tensors, skip_check; None keeps a value."""
+        known = ("warmup", "rep", "timeout", "supply_type", "ref_prog", "atol", "rtol", "max_mismatched_ratio",
+                 "cache_input_tensors", "skip_check")
+        for name, value in settings.items():
+            if name not in known:
+                raise TypeError(f"set_profile_args: unknown setting {name!r}; expected one of {known}")
+            if value is not None or not hasattr(self, name):
+                setattr(self, name, value)
+        return self
+
+    def _jit(self) -> JITFunction:
+        if self._jit_fn is None:
+            self._jit_fn = jit(**self._compile_args)(self.fn)
+            self._stamp = None
+        return self._jit_fn
+
+    @property
+    def _name(self) -> str:
+        return self._jit().fn.__qualname__
+
+    def run(self, warmup=None, rep=None, timeout=None) -> AutotuneResult:
+        """TileLang's `AutoTuner.from_kernel(f, configs).run()`: f takes only tunables."""
+        self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout)
+        return self._search((), {})
+
+    def __call__(self, *args, **kwargs):
+        return self._search(args, kwargs).kernel
+
+    # ---- one call ----
+    def _configs_for(self, args, kwargs) -> list[dict]:
+        configs = self.configs
+        if callable(configs):  # given the call's arguments, less keywords it does not take
+            params = inspect.signature(configs).parameters
+            open_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            configs = configs(*args, **{k: v for k, v in kwargs.items() if open_kwargs or k in params})
+        configs = list(configs)
+        name = self._name
+        if not configs:
+            raise ValueError(f"tegula.autotune({name}): the configuration list is empty")
+        fn_params = inspect.signature(self._jit().fn).parameters
+        open_kwargs = any(p.kind is p.VAR_KEYWORD for p in fn_params.values())
+        for config in configs:
+            if not isinstance(config, dict):
+                raise TypeError(f"tegula.autotune({name}): each configuration must be a dict, got {config!r}")
+            unknown = [k for k in config if k not in fn_params and not open_kwargs]
+            if unknown:
+                raise TypeError(f"tegula.autotune({name}): configuration {config} names {unknown}, which "
+                                f"{name}() does not take")
+        return configs
+
+    def _given(self, args, kwargs) -> dict:
+        signature = inspect.signature(self._jit().fn)
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"{self._name}(): {err}") from None
+        given = dict(bound.arguments)
+        for name, param in signature.parameters.items():
+            if param.kind is param.VAR_KEYWORD:  # f(**kw): its keys are arguments too
+                given.update(given.pop(name, {}))
+        return given
+
+    def _key(self, given, configs, device) -> str:
+        jit_fn = self._jit()
+        if self._stamp is None:
+            settings = {k: jit_fn.settings.get(k) for k in ("target", "pass_configs", "out_idx")}
+            self._stamp = [jit_fn.fn.__module__, jit_fn.fn.__qualname__, _source_of(jit_fn.fn), _plain(settings),
+                           __version__, _core_stamp()]
+        payload = ["tegula autotune v1", *self._stamp, _plain(given), _plain(configs), device]
+        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:40]
+
+    def _search(self, args, kwargs) -> AutotuneResult:
+        jit_fn = self._jit()
+        configs = self._configs_for(args, kwargs)
+        given = self._given(args, kwargs)
+        tunables = list(dict.fromkeys(k for c in configs for k in c))
+        fixed = {k: given[k] for k in tunables if k in given}
+        if len(fixed) == len(tunables):  # nothing left to choose: compile what was asked for
+            return AutotuneResult(fixed, None, jit_fn(*args, **kwargs))
+        # Tunables given explicitly stay as given; the rest are searched.
+        free: list[dict] = []
+        for config in configs:
+            rest = {k: v for k, v in config.items() if k not in given}
+            if all(_plain(rest) != _plain(seen) for seen in free):
+                free.append(rest)
+
+        key = self._key(given, free, _bench.device_name())
+        entry = _memo.get(key) or _load(key)
+        # The cached config is matched back to the list so its values keep their types
+        # (JSON has no tuples or dtypes).
+        chosen = next((c for c in free if entry and _plain(c) == _plain(entry["config"])), None)
+        if chosen is None:
+            _bench.require_device()
+            entry = self._time_all(jit_fn, args, kwargs, free)
+            _store(key, entry)
+            chosen = entry["config"]
+        _memo[key] = dict(entry, config=chosen)
+        results = [tuple(r) for r in entry.get("results", ())]
+        kernel = jit_fn(*args, **kwargs, **chosen)
+        # Attributes on the kernel are how TileLang's users read the choice.
+        kernel.config, kernel.latency, kernel.autotune_results = {**fixed, **chosen}, entry.get("latency"), results
+        return AutotuneResult(kernel.config, kernel.latency, kernel, results)
+
+    def _try(self, jit_fn, args, kwargs, config, inputs: dict):
+        """(latency, error) of one configuration; `inputs` holds the inputs last made."""
+        try:
+            kernel = jit_fn(*args, **kwargs, **config)
+        except _BUILD_ERRORS as err:
+            return None, f"compile: {_first_line(err)}"
+        supply, stage = self.supply_type or TensorSupplyType.Auto, "inputs"
+        try:
+            # One set of inputs serves every configuration with the same parameters.
+            signature = [(p.shape, p.dtype, p.is_output) for p in kernel.params]
+            if not self.cache_input_tensors or inputs.get("signature") != signature:
+                inputs.update(signature=signature, tensors=_bench.make_inputs(kernel, supply))
+            if self.ref_prog is not None and not self.skip_check:
+                stage = "check"
+                _bench.check(kernel, supply, self.ref_prog, self.atol, self.rtol, self.max_mismatched_ratio)
+            stage = "run"
+            return float(_bench.time(kernel, inputs["tensors"], self.warmup, self.rep)), None
+        except _RUN_ERRORS as err:
+            return None, f"{stage}: {_first_line(err)}"
+
+    def _time_all(self, jit_fn, args, kwargs, configs) -> dict:
+        name, total, started = self._name, len(configs), time.perf_counter()
+        results, best, inputs = [], None, {}
+        for index, config in enumerate(configs, 1):
+            began = time.perf_counter()
+            latency, error = self._try(jit_fn, args, kwargs, config, inputs)
+            # A compile or a launched kernel cannot be interrupted from Python, so the
+            # limit is applied once the configuration's work has finished.
+            spent = time.perf_counter() - began
+            if error is None and self.timeout is not None and spent > self.timeout:
+                latency, error = None, f"timeout: took {spent:.1f} s, over {self.timeout} s"
+            results.append((config, latency, error))
+            if latency is not None and (best is None or latency < best[1]):
+                best = (config, latency)
+            shown = f"{latency:.3f} ms" if latency is not None else f"failed ({error})"
+            tail = f" (best {best[1]:.3f} ms)" if best is not None else ""
+            print(f"autotune {name}: {index}/{total} {_describe(config)} {shown}{tail}", file=sys.stderr, flush=True)
+        if best is None:
+            listing = "\n".join(f"  {_describe(c)}: {e}" for c, _, e in results[:20])
+            raise RuntimeError(f"tegula.autotune: every configuration of {name} failed ({total}):\n{listing}")
+        failed = sum(1 for r in results if r[1] is None)
+        print(f"autotune {name}: best {_describe(best[0])} {best[1]:.3f} ms; {total - failed}/{total} ran, "
+              f"{failed} failed, {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        return {"function": name, "device": _bench.device_name(), "config": best[0], "latency": best[1],
+                "results": results}
+
+
+def autotune(func=None, *, configs=None, **settings):
+    """`@tegula.autotune(configs=..., warmup=25, rep=100, timeout=None, supply_type=None,
+    ref_prog=None, atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01, cache_input_tensors=True,
+    skip_check=False)` over `@tegula.jit(...)` (see the module docstring and AutoTuner).
+    `warmup` / `rep` are do_bench's budgets in ms; `timeout` drops a configuration whose
+    compile, check and timing took longer than that many seconds."""
+
+    def decorate(fn):
+        return AutoTuner(fn, configs, **settings)
+
+    return decorate if func is None else decorate(func)
+
+
+__all__ = ["autotune", "AutoTuner", "AutotuneResult", "CudaBench", "clear_memory_cache"]
