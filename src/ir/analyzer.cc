@@ -153,13 +153,6 @@ class Simplifier : public IRMutator {
            op->op == BinaryOp::Mod) && cb && *cb > 0) {
         if (Expr r = divmod(op->op, a, *cb)) return r;
       }
-      if (is_comparison(op->op) || op->op == BinaryOp::Min || op->op == BinaryOp::Max) {
-        Expr r = a.same_as(op->a) && b.same_as(op->b) ? self : make_binary(op->op, a, b, op->loc);
-        if (r.dtype().is_bool() || op->op == BinaryOp::Min || op->op == BinaryOp::Max) {
-          if (Expr d = decide(op->op, a, b)) return d;
-        }
-        return r;
-      }
       if (op->op == BinaryOp::And) {
         if (ca) return *ca ? b : a;
         if (cb) return *cb ? a : b;
@@ -167,6 +160,13 @@ class Simplifier : public IRMutator {
       if (op->op == BinaryOp::Or) {
         if (ca) return *ca ? a : b;
         if (cb) return *cb ? b : a;
+      }
+      if (is_comparison(op->op) || op->op == BinaryOp::Min || op->op == BinaryOp::Max) {
+        Expr r = a.same_as(op->a) && b.same_as(op->b) ? self : make_binary(op->op, a, b, op->loc);
+        if (r.dtype().is_bool() || op->op == BinaryOp::Min || op->op == BinaryOp::Max) {
+          if (Expr d = decide(op->op, a, b)) return d;
+        }
+        return r;
       }
     } else if (auto* fa = a.as<FloatImmNode>()) {
       if (auto* fb = b.as<FloatImmNode>()) {

@@ -54,6 +54,23 @@ int Fragment::replicate_mask() const {
   return mask;
 }
 
+bool Fragment::replication_is_xor_group() const {
+  int mask = replicate_mask();
+  int64_t group = int64_t(1) << __builtin_popcount(unsigned(mask));
+  for (auto& o : owners_) {
+    if (o.empty()) continue;
+    std::vector<int> threads;
+    for (auto& [t, s] : o) {
+      if (std::find(threads.begin(), threads.end(), t) == threads.end()) threads.push_back(t);
+    }
+    if (int64_t(threads.size()) != group) return false;
+    for (int t : threads) {
+      if ((t & ~mask) != (threads[0] & ~mask)) return false;
+    }
+  }
+  return true;
+}
+
 bool Fragment::same_as(const Fragment& o) const {
   if (this == &o) return true;
   if (shape_ != o.shape_ || threads_ != o.threads_ || slots_ != o.slots_) return false;

@@ -44,6 +44,9 @@ class Fragment {
   int slot_of(int t, int64_t flat) const;
   // Bits of the thread index along which copies of one element differ.
   int replicate_mask() const;
+  // True when the threads holding each element are exactly {t ^ m : m within the mask}:
+  // what butterfly reductions and the one-copy store guard rely on.
+  bool replication_is_xor_group() const;
   // Structural sameness: the same element in the same (thread, slot) everywhere.
   bool same_as(const Fragment& other) const;
 

@@ -100,6 +100,10 @@ class Reduce : public TileOp {
         group_mask |= t ^ first_holder[flat];
       }
     }
+    user_assert(ld->replication_is_xor_group() && ld->replicate_mask() == group_mask, loc)
+        << "T.reduce over dimension " << dim << " of '" << src->name << "' (layout " << ls->describe()
+        << ") is not supported: the threads sharing one result are not a power-of-two group of threads; "
+           "reduce over the last dimension, or lay the reduced dimension out last";
     int lane_mask = group_mask & 31, warp_mask = group_mask >> 5;
 
     Buffer part = make_buffer(ctx.fresh_name(dst->name + "_part"), Scope::Local, acc_t,
@@ -152,7 +156,6 @@ class Reduce : public TileOp {
         }
         body.push_back(make_store(part, {make_int(p)}, acc, loc));
       }
-      body.push_back(make_sync(loc));
     }
     for (int p = 0; p < ld->slots(); ++p) {
       Expr r = make_load(part, {make_int(p)}, loc);

@@ -7,6 +7,9 @@
 //
 // Conservative and simple: every shared access counts as touching the whole buffer.
 // A statement that conflicts with what happened since the last barrier gets one before it.
+// Branches are units: a barrier never goes inside one (its threads may diverge), and
+// each partitioned T.Parallel loop arrives wrapped in an always-true branch, since its
+// own statements touch disjoint elements.
 #include <set>
 
 #include "ir/functor.h"
@@ -49,6 +52,7 @@ bool meets(const BufSet& a, const BufSet& b) {
 class Barriers : public IRMutator {
  public:
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
+  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode*) override { return self; }
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     Stmt body = mutate(op->body);
     // The next iteration's accesses follow this one's: check the body against itself.

@@ -18,7 +18,9 @@ class Lowerer : public ir::IRMutator {
   ir::Stmt mutate_TileOp(const ir::Stmt&, const ir::TileOpNode* op) override {
     const ops::TileOp* impl = ops::find_tile_op(op->op);
     user_assert(impl, op->loc) << "unknown tile operation '" << op->op << "'";
-    return impl->lower(op, ctx_, k_);
+    // One unit for insert_barriers, which places barriers around it, never inside.
+    ir::Stmt s = impl->lower(op, ctx_, k_);
+    return s ? ir::make_if(ir::make_bool(true), s, {}, op->loc) : s;
   }
 
  private:
