@@ -129,7 +129,7 @@ class JITKernel:
         return self._program
 
     def _first_call(self, *args):
-        self._call = self._program or self._build()
+        self._call = (self._program or self._build()).launcher
         return self._call(*args)
 
     # TileLang semantics: with out_idx, pass the inputs and get the outputs back (one

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "bindings/bindings.h"
+#include "bindings/launcher.h"
 #include "bindings/program.h"
 #include "codegen/cuda_printer.h"
 #include "ir/functor.h"
@@ -187,8 +188,10 @@ transform::Options parse_options(const py::dict& d) {
 }  // namespace
 
 void init_compile(py::module_& m) {
+  init_launcher(m);
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def("__call__", &Program::call)
+      .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
       .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
       .def_property_readonly("num_outputs", &Program::num_outputs);
 

@@ -54,18 +54,24 @@ int Fragment::replicate_mask() const {
   return mask;
 }
 
-bool Fragment::replication_is_xor_group() const {
-  int mask = replicate_mask();
-  int64_t group = int64_t(1) << __builtin_popcount(unsigned(mask));
-  for (auto& o : owners_) {
-    if (o.empty()) continue;
-    std::vector<int> threads;
-    for (auto& [t, s] : o) {
-      if (std::find(threads.begin(), threads.end(), t) == threads.end()) threads.push_back(t);
-    }
-    if (int64_t(threads.size()) != group) return false;
-    for (int t : threads) {
-      if ((t & ~mask) != (threads[0] & ~mask)) return false;
+bool Fragment::xor_groups_consistent(int mask, bool need_base) const {
+  size_t rank = shape_.size();
+  std::vector<int64_t> a(rank), b(rank);
+  std::vector<int> subsets;
+  for (int m = mask;; m = (m - 1) & mask) {
+    subsets.push_back(m);
+    if (m == 0) break;
+  }
+  for (int t = 0; t < threads_; ++t) {
+    for (int s = 0; s < slots_; ++s) {
+      if (!coords(t, s, a.data())) continue;
+      for (int m : subsets) {
+        int u = t ^ m;
+        if (u >= threads_) continue;
+        bool held = coords(u, s, b.data());
+        if (held && a != b) return false;
+        if (need_base && u == (t & ~mask) && !held) return false;
+      }
     }
   }
   return true;
@@ -199,6 +205,31 @@ class RowBlocked : public Fragment {
   int64_t cols_, rows_, nv_, lanes_, groups_;
 };
 
+// The same threads and slots as `base`, seen through another shape with as many
+// elements (row-major order kept): a (128,) row result used in a T.Parallel(128, 1) loop.
+class Reshaped : public Fragment {
+ public:
+  Reshaped(FragmentPtr base, std::vector<int64_t> shape)
+      : Fragment(std::move(shape), base->threads(), base->slots()), base_(std::move(base)) {}
+  int vector_width() const override { return base_->vector_width(); }
+  bool coords(int t, int s, int64_t* out) const override {
+    int64_t c[8];
+    if (!base_->coords(t, s, c)) return false;
+    unflatten(base_->flatten(c), shape_, out);
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    auto c = base_->coords_expr(tx, s, valid);
+    Expr flat;
+    for (size_t k = 0; k < c.size(); ++k) flat = flat ? flat * base_->shape()[k] + c[k] : c[k];
+    return unflatten(flat, shape_);
+  }
+  std::string describe() const override { return "reshaped" + shape_str(shape_) + " of " + base_->describe(); }
+
+ private:
+  FragmentPtr base_;
+};
+
 class Replicated : public Fragment {
  public:
   Replicated(std::vector<int64_t> shape, int threads) : Fragment(std::move(shape), threads, 0) {
@@ -255,9 +286,10 @@ class Projected : public Fragment {
   }
   bool coords(int t, int s, int64_t* out) const override {
     if (s >= slots_ || first_base_slot_[s] < 0) return false;
-    std::vector<int64_t> c(base_->shape().size());
-    if (!base_->coords(t, first_base_slot_[s], c.data())) return false;
-    project(c.data(), out);
+    int64_t c[8];
+    internal_assert(base_->shape().size() <= 8) << "tiles have at most 8 dimensions";
+    if (!base_->coords(t, first_base_slot_[s], c)) return false;
+    project(c, out);
     return true;
   }
   std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
@@ -301,6 +333,10 @@ FragmentPtr make_projected(const FragmentPtr& base, std::vector<int> keep, const
 }
 FragmentPtr make_row_blocked(std::vector<int64_t> shape, int threads, int vec) {
   return std::make_shared<RowBlocked>(std::move(shape), threads, vec);
+}
+FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape) {
+  if (shape == base->shape()) return base;
+  return std::make_shared<Reshaped>(base, std::move(shape));
 }
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads) {
   return std::make_shared<Replicated>(std::move(shape), threads);

@@ -44,9 +44,12 @@ class Fragment {
   int slot_of(int t, int64_t flat) const;
   // Bits of the thread index along which copies of one element differ.
   int replicate_mask() const;
-  // True when the threads holding each element are exactly {t ^ m : m within the mask}:
-  // what butterfly reductions and the one-copy store guard rely on.
-  bool replication_is_xor_group() const;
+  // True when threads that differ only in `mask` bits never keep different elements in
+  // the same slot: what a butterfly over those bits relies on (threads of a group that
+  // hold nothing in a slot only contribute the identity). With need_base, the thread of
+  // each group whose mask bits are zero also holds every element its group holds: what
+  // the one-copy store guard `(tx & mask) == 0` relies on.
+  bool xor_groups_consistent(int mask, bool need_base) const;
   // Structural sameness: the same element in the same (thread, slot) everywhere.
   bool same_as(const Fragment& other) const;
 
@@ -78,6 +81,9 @@ int choose_row_vector(int64_t last_dim, int elem_bytes);
 // and fragments indexed by a subset of a parallel loop's variables). Throws UserError at
 // loc when the derived slots would differ between threads.
 FragmentPtr make_projected(const FragmentPtr& base, std::vector<int> keep, const SourceLoc& loc);
+
+// base seen through another shape of the same size (row-major order kept).
+FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape);
 
 // Every thread holds the whole tile.
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads);

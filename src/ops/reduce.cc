@@ -100,7 +100,7 @@ class Reduce : public TileOp {
         group_mask |= t ^ first_holder[flat];
       }
     }
-    user_assert(ld->replication_is_xor_group() && ld->replicate_mask() == group_mask, loc)
+    user_assert(ld->xor_groups_consistent(group_mask, false), loc)
         << "T.reduce over dimension " << dim << " of '" << src->name << "' (layout " << ls->describe()
         << ") is not supported: the threads sharing one result are not a power-of-two group of threads; "
            "reduce over the last dimension, or lay the reduced dimension out last";

@@ -145,6 +145,12 @@ class Inference {
             break;
           }
         }
+        if (!lm_.loop.count(n.outer)) {
+          if (auto l = reshaped_from_projection(n)) {
+            lm_.loop[n.outer] = l;
+            changed = true;
+          }
+        }
         known = lm_.loop.find(n.outer);
         if (known == lm_.loop.end()) continue;
       }
@@ -163,6 +169,24 @@ class Inference {
       }
     }
     return changed;
+  }
+
+  // A loop over (128, 1) that reads r[i] of a (128,) fragment: the loop takes r's layout,
+  // reshaped, when r's index covers every loop dimension longer than one.
+  layout::FragmentPtr reshaped_from_projection(const Nest& n) {
+    int64_t total = 1;
+    for (int64_t e : n.extents) total *= e;
+    for (auto& a : n.fragments) {
+      auto f = lm_.fragment.find(a.buf.get());
+      if (f == lm_.fragment.end() || a.keep.empty() || f->second->num_elements() != total) continue;
+      bool covers = true;
+      for (size_t d = 0; d < n.extents.size(); ++d) {
+        bool kept = std::find(a.keep.begin(), a.keep.end(), int(d)) != a.keep.end();
+        if (n.extents[d] > 1 && !kept) covers = false;
+      }
+      if (covers) return layout::make_reshaped(f->second, n.extents);
+    }
+    return nullptr;
   }
 
   bool free_one() {

@@ -30,18 +30,24 @@ class Lowerer : public ir::IRMutator {
 }  // namespace
 
 void lower_fragments(ir::Kernel& k, PassContext& ctx) {
+  std::vector<ir::Buffer> registers;
   for (auto& b : k.allocs) {
     if (b->scope != ir::Scope::Fragment) continue;
     auto& layout = ctx.layouts.fragment.at(b.get());
-    ctx.registers[b.get()] =
-        ir::make_buffer(b->name, ir::Scope::Local, b->dtype, {ir::make_int(layout->slots())}, b->loc);
+    ir::Buffer reg = ir::make_buffer(b->name, ir::Scope::Local, b->dtype, {ir::make_int(layout->slots())}, b->loc);
+    ctx.registers[b.get()] = reg;
+    registers.push_back(reg);
   }
+  // Declared now, so every later stage verifies; the fragments go once tile ops are lowered.
+  k.allocs.insert(k.allocs.end(), registers.begin(), registers.end());
 }
 
 void lower_tile_ops(ir::Kernel& k, PassContext& ctx) {
   k.body = Lowerer(k, ctx).mutate(k.body);
   std::vector<ir::Buffer> allocs;
-  for (auto& b : k.allocs) allocs.push_back(b->scope == ir::Scope::Fragment ? ctx.registers.at(b.get()) : b);
+  for (auto& b : k.allocs) {
+    if (b->scope != ir::Scope::Fragment) allocs.push_back(b);
+  }
   for (auto& b : ctx.extra_locals) allocs.push_back(b);
   for (auto& b : ctx.extra_shared) allocs.push_back(b);
   ctx.extra_locals.clear();

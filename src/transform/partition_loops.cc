@@ -166,7 +166,7 @@ class Partitioner : public IRMutator {
     Stmt body = make_seq(out, n.loc);
     int rep = n.layout->replicate_mask();
     if (rep && stores_to_memory(n.body)) {
-      user_assert(n.layout->replication_is_xor_group(), n.loc)
+      user_assert(n.layout->xor_groups_consistent(rep, true), n.loc)
           << "this T.Parallel loop runs with a replicated layout (" << n.layout->describe()
           << ") whose copies are not a power-of-two group of threads, so it cannot choose one copy to write memory";
       // Copies of a replicated loop would all write the same element; one suffices.
@@ -209,6 +209,10 @@ Stmt slot_body(const NestInfo& n, int s, Kernel& k, PassContext& ctx, const Anal
 
 Expr mask_loads(const Analyzer& an, const Expr& value) { return MaskGlobal(an).mutate(value); }
 
-void partition_loops(Kernel& k, PassContext& ctx) { k.body = Partitioner(k, ctx).mutate(k.body); }
+void partition_loops(Kernel& k, PassContext& ctx) {
+  k.body = Partitioner(k, ctx).mutate(k.body);
+  k.allocs.insert(k.allocs.end(), ctx.extra_locals.begin(), ctx.extra_locals.end());
+  ctx.extra_locals.clear();
+}
 
 }  // namespace tegula::transform
