@@ -67,6 +67,7 @@ run_step build build_extension || built=0
 if command -v cmake >/dev/null; then run_step ctest cpp_tests; else skip_step ctest "no cmake"; fi
 if ((built)); then
   run_step pytest gpu_tests "$@"
+  run_step demo timeout "${BENCH_TIMEOUT:-300}" "$PY" -m tegula demo --rows 8192
   for bench in benchmarks/bench_*.py; do
     [[ -e $bench ]] || break
     run_step "$(basename "$bench" .py)" timeout "${BENCH_TIMEOUT:-300}" "$PY" "$bench"

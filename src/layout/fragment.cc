@@ -55,23 +55,23 @@ int Fragment::replicate_mask() const {
 }
 
 bool Fragment::xor_groups_consistent(int mask, bool need_base) const {
-  size_t rank = shape_.size();
-  std::vector<int64_t> a(rank), b(rank);
-  std::vector<int> subsets;
-  for (int m = mask;; m = (m - 1) & mask) {
-    subsets.push_back(m);
-    if (m == 0) break;
-  }
-  for (int t = 0; t < threads_; ++t) {
-    for (int s = 0; s < slots_; ++s) {
-      if (!coords(t, s, a.data())) continue;
-      for (int m : subsets) {
-        int u = t ^ m;
-        if (u >= threads_) continue;
-        bool held = coords(u, s, b.data());
-        if (held && a != b) return false;
-        if (need_base && u == (t & ~mask) && !held) return false;
-      }
+  // Per slot, every thread of a group (same bits outside mask) must hold the same element
+  // or nothing; linear in threads x slots.
+  std::vector<int64_t> c(shape_.size());
+  std::vector<int64_t> group_elem(threads_);
+  for (int s = 0; s < slots_; ++s) {
+    std::fill(group_elem.begin(), group_elem.end(), -1);
+    for (int t = 0; t < threads_; ++t) {
+      if (!coords(t, s, c.data())) continue;
+      int64_t e = flatten(c.data());
+      int64_t& g = group_elem[t & ~mask];
+      if (g >= 0 && g != e) return false;
+      g = e;
+    }
+    if (!need_base) continue;
+    for (int t = 0; t < threads_; ++t) {
+      int base = t & ~mask;
+      if (group_elem[base] >= 0 && !coords(base, s, c.data())) return false;
     }
   }
   return true;

@@ -90,10 +90,26 @@ def parse(fn) -> PrimFunc:
         raise err.with_traceback(None) from None
 
 
+# Source and syntax tree per code object. A function of sizes defines its prim_func anew
+# on every call, but the inner function's code object is the same constant each time, so
+# reading (tokenizing) its source and parsing it is done once. The tree is only read.
+_SOURCE_CACHE: dict = {}
+
+
+def _source_and_tree(fn):
+    key = fn.__code__
+    hit = _SOURCE_CACHE.get(key)
+    if hit is None:
+        source = _source_of(fn)
+        hit = (source, ast.parse("\n".join(source.lines)).body[0])
+        if len(_SOURCE_CACHE) > 4096:
+            _SOURCE_CACHE.clear()
+        _SOURCE_CACHE[key] = hit
+    return hit
+
+
 def _parse(fn) -> PrimFunc:
-    source = _source_of(fn)
-    module = ast.parse("\n".join(source.lines))
-    fn_node = module.body[0]
+    source, fn_node = _source_and_tree(fn)
     if not isinstance(fn_node, ast.FunctionDef):
         raise source.error_at(fn_node, "T.prim_func decorates a plain `def` function")
     builder = Builder(fn.__name__)
