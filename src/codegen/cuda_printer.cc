@@ -288,9 +288,14 @@ class Printer {
         break;
       }
       case NodeKind::LetStmt: {
+        // A scope of its own: partitioning copies a loop body once per slot, lets included.
         auto* n = s.as<LetStmtNode>();
+        line() << "{\n";
+        ++indent_;
         line() << "const " << cuda_type(n->var.dtype()) << " " << name(n->var) << " = " << expr(n->value) << ";\n";
         stmt(n->body);
+        --indent_;
+        line() << "}\n";
         break;
       }
       case NodeKind::For: {

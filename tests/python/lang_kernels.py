@@ -1,0 +1,125 @@
+"""Small kernels that exercise one part of the language each, shared by the compile-only
+tests (tests/python/cpu/test_language_compile.py) and the GPU tests
+(tests/python/gpu/test_language.py). Each is written the TileLang way."""
+import tegula
+import tegula.language as T
+
+
+def column_sums(M, N, block_m=16, threads=128, target="auto"):
+    """S[j] += sum_i X[i, j] through T.atomic_add from every block."""
+
+    @T.prim_func
+    def col_sum(X: T.Tensor((M, N), "float32"), S: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+            for i, j in T.Parallel(block_m, N):
+                if bx * block_m + i < M:
+                    T.atomic_add(S[j], X[bx * block_m + i, j])
+
+    return tegula.compile(col_sum, target=target)
+
+
+def serial_row_sums(M, N, target="auto"):
+    """One block a row: every thread walks the row in a T.serial loop into a T.alloc_var,
+    then the sign depends on the block index (an `if` on kernel values)."""
+
+    @T.prim_func
+    def row_sum(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(M, threads=32) as bx:
+            acc = T.alloc_var("float32")
+            acc = 0.0
+            for k in T.serial(N):
+                acc += X[bx, k]
+            if bx % 2 == 0:
+                Y[bx] = acc
+            else:
+                Y[bx] = -acc
+
+    return tegula.compile(row_sum, target=target)
+
+
+def math_mix(M, N, dtype="float32", block=(32, 64), target="auto"):
+    """Elementwise use of the math intrinsics through a fragment."""
+    bm, bn = block
+
+    @T.prim_func
+    def mix(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            x = T.alloc_fragment((bm, bn), "float32")
+            T.copy(X[by * bm, bx * bn], x)
+            for i, j in T.Parallel(bm, bn):
+                v = x[i, j]
+                x[i, j] = (T.max(T.abs(v), 0.5) + T.sqrt(T.abs(v)) + T.exp2(v * 0.5) - T.log2(T.abs(v) + 1.0)
+                           + T.min(v, 0.0) + T.if_then_else(v > 0, 1.0, -1.0) + T.exp(-T.abs(v)) * T.log(2.0)
+                           + T.rsqrt(v * v + 1.0))
+            T.copy(x, Y[by * bm, bx * bn])
+
+    return tegula.compile(mix, out_idx=[-1], target=target)
+
+
+def math_mix_reference(x):
+    import torch
+
+    v = x.float()
+    return (torch.clamp(v.abs(), min=0.5) + v.abs().sqrt() + torch.exp2(v * 0.5) - torch.log2(v.abs() + 1.0)
+            + torch.clamp(v, max=0.0) + torch.where(v > 0, 1.0, -1.0) + torch.exp(-v.abs()) * torch.log(
+                torch.tensor(2.0)) + torch.rsqrt(v * v + 1.0))
+
+
+def staged_copy(M, N, block=(64, 64), target="auto"):
+    """global -> shared -> fragment -> global, with T.fill / T.clear and an unrolled loop."""
+    bm, bn = block
+
+    @T.prim_func
+    def staged(X: T.Tensor((M, N), "float16"), Y: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            tile = T.alloc_shared((bm, bn), "float16")
+            acc = T.alloc_fragment((bm, bn), "float32")
+            T.clear(acc)
+            T.copy(X[by * bm:(by + 1) * bm, bx * bn:(bx + 1) * bn], tile)
+            for r in T.unroll(2):
+                for i, j in T.Parallel(bm, bn):
+                    acc[i, j] += tile[i, j]
+            ones = T.alloc_fragment((bm, bn), "float32")
+            T.fill(ones, 1.0)
+            for i, j in T.Parallel(bm, bn):
+                acc[i, j] = acc[i, j] + ones[i, j]
+            T.copy(acc, Y[by * bm, bx * bn])
+
+    return tegula.compile(staged, out_idx=[-1], target=target)
+
+
+def batched_row_stats(B, M, N, target="auto"):
+    """3-D grid; reduce_min, reduce_absmax and reduce_abssum, one with clear=False."""
+
+    @T.prim_func
+    def stats(X: T.Tensor((B, M, N), "float32"), O: T.Tensor((B, M, 3), "float32")):
+        with T.Kernel(1, M, B, threads=64) as (bx, by, bz):
+            x = T.alloc_fragment((1, N), "float32")
+            mn = T.alloc_fragment((1,), "float32")
+            amax = T.alloc_fragment((1,), "float32")
+            asum = T.alloc_fragment((1,), "float32")
+            T.copy(X[bz, by, 0], x)
+            T.reduce_min(x, mn, dim=1)
+            T.reduce_absmax(x, amax, dim=1)
+            T.fill(asum, 100.0)
+            T.reduce_abssum(x, asum, dim=1, clear=False)
+            for i in T.Parallel(1):
+                O[bz, by, 0] = mn[i]
+                O[bz, by, 1] = amax[i]
+                O[bz, by, 2] = asum[i]
+
+    return tegula.compile(stats, out_idx=[-1], target=target)
+
+
+def scaled_add(N, target="auto"):
+    """A scalar argument and a dynamic length."""
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def axpy(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32"), alpha: T.float32,
+             Z: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, N), threads=128) as bx:
+            for i in T.Parallel(N):
+                Z[bx * N + i] = alpha * X[bx * N + i] + Y[bx * N + i]
+
+    return tegula.compile(axpy, out_idx=[-1], target=target)
