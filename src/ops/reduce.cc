@@ -166,22 +166,10 @@ class Reduce : public TileOp {
   }
 };
 
-class Gemm : public TileOp {
- public:
-  Stmt lower(const TileOpNode* op, transform::PassContext&, const Kernel&) const override {
-    user_error(op->loc) << "T.gemm is not supported by this version of Tegula yet";
-    return {};
-  }
-};
-
 }  // namespace
 
 const TileOp* reduce_op() {
   static Reduce op;
-  return &op;
-}
-const TileOp* gemm_op() {
-  static Gemm op;
   return &op;
 }
 

@@ -1,0 +1,58 @@
+#include "ops/region.h"
+#include "ops/tile_op.h"
+
+namespace tegula::ops {
+namespace {
+
+using namespace ir;
+
+// T.atomic_add(dst, value): an element, or a region added elementwise from a same-shaped source.
+class AtomicAdd : public TileOp {
+ public:
+  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+    const SourceLoc& loc = op->loc;
+    const BufferRegion& dst = op->regions.at(0);
+    auto atomic = [&](std::vector<Expr> idx, Expr value) {
+      Expr addr = make_load(dst.buffer, std::move(idx), loc);
+      return make_evaluate(make_call("atomic_add", {addr, make_cast(dst.buffer->dtype, value)}, dst.buffer->dtype, loc),
+                           loc);
+    };
+    if (op->regions.size() == 1) {
+      user_assert(op->args.size() == 1, loc) << "T.atomic_add takes a destination and a value";
+      return atomic(dst.mins, op->args[0]);
+    }
+    BufferRegion src = op->regions[1];
+    BufferRegion d = dst;
+    if (all_ones(d) && !all_ones(src)) d = widen(d, src, loc);
+    std::vector<int> sdims, ddims;
+    std::vector<int64_t> se = squeeze(src.extents, &sdims), de = squeeze(d.extents, &ddims);
+    user_assert(se == de, loc) << "T.atomic_add: source spans " << shape_str(se) << " but destination spans "
+                               << shape_str(de);
+    std::vector<Expr> extents;
+    for (int64_t e : se) extents.push_back(make_int(e));
+    return make_parallel_nest(
+        extents,
+        [&](const std::vector<Expr>& v) {
+          std::vector<Expr> si = src.mins, di = d.mins;
+          for (size_t k = 0; k < v.size(); ++k) {
+            si[sdims[k]] = offset(si[sdims[k]], v[k]);
+            di[ddims[k]] = offset(di[ddims[k]], v[k]);
+          }
+          return atomic(di, make_load(src.buffer, si, loc));
+        },
+        loc);
+  }
+  Stmt lower(const TileOpNode*, transform::PassContext&, const Kernel&) const override {
+    internal_error << "atomic_add is expanded before lowering";
+    return {};
+  }
+};
+
+}  // namespace
+
+const TileOp* atomic_add_op() {
+  static AtomicAdd op;
+  return &op;
+}
+
+}  // namespace tegula::ops

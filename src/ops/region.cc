@@ -1,0 +1,50 @@
+#include "ops/region.h"
+
+namespace tegula::ops {
+
+using namespace ir;
+
+std::vector<int64_t> squeeze(const std::vector<Expr>& extents, std::vector<int>* dims) {
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < extents.size(); ++d) {
+    const int64_t* v = as_const_int(extents[d]);
+    if (v && *v == 1) continue;
+    out.push_back(v ? *v : -1);
+    dims->push_back(int(d));
+  }
+  return out;
+}
+
+// min + v, written as plain v when min is 0 so that layout inference sees the loop
+// variable itself as the index.
+Expr offset(const Expr& min, const Expr& v) { return is_const_int(min, 0) ? v : min + v; }
+
+bool all_ones(const BufferRegion& r) {
+  for (auto& e : r.extents) {
+    if (!is_const_int(e, 1)) return false;
+  }
+  return true;
+}
+
+// Gives a corner-form region the other side's extents, trailing dimensions aligned.
+BufferRegion widen(const BufferRegion& corner, const BufferRegion& other, const SourceLoc& loc) {
+  BufferRegion r = corner;
+  std::vector<int> dims;
+  std::vector<int64_t> sq = squeeze(other.extents, &dims);
+  size_t rank = r.extents.size();
+  if (sq.size() > rank) {
+    user_error(loc) << "T.copy: '" << corner.buffer->name << "' has rank " << rank << " but the other side spans "
+                    << sq.size() << " dimensions";
+  }
+  for (size_t k = 0; k < sq.size(); ++k) r.extents[rank - sq.size() + k] = make_int(sq[k]);
+  return r;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+  return out + ")";
+}
+
+
+}  // namespace tegula::ops
