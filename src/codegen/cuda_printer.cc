@@ -248,6 +248,17 @@ class Printer {
       auto* addr = c->args[0].as<BufferLoadNode>();
       return "atomic_add(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
     }
+    if (c->op == "gemm_ss") {
+      // gemm_ss<M, N, K, WM, WN, TA, TB>(&A[0], &B[0], C): operands by address.
+      std::string s = "tegula::gemm_ss<";
+      for (int i = 0; i < 7; ++i) s += (i ? ", " : "") + expr(c->args[i]);
+      s += ">(";
+      for (int i = 7; i < 10; ++i) {
+        auto* ld = c->args[i].as<BufferLoadNode>();
+        s += (i > 7 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
+      }
+      return s + ")";
+    }
     if (c->op.rfind("print", 0) == 0) {
       std::string msg = c->op.size() > 6 ? c->op.substr(6) : "";
       std::string quoted;

@@ -29,3 +29,4 @@
 #include "tegula/print.h"
 #include "tegula/mma.h"
 #include "tegula/async.h"
+#include "tegula/gemm.h"

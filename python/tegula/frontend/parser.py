@@ -47,11 +47,34 @@ class Parser(Evaluator):
 
     # ---- blocks ----
     def parse_block(self, stmts: list) -> None:
-        for index, stmt in enumerate(stmts):
+        stmts = list(stmts)
+        index = 0
+        while index < len(stmts):
+            stmt = stmts[index]
+            branch = self._decided_branch(stmt) if isinstance(stmt, ast.If) else None
+            if branch is not None:
+                # An `if` on a Python value is spliced into this block, so names it binds
+                # (lets included) stay visible to the statements after it.
+                stmts[index:index + 1] = branch
+                continue
             lets = self.parse_stmt(stmt)
             if lets:
                 self._emit_lets(stmt, lets, stmts[index + 1:])
                 return
+            index += 1
+
+    def _decided_branch(self, stmt):
+        """The statements of the branch an `if` on a Python value takes; None when the test
+        is a kernel value (an IR branch)."""
+        previous = self.set_loc(stmt)
+        try:
+            cond = self.eval(stmt.test)
+        except Exception as err:  # noqa: BLE001
+            raise self.convert(stmt, err) from None
+        self.restore_loc(previous)
+        if isinstance(cond, PrimExpr):
+            return None
+        return list(stmt.body if cond else stmt.orelse)
 
     def _emit_lets(self, stmt, lets: list, rest: list) -> None:
         """`x = <reads a buffer>`: the rest of the block is the let's body."""

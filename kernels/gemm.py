@@ -1,0 +1,89 @@
+"""Matrix multiplication on tensor cores, written the TileLang way:
+
+    C = epilogue(A @ B [+ bias])      A (M, K), B (K, N), fp16 or bf16, fp32 accumulation
+
+The block tile goes through shared memory; T.gemm lowers to ldmatrix + mma.sync. Ragged
+M, N and K are masked by the copies (loads past the edge give zero, stores are skipped);
+rows whose stride is not a multiple of 8 elements are loaded with narrower accesses.
+"""
+import functools
+
+import torch
+
+import tegula
+import tegula.language as T
+
+from ._common import check_tensor, describe, dtype_name
+
+EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
+
+
+def matmul_program(M, N, K, block_M=128, block_N=128, block_K=32, num_stages=2, threads=128,
+                   dtype="float16", accum_dtype="float32", epilogue="none"):
+    has_bias = epilogue.startswith("bias")
+    act = epilogue.replace("bias_", "").replace("bias", "none")
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), Bias: T.Tensor((N,), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.use_swizzle(panel_size=4)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(block_M, block_N):
+                v = C_local[i, j]
+                if has_bias:
+                    v = v + T.cast(Bias[bx * block_N + j], accum_dtype)
+                if act == "relu":
+                    v = T.max(v, 0.0)
+                if act == "gelu":
+                    u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+                    v = 0.5 * v * (2.0 - 2.0 / (T.exp(2.0 * u) + 1.0))  # 1 + tanh(u)
+                C_local[i, j] = v
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
+
+
+matmul_kernel = tegula.jit(out_idx=[-1])(matmul_program)
+
+
+def default_config(M, N, K):
+    """A tile that fills the machine: 128x128 for large outputs, smaller for thin ones."""
+    if M <= 64:
+        return dict(block_M=64, block_N=128, block_K=32, threads=128)
+    return dict(block_M=128, block_N=128, block_K=32, threads=128)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", **config):
+    cfg = default_config(M, N, K)
+    cfg.update(config)
+    return matmul_kernel(M, N, K, dtype=dtype_name(dtype), epilogue=epilogue, **cfg)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"):
+    """a (M, K) @ b (K, N) [+ bias (N,)], then an optional activation ("relu", "gelu")."""
+    for name, t in (("a", a), ("b", b)):
+        check_tensor("matmul", name, t, dtypes=(torch.float16, torch.bfloat16))
+        if t.dim() != 2:
+            raise ValueError(f"matmul: {name} must be 2-D, got {describe(t)}")
+    if b.dtype != a.dtype or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: b must be ({a.shape[1]}, N) of a's dtype {a.dtype}, got {describe(b)}")
+    if activation not in ("none", "relu", "gelu"):
+        raise ValueError(f"matmul: activation must be 'none', 'relu' or 'gelu', got {activation!r}")
+    M, K = a.shape
+    N = b.shape[1]
+    if bias is not None:
+        check_tensor("matmul", "bias", bias, dtypes=(a.dtype,))
+        if bias.shape != (N,):
+            raise ValueError(f"matmul: bias must have shape ({N},), got {describe(bias)}")
+    epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
+    dummy = bias if bias is not None else a.new_empty(N)
+    return kernel_for(M, N, K, a.dtype, epilogue)(a, b, dummy)

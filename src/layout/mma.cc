@@ -1,0 +1,74 @@
+#include "layout/mma.h"
+
+#include "support/text.h"
+
+namespace tegula::layout {
+
+using namespace ir;
+
+namespace {
+
+// See kernels/include/tegula/gemm.h for the register order this reproduces.
+class MmaAccumulator : public Fragment {
+ public:
+  MmaAccumulator(int64_t m, int64_t n, int wm, int wn)
+      : Fragment({m, n}, wm * wn * 32, 0), wm_(wm), tm_(int(m / wm)), tn_(int(n / wn)), nt_(tn_ / 8) {
+    slots_ = (tm_ / 16) * nt_ * 4;
+  }
+  int vector_width() const override { return 2; }
+  bool coords(int t, int s, int64_t* out) const override {
+    int warp = t / 32, lane = t % 32;
+    int mi = s / (nt_ * 4), ni = (s / 4) % nt_, e = s % 4;
+    out[0] = (warp % wm_) * tm_ + mi * 16 + lane / 4 + (e / 2) * 8;
+    out[1] = (warp / wm_) * tn_ + ni * 8 + (lane % 4) * 2 + e % 2;
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    *valid = Expr();
+    int mi = s / (nt_ * 4), ni = (s / 4) % nt_, e = s % 4;
+    Expr warp = floordiv(tx, make_int(32)), lane = floormod(tx, make_int(32));
+    Expr row = floormod(warp, make_int(wm_)) * int64_t(tm_) + floordiv(lane, make_int(4)) +
+               int64_t(mi * 16 + (e / 2) * 8);
+    Expr col = floordiv(warp, make_int(wm_)) * int64_t(tn_) + floormod(lane, make_int(4)) * int64_t(2) +
+               int64_t(ni * 8 + e % 2);
+    return {row, col};
+  }
+  std::string describe() const override {
+    Text os;
+    os << "mma_accumulator(" << shape_[0] << ", " << shape_[1] << ") warps=" << wm_ << "x" << threads_ / 32 / wm_;
+    return os.str();
+  }
+
+ private:
+  int wm_, tm_, tn_, nt_;
+};
+
+}  // namespace
+
+bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int* wm, int* wn) {
+  auto fits = [&](int a, int b) { return m % (int64_t(a) * 16) == 0 && n % (int64_t(b) * 8) == 0; };
+  if (policy == "FullRow") {
+    *wm = warps, *wn = 1;
+    return fits(warps, 1);
+  }
+  if (policy == "FullCol") {
+    *wm = 1, *wn = warps;
+    return fits(1, warps);
+  }
+  // Square: the split whose warp tiles are closest to square.
+  double best = -1;
+  for (int a = 1; a <= warps; a *= 2) {
+    int b = warps / a;
+    if (a * b != warps || !fits(a, b)) continue;
+    double ratio = double(m / a) / double(n / b);
+    double score = ratio > 1 ? 1 / ratio : ratio;
+    if (score > best) best = score, *wm = a, *wn = b;
+  }
+  return best > 0;
+}
+
+FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn) {
+  return std::make_shared<MmaAccumulator>(m, n, wm, wn);
+}
+
+}  // namespace tegula::layout

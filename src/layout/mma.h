@@ -1,0 +1,18 @@
+// The accumulator layout that mma.sync m16n8k16 fixes, tiled over the block's warps.
+#pragma once
+#include <string>
+
+#include "layout/fragment.h"
+
+namespace tegula::layout {
+
+// How T.GemmWarpPolicy splits `warps` over an m x n tile: FullRow puts every warp along
+// m, FullCol along n, Square picks the split with the squarest warp tiles. False when no
+// split gives each warp a whole number of 16 x 8 mma tiles.
+bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int* wm, int* wn);
+
+// Thread t = 32 * warp + lane holds, for each mma tile (mi, ni) of its warp, rows
+// lane/4 and lane/4 + 8 at columns 2*(lane%4) + {0, 1}: slots [mi][ni][e].
+FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn);
+
+}  // namespace tegula::layout

@@ -1,0 +1,110 @@
+"""T.gemm on tensor cores against torch in float32, aligned and ragged."""
+import importlib
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+gemm = importlib.import_module("tegula.kernels.gemm")
+
+
+def _rel(out, ref):
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any(), "NaN in the output"
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def _inputs(M, N, K, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, generator=g, device="cuda").to(dtype)
+    b = torch.randn(K, N, generator=g, device="cuda").to(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,N,K", [(256, 256, 256), (1024, 512, 768), (127, 1000, 333), (16, 4096, 4096),
+                                   (4097, 4095, 4096), (1, 8, 16)])
+def test_matmul(M, N, K, dtype):
+    a, b = _inputs(M, N, K, dtype, seed=M + N + K)
+    c = gemm.matmul(a, b)
+    tol = 1e-3 if dtype == torch.float16 else 8e-3
+    assert c.shape == (M, N) and c.dtype == dtype
+    assert _rel(c, a.float() @ b.float()) < tol
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matmul_epilogues(activation, with_bias):
+    M, N, K = 300, 264, 200
+    a, b = _inputs(M, N, K, torch.float16, seed=3)
+    bias = torch.randn(N, device="cuda").half() if with_bias else None
+    c = gemm.matmul(a, b, bias=bias, activation=activation)
+    ref = a.float() @ b.float()
+    if with_bias:
+        ref = ref + bias.float()
+    if activation == "relu":
+        ref = torch.relu(ref)
+    if activation == "gelu":
+        ref = torch.nn.functional.gelu(ref, approximate="tanh")
+    assert _rel(c, ref) < 2e-3
+
+
+def test_the_tilelang_example_with_relu_epilogue():
+    import tegula
+    import tegula.language as T
+
+    @tegula.jit(out_idx=[-1])
+    def matmul(M, N, K, block_M, block_N, block_K, dtype="float16", accum_dtype="float32"):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+                A_shared = T.alloc_shared((block_M, block_K), dtype)
+                B_shared = T.alloc_shared((block_K, block_N), dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+                T.use_swizzle(panel_size=4)
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                for i, j in T.Parallel(block_M, block_N):
+                    C_local[i, j] = T.max(C_local[i, j], 0)
+                T.copy(C_local, C[by * block_M, bx * block_N])
+        return main
+
+    kernel = matmul(512, 384, 256, 128, 128, 32)
+    a, b = _inputs(512, 384, 256, torch.float16, seed=9)
+    assert _rel(kernel(a, b), torch.relu(a.float() @ b.float())) < 1e-3
+
+
+def test_transpose_b_and_row_reduction_of_the_accumulator():
+    """acc = Q @ K^T with FullRow warps, then a row max over the accumulator layout."""
+    import tegula
+    import tegula.language as T
+
+    M, N, D = 128, 64, 64
+
+    @T.prim_func
+    def scores(Q: T.Tensor((M, D), "float16"), Kt: T.Tensor((N, D), "float16"), S: T.Tensor((M, N), "float32"),
+               R: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            q = T.alloc_shared((M, D), "float16")
+            k = T.alloc_shared((N, D), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            mx = T.alloc_fragment((M,), "float32")
+            T.copy(Q, q)
+            T.copy(Kt, k)
+            T.gemm(q, k, acc, transpose_B=True, policy=T.GemmWarpPolicy.FullRow, clear_accum=True)
+            T.reduce_max(acc, mx, dim=1)
+            T.copy(acc, S)
+            for i in T.Parallel(M):
+                R[i] = mx[i]
+
+    kernel = tegula.compile(scores, out_idx=[2, 3])
+    q = torch.randn(M, D, device="cuda").half()
+    kt = torch.randn(N, D, device="cuda").half()
+    s, r = kernel(q, kt)
+    ref = q.float() @ kt.float().t()
+    assert _rel(s, ref) < 1e-3
+    assert _rel(r, ref.amax(1)) < 1e-3
