@@ -157,6 +157,10 @@ class Printer {
 
   std::string offset(const Buffer& b, const std::vector<Expr>& idx) {
     if (b->scope == Scope::Local) return expr(idx.at(0));
+    if (k_.smem_swizzled.count(b.get())) {
+      return "swizzle_offset<" + expr(b->shape[1]) + ", " + std::to_string(b->dtype.bytes()) + ">(" + expr(idx[0]) +
+             ", " + expr(idx[1]) + ")";
+    }
     int64_t n = b->num_elements_const();
     bool wide = b->scope == Scope::Global && (n < 0 || n >= (int64_t(1) << 31));
     std::string acc;
@@ -249,13 +253,18 @@ class Printer {
       return "atomic_add(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
     }
     if (c->op == "gemm_ss") {
-      // gemm_ss<M, N, K, WM, WN, TA, TB>(&A[0], &B[0], C): operands by address.
+      // gemm_ss<M, N, K, WM, WN, TA, TB, SA, SB>(A, B, C): operands by address; SA/SB say
+      // whether A/B are stored swizzled.
       std::string s = "tegula::gemm_ss<";
       for (int i = 0; i < 7; ++i) s += (i ? ", " : "") + expr(c->args[i]);
+      for (int i = 7; i < 9; ++i) {
+        auto* ld = c->args[i].as<BufferLoadNode>();
+        s += k_.smem_swizzled.count(ld->buffer.get()) ? ", true" : ", false";
+      }
       s += ">(";
       for (int i = 7; i < 10; ++i) {
         auto* ld = c->args[i].as<BufferLoadNode>();
-        s += (i > 7 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
+        s += (i > 7 ? ", " : "") + name(ld->buffer);
       }
       return s + ")";
     }

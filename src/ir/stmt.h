@@ -1,6 +1,7 @@
 // Statements of the tile IR, tile ops, and the kernel (prim_func) itself.
 #pragma once
 #include <map>
+#include <set>
 #include <variant>
 
 #include "ir/expr.h"
@@ -130,6 +131,9 @@ struct Kernel {
   // Filled by the later passes:
   std::map<const BufferNode*, int64_t> smem_offset;  // storage plan of shared buffers
   int64_t smem_bytes = 0;
+  // Shared buffers stored with 16-byte chunks XOR-swizzled by row (tegula::swizzle_offset),
+  // so that the 8 rows one ldmatrix reads fall in different banks.
+  std::set<const BufferNode*> smem_swizzled;
   int panel_size = 0;          // T.use_swizzle
   bool swizzle_row_major = true;
 };

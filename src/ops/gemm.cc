@@ -83,6 +83,13 @@ class Gemm : public TileOp {
         << "T.gemm accumulates in float32 in this version ('" << C->name << "' is " << C->dtype.name() << ")";
     user_assert(g.k % 16 == 0, loc) << "T.gemm needs K a multiple of 16 (got " << g.k << ")";
     user_assert(ctx.target.sm >= 80, loc) << "T.gemm needs sm_80 or newer (target " << ctx.target.arch << ")";
+    // Operand tiles whose rows are whole 16-byte chunks, a power of two of them, are
+    // stored swizzled so ldmatrix reads them without bank conflicts.
+    for (const Buffer& b : {A, B}) {
+      int64_t cols = *as_const_int(b->shape[1]);
+      int64_t chunks = cols * b->dtype.bytes() / 16;
+      if ((cols * b->dtype.bytes()) % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0) ctx.swizzled.insert(b.get());
+    }
     Buffer creg = ctx.registers.at(C.get());
     std::vector<Stmt> body;
     if (op->attr_int("clear_accum", 0)) {

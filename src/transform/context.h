@@ -2,6 +2,7 @@
 // the register arrays that replace fragments.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct PassContext {
   std::map<const ir::BufferNode*, ir::Buffer> registers;  // fragment -> per-thread register array
   std::vector<ir::Buffer> extra_locals;   // register arrays the passes add
   std::vector<ir::Buffer> extra_shared;   // shared scratch the passes add
+  std::set<const ir::BufferNode*> swizzled;  // shared buffers to store swizzled (plan_storage publishes)
   int fresh_id = 0;
   std::string fresh_name(const std::string& base) { return base + "_" + std::to_string(fresh_id++); }
 };

@@ -9,7 +9,7 @@
 
 namespace tegula::transform {
 
-void plan_storage(ir::Kernel& k, PassContext&) {
+void plan_storage(ir::Kernel& k, PassContext& ctx) {
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     const ir::BufferNode* b = nullptr;
     if (auto* st = s.as<ir::BufferStoreNode>()) b = st->buffer.get();
@@ -34,6 +34,7 @@ void plan_storage(ir::Kernel& k, PassContext&) {
     offset += n * b->dtype.bytes();
   }
   k.smem_bytes = offset;
+  k.smem_swizzled = ctx.swizzled;
 }
 
 }  // namespace tegula::transform
