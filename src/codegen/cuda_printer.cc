@@ -252,6 +252,14 @@ class Printer {
       auto* addr = c->args[0].as<BufferLoadNode>();
       return "atomic_add(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
     }
+    if (c->op == "cp_async") {
+      auto* dst = c->args[0].as<BufferLoadNode>();
+      auto* src = c->args[1].as<BufferLoadNode>();
+      return "cp_async_16_pred(&" + access(dst->buffer, dst->indices, 1, false) + ", &" +
+             access(src->buffer, src->indices, 1, true) + ", " + expr(c->args[2]) + ")";
+    }
+    if (c->op == "cp_async_commit") return "cp_async_commit()";
+    if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
     if (c->op == "gemm_ss") {
       // gemm_ss<M, N, K, WM, WN, TA, TB, SA, SB>(A, B, C): operands by address; SA/SB say
       // whether A/B are stored swizzled.
@@ -264,7 +272,7 @@ class Printer {
       s += ">(";
       for (int i = 7; i < 10; ++i) {
         auto* ld = c->args[i].as<BufferLoadNode>();
-        s += (i > 7 ? ", " : "") + name(ld->buffer);
+        s += (i > 7 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
       }
       return s + ")";
     }

@@ -38,6 +38,10 @@ Touch touched(const Stmt& s) {
     if (auto* ld = e.as<BufferLoadNode>()) {
       if (ld->buffer->scope == Scope::Shared) t.reads.insert(ld->buffer.get());
     }
+    if (auto* c = e.as<CallNode>()) {
+      // cp.async writes its destination (its first argument, an element of the buffer).
+      if (c->op == "cp_async") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+    }
   });
   return t;
 }

@@ -10,6 +10,7 @@ struct NestInfo {
   std::vector<ir::Expr> vars;
   ir::Stmt body;
   SourceLoc loc;
+  bool async = false;  // inside a T.Pipelined loop: global->shared copies may use cp.async
 };
 
 // The loop body for slot s: loop variables replaced by the thread's coordinates and

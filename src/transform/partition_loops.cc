@@ -121,9 +121,14 @@ class Partitioner : public IRMutator {
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     if (op->for_kind != ForKind::Parallel) {
       bind_loop(op);
-      return IRMutator::mutate_For(self, op);
+      bool pipelined = op->for_kind == ForKind::Pipelined && op->num_stages >= 2;
+      pipelined_ += pipelined;
+      Stmt out = IRMutator::mutate_For(self, op);
+      pipelined_ -= pipelined;
+      return out;
     }
     NestInfo n;
+    n.async = pipelined_ > 0 && ctx_.target.sm >= 80;
     n.layout = ctx_.layouts.loop.at(op);
     const ForNode* f = op;
     while (true) {
@@ -181,6 +186,7 @@ class Partitioner : public IRMutator {
   Kernel& k_;
   PassContext& ctx_;
   Analyzer an_;
+  int pipelined_ = 0;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@ void infer_layout(ir::Kernel& k, PassContext& ctx);
 void partition_loops(ir::Kernel& k, PassContext& ctx);
 void lower_tile_ops(ir::Kernel& k, PassContext& ctx);
 void lower_fragments(ir::Kernel& k, PassContext& ctx);
+void pipeline_loops(ir::Kernel& k, PassContext& ctx);
 void plan_storage(ir::Kernel& k, PassContext& ctx);
 void insert_barriers(ir::Kernel& k, PassContext& ctx);
 

@@ -24,6 +24,7 @@ const Step kPipeline[] = {
     {"lower_fragments", lower_fragments},
     {"partition_loops", partition_loops},
     {"lower_tile_ops", lower_tile_ops},
+    {"pipeline_loops", pipeline_loops},
     {"plan_storage", plan_storage},
     {"insert_barriers", insert_barriers},
     {"final_simplify", simplify},

@@ -130,6 +130,25 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
 
   bool mask = !ctx.options.disable_safe_memory;
   std::vector<Stmt> out;
+  // Inside T.Pipelined, a plain 16-byte global->shared copy becomes cp.async, which the
+  // pipeline_loops pass then overlaps with the loop's compute.
+  if (n.async && dst->scope == Scope::Shared && nloads == 1 && load_kind[0] == 1 &&
+      loads[0].loads[0]->buffer->scope == Scope::Global && loads[0].loads[0]->buffer->dtype == dst->dtype &&
+      stores[0]->value.get() == static_cast<const ExprNode*>(loads[0].loads[0]) &&
+      load_width[0] * dst->dtype.bytes() == 16 && store_width * dst->dtype.bytes() == 16) {
+    for (int p = 0; p < vec; p += store_width) {
+      const BufferLoadNode* ld = loads[p].loads[0];
+      Expr src = make_load(ld->buffer, ld->indices, ld->loc);
+      Expr cond = mask ? in_bounds(an, ld->buffer, ld->indices) : Expr();
+      Expr at = make_load(dst, stores[p]->indices, stores[p]->loc);
+      out.push_back(make_evaluate(make_call("cp_async", {at, src, cond ? cond : make_bool(true)}, DataType::i32(),
+                                            stores[p]->loc), stores[p]->loc));
+    }
+    Expr valid;
+    n.layout->coords_expr(k.thread_var, g, &valid);
+    Stmt body = make_seq(out, n.loc);
+    return valid ? make_if(an.simplify(valid), body, {}, n.loc) : body;
+  }
   std::vector<std::vector<Expr>> replacement(vec, std::vector<Expr>(nloads));
   for (size_t j = 0; j < nloads; ++j) {
     if (load_kind[j] != 1) continue;

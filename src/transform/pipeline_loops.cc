@@ -1,0 +1,146 @@
+// Pass: pipeline_loops.
+//
+// Expects: lowered code in which the global->shared copies of a T.Pipelined(n,
+// num_stages=S) loop are cp.async calls (vectorize.cc), each copy one unit, all of them
+// before the loop's compute. Guarantees: the loop overlaps loads with compute:
+//   for s in 0..S-2:  copies(s) into stage s; commit              (prologue)
+//   for k in 0..n-1:
+//     wait until at most S-2 groups are in flight; barrier          (stage k % S has landed)
+//     copies(k + S - 1) into stage (k + S - 1) % S; commit          (the stage compute(k-1) read)
+//     compute(k) reading stage k % S                                 (while those loads fly)
+//   wait for all; barrier
+// Each staged buffer becomes S copies stacked along its first dimension. Loops of any
+// other shape are left as they are, with their copies completed before the compute.
+#include <map>
+
+#include "ir/functor.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+
+namespace {
+
+using namespace ir;
+
+bool has_async_copy(const Stmt& s) {
+  bool found = false;
+  post_order(s, nullptr, [&](const Expr& e) {
+    if (auto* c = e.as<CallNode>()) found |= c->op == "cp_async";
+  });
+  return found;
+}
+
+Stmt call(const std::string& op, std::vector<Expr> args = {}) {
+  return make_evaluate(make_call(op, std::move(args), DataType::i32()));
+}
+
+// Accesses of staged buffers move to the rows of one stage.
+class Restage : public IRMutator {
+ public:
+  Restage(const std::map<const BufferNode*, std::pair<Buffer, int64_t>>& staged, Expr stage)
+      : staged_(staged), stage_(std::move(stage)) {}
+  Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+    Expr e = IRMutator::mutate_BufferLoad(self, op);
+    auto it = staged_.find(op->buffer.get());
+    if (it == staged_.end()) return e;
+    auto idx = e.as<BufferLoadNode>()->indices;
+    idx[0] = idx[0] + stage_ * it->second.second;
+    return make_load(it->second.first, idx, op->loc, op->dtype.lanes);
+  }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+    Stmt s = IRMutator::mutate_BufferStore(self, op);
+    auto* st = s.as<BufferStoreNode>();
+    auto it = staged_.find(op->buffer.get());
+    if (it == staged_.end()) return s;
+    auto idx = st->indices;
+    idx[0] = idx[0] + stage_ * it->second.second;
+    return make_store(it->second.first, idx, st->value, op->loc);
+  }
+
+ private:
+  const std::map<const BufferNode*, std::pair<Buffer, int64_t>>& staged_;
+  Expr stage_;
+};
+
+class Pipeliner : public IRMutator {
+ public:
+  Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
+
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    Stmt inner = IRMutator::mutate_For(self, op);
+    op = inner.as<ForNode>();
+    if (op->for_kind != ForKind::Pipelined || !has_async_copy(op->body)) return inner;
+    auto* seq = op->body.as<SeqNode>();
+    std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
+    size_t ncopy = 0;
+    while (ncopy < units.size() && has_async_copy(units[ncopy])) ++ncopy;
+    bool shaped = ncopy > 0 && ncopy < units.size() && op->num_stages >= 2;
+    for (size_t i = ncopy; i < units.size(); ++i) shaped &= !has_async_copy(units[i]);
+    if (!shaped) {
+      // Not the copies-then-compute shape: complete each iteration's copies in place.
+      std::vector<Stmt> body = units;
+      body.insert(body.begin() + ncopy, {call("cp_async_commit"), call("cp_async_wait", {make_int(0)})});
+      return make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
+    }
+    int S = op->num_stages;
+    // The shared buffers the copies fill, each stacked S deep.
+    std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
+    for (size_t i = 0; i < ncopy; ++i) {
+      post_order(units[i], nullptr, [&](const Expr& e) {
+        auto* c = e.as<CallNode>();
+        if (!c || c->op != "cp_async") return;
+        const Buffer& b = c->args[0].as<BufferLoadNode>()->buffer;
+        if (staged.count(b.get())) return;
+        int64_t rows = *as_const_int(b->shape[0]);
+        std::vector<Expr> shape = b->shape;
+        shape[0] = make_int(rows * S);
+        Buffer stacked = make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc);
+        staged[b.get()] = {stacked, rows};
+      });
+    }
+    for (auto& b : k_.allocs) {
+      auto it = staged.find(b.get());
+      if (it == staged.end()) continue;
+      if (ctx_.swizzled.erase(b.get())) ctx_.swizzled.insert(it->second.first.get());
+      b = it->second.first;
+    }
+    Expr k = op->var, n = op->extent;
+    auto copies = [&](Expr iter, Expr stage) {
+      std::vector<Stmt> out;
+      for (size_t i = 0; i < ncopy; ++i) {
+        out.push_back(Restage(staged, stage).mutate(substitute(units[i], {{k, op->min + iter}})));
+      }
+      return make_seq(out);
+    };
+    std::vector<Stmt> prologue;
+    for (int s = 0; s < S - 1; ++s) {
+      prologue.push_back(make_if(make_binary(BinaryOp::LT, make_int(s), n), copies(make_int(s), make_int(s))));
+      prologue.push_back(call("cp_async_commit"));
+    }
+    Expr it = k - op->min;
+    Expr ahead = it + int64_t(S - 1);
+    std::vector<Stmt> body = {call("cp_async_wait", {make_int(S - 2)}), make_sync()};
+    body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));
+    body.push_back(call("cp_async_commit"));
+    for (size_t i = ncopy; i < units.size(); ++i) {
+      body.push_back(Restage(staged, floormod(it, make_int(S))).mutate(units[i]));
+    }
+    Stmt loop = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
+    std::vector<Stmt> all = prologue;
+    all.push_back(loop);
+    all.push_back(call("cp_async_wait", {make_int(0)}));
+    all.push_back(make_sync());
+    // One unit: insert_barriers places barriers around it, never inside.
+    return make_if(make_bool(true), make_seq(all), {}, op->loc);
+  }
+
+ private:
+  Kernel& k_;
+  PassContext& ctx_;
+};
+
+}  // namespace
+
+void pipeline_loops(Kernel& k, PassContext& ctx) { k.body = Pipeliner(k, ctx).mutate(k.body); }
+
+}  // namespace tegula::transform
