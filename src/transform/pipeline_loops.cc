@@ -30,6 +30,19 @@ bool has_async_copy(const Stmt& s) {
   return found;
 }
 
+// A copy unit fills shared memory from global memory only: cp.async calls, or plain
+// stores where the addresses were not aligned enough for cp.async.
+bool is_copy_unit(const Stmt& s) {
+  bool writes_shared = false, reads_shared = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) writes_shared |= st->buffer->scope == Scope::Shared;
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) reads_shared |= ld->buffer->scope == Scope::Shared;
+    if (auto* c = e.as<CallNode>()) writes_shared |= c->op == "cp_async";
+  });
+  return writes_shared && (!reads_shared || has_async_copy(s));
+}
+
 Stmt call(const std::string& op, std::vector<Expr> args = {}) {
   return make_evaluate(make_call(op, std::move(args), DataType::i32()));
 }
@@ -73,30 +86,40 @@ class Pipeliner : public IRMutator {
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
     size_t ncopy = 0;
-    while (ncopy < units.size() && has_async_copy(units[ncopy])) ++ncopy;
+    while (ncopy < units.size() && is_copy_unit(units[ncopy])) ++ncopy;
     bool shaped = ncopy > 0 && ncopy < units.size() && op->num_stages >= 2;
     for (size_t i = ncopy; i < units.size(); ++i) shaped &= !has_async_copy(units[i]);
     if (!shaped) {
-      // Not the copies-then-compute shape: complete each iteration's copies in place.
+      // Not the copies-then-compute shape: complete each iteration's copies right after
+      // the last of them.
+      size_t last = 0;
+      for (size_t i = 0; i < units.size(); ++i) {
+        if (has_async_copy(units[i])) last = i + 1;
+      }
       std::vector<Stmt> body = units;
-      body.insert(body.begin() + ncopy, {call("cp_async_commit"), call("cp_async_wait", {make_int(0)})});
+      body.insert(body.begin() + last, {call("cp_async_commit"), call("cp_async_wait", {make_int(0)})});
       return make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
     }
     int S = op->num_stages;
     // The shared buffers the copies fill, each stacked S deep.
     std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
     for (size_t i = 0; i < ncopy; ++i) {
-      post_order(units[i], nullptr, [&](const Expr& e) {
+      std::vector<Buffer> filled;
+      post_order(units[i], [&](const Stmt& x) {
+        auto* st = x.as<BufferStoreNode>();
+        if (st && st->buffer->scope == Scope::Shared) filled.push_back(st->buffer);
+      }, [&](const Expr& e) {
         auto* c = e.as<CallNode>();
-        if (!c || c->op != "cp_async") return;
-        const Buffer& b = c->args[0].as<BufferLoadNode>()->buffer;
-        if (staged.count(b.get())) return;
+        if (c && c->op == "cp_async") filled.push_back(c->args[0].as<BufferLoadNode>()->buffer);
+      });
+      for (const Buffer& b : filled) {
+        if (staged.count(b.get())) continue;
         int64_t rows = *as_const_int(b->shape[0]);
         std::vector<Expr> shape = b->shape;
         shape[0] = make_int(rows * S);
         Buffer stacked = make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc);
         staged[b.get()] = {stacked, rows};
-      });
+      }
     }
     for (auto& b : k_.allocs) {
       auto it = staged.find(b.get());
