@@ -97,14 +97,15 @@ const Stage kStages[] = {
     {"lower_fragments", transform::lower_fragments},
     {"partition_loops", transform::partition_loops},
     {"lower_tile_ops", transform::lower_tile_ops},
+    {"pipeline_loops", transform::pipeline_loops},
     {"plan_storage", transform::plan_storage},
     {"insert_barriers", transform::insert_barriers},
     {"final_simplify", transform::simplify},
 };
 
-// Between lower_fragments and lower_tile_ops the register arrays and the passes' scratch
-// live in the context, not yet in k.allocs (lower_tile_ops moves them there). Verify the
-// kernel as if they were declared, so every other invariant is still checked at every stage.
+// The passes' shared scratch lives in the context until lower_tile_ops declares it.
+// Verify the kernel as if it were declared, so every other invariant is checked at every
+// stage.
 Kernel with_pending_buffers(Kernel k, const transform::PassContext& ctx) {
   for (auto& [frag, reg] : ctx.registers) {
     if (std::find(k.allocs.begin(), k.allocs.end(), reg) == k.allocs.end()) k.allocs.push_back(reg);
