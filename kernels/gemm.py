@@ -87,3 +87,26 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
     dummy = bias if bias is not None else a.new_empty(N)
     return kernel_for(M, N, K, a.dtype, epilogue)(a, b, dummy)
+
+
+def _tuning_configs(M, N, K, **_):
+    return [dict(block_M=bm, block_N=bn, block_K=bk, num_stages=s, threads=t)
+            for bm, bn, bk, s, t in [(128, 128, 32, 3, 128), (128, 128, 64, 3, 128), (128, 128, 32, 4, 128),
+                                     (128, 256, 64, 3, 256), (64, 128, 32, 3, 128), (64, 64, 32, 3, 128)]]
+
+
+matmul_tuned_kernel = tegula.autotune(configs=_tuning_configs, warmup=5, rep=20)(
+    tegula.jit(out_idx=[-1])(matmul_program))
+
+
+def matmul_tuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with the tile configuration timed fastest for this shape on this GPU (tuned on
+    the first call, then cached on disk per device and shape)."""
+    for name, t in (("a", a), ("b", b)):
+        check_tensor("matmul_tuned", name, t, dtypes=(torch.float16, torch.bfloat16))
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or b.dtype != a.dtype:
+        raise ValueError(f"matmul_tuned: expected a (M, K) and b (K, N) of one dtype, got {describe(a)}, {describe(b)}")
+    M, K = a.shape
+    N = b.shape[1]
+    kernel = matmul_tuned_kernel(M, N, K, dtype=dtype_name(a.dtype))
+    return kernel(a, b, a.new_empty(N))

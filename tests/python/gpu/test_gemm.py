@@ -108,3 +108,14 @@ def test_transpose_b_and_row_reduction_of_the_accumulator():
     ref = q.float() @ kt.float().t()
     assert _rel(s, ref) < 1e-3
     assert _rel(r, ref.amax(1)) < 1e-3
+
+
+def test_autotuned_matmul(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEGULA_CACHE_DIR", str(tmp_path))
+    a, b = _inputs(512, 768, 256, torch.float16, seed=21)
+    c = gemm.matmul_tuned(a, b)
+    assert _rel(c, a.float() @ b.float()) < 1e-3
+    kernel = gemm.matmul_tuned_kernel(512, 768, 256, dtype="float16")
+    chosen = kernel.config
+    assert any(all(chosen.get(k) == v for k, v in c.items()) for c in gemm._tuning_configs(512, 768, 256))
+    assert kernel.latency > 0
