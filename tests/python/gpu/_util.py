@@ -63,7 +63,7 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what:
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e} ({dtype_id(dtype)})"
 
 
-def expect_argument_error(fn, pattern: str):
+def assert_argument_error(fn, pattern: str):
     """fn() raises ValueError or TypeError whose message matches `pattern` (which should name
     the argument at fault)."""
     with pytest.raises((ValueError, TypeError), match=pattern):

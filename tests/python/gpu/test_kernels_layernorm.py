@@ -7,10 +7,10 @@ from tegula.kernels import layer_norm
 from tegula.kernels import layernorm as layernorm_module
 
 try:  # a package when tests/python/gpu has an __init__.py, a plain directory otherwise
-    from ._util import (DTYPES, assert_close, dtype_id, expect_argument_error, norm_weight,
+    from ._util import (DTYPES, assert_close, dtype_id, assert_argument_error, norm_weight,
                         poison, randn, same_storage, seed_of)
 except ImportError:
-    from _util import (DTYPES, assert_close, dtype_id, expect_argument_error, norm_weight,
+    from _util import (DTYPES, assert_close, dtype_id, assert_argument_error, norm_weight,
                        poison, randn, same_storage, seed_of)
 
 pytestmark = pytest.mark.gpu
@@ -71,14 +71,14 @@ def test_jit_kernel_forms(dtype):
 
 def test_argument_errors():
     x, w, b = _inputs((4, 64), torch.float16, "errors")
-    expect_argument_error(lambda: layer_norm(x.double(), w, b), r"layer_norm: x must")
-    expect_argument_error(lambda: layer_norm(x.cpu(), w, b), r"layer_norm: x must")
-    expect_argument_error(lambda: layer_norm(x.t(), w, b), r"layer_norm: x must")
-    expect_argument_error(lambda: layer_norm(x, w.float(), b), r"layer_norm: weight must")
-    expect_argument_error(lambda: layer_norm(x, w, b.cpu()), r"layer_norm: bias must")
-    expect_argument_error(lambda: layer_norm(x, w, b[:8]), r"layer_norm: bias must have shape")
-    expect_argument_error(lambda: layer_norm(x, w, None), r"layer_norm: bias must")
+    assert_argument_error(lambda: layer_norm(x.double(), w, b), r"layer_norm: x must")
+    assert_argument_error(lambda: layer_norm(x.cpu(), w, b), r"layer_norm: x must")
+    assert_argument_error(lambda: layer_norm(x.t(), w, b), r"layer_norm: x must")
+    assert_argument_error(lambda: layer_norm(x, w.float(), b), r"layer_norm: weight must")
+    assert_argument_error(lambda: layer_norm(x, w, b.cpu()), r"layer_norm: bias must")
+    assert_argument_error(lambda: layer_norm(x, w, b[:8]), r"layer_norm: bias must have shape")
+    assert_argument_error(lambda: layer_norm(x, w, None), r"layer_norm: bias must")
     odd = randn((4, 36), torch.float16, 5)
-    expect_argument_error(
+    assert_argument_error(
         lambda: layer_norm(odd, norm_weight(36, torch.float16, 6), norm_weight(36, torch.float16, 7)),
         r"layer_norm: the last dimension of x must be a positive multiple of 8")

@@ -7,10 +7,10 @@ from tegula.kernels import rms_norm, rms_norm_silu
 from tegula.kernels import rmsnorm as rmsnorm_module
 
 try:  # a package when tests/python/gpu has an __init__.py, a plain directory otherwise
-    from ._util import (DTYPES, assert_close, dtype_id, expect_argument_error, norm_weight,
+    from ._util import (DTYPES, assert_close, dtype_id, assert_argument_error, norm_weight,
                         poison, randn, same_storage, seed_of)
 except ImportError:
-    from _util import (DTYPES, assert_close, dtype_id, expect_argument_error, norm_weight,
+    from _util import (DTYPES, assert_close, dtype_id, assert_argument_error, norm_weight,
                        poison, randn, same_storage, seed_of)
 
 pytestmark = pytest.mark.gpu
@@ -112,17 +112,17 @@ def test_empty_rows():
 
 def test_argument_errors():
     x, w = _inputs((4, 64), torch.float16, "errors")
-    expect_argument_error(lambda: rms_norm(x.double(), w), r"rms_norm: x must")
-    expect_argument_error(lambda: rms_norm(x.cpu(), w), r"rms_norm: x must")
-    expect_argument_error(lambda: rms_norm(x.view(8, 32).t(), w), r"rms_norm: x must")
-    expect_argument_error(lambda: rms_norm(x.tolist(), w), r"rms_norm: x must")
-    expect_argument_error(lambda: rms_norm(x, w.float()), r"rms_norm: weight must")
-    expect_argument_error(lambda: rms_norm(x, w.cpu()), r"rms_norm: weight must")
-    expect_argument_error(lambda: rms_norm(x, w[:32]), r"rms_norm: weight must have shape")
-    expect_argument_error(lambda: rms_norm(x, w, eps=-1.0), r"rms_norm: eps")
-    expect_argument_error(lambda: rms_norm(x, w, out=poison((4, 32), torch.float16)),
+    assert_argument_error(lambda: rms_norm(x.double(), w), r"rms_norm: x must")
+    assert_argument_error(lambda: rms_norm(x.cpu(), w), r"rms_norm: x must")
+    assert_argument_error(lambda: rms_norm(x.view(8, 32).t(), w), r"rms_norm: x must")
+    assert_argument_error(lambda: rms_norm(x.tolist(), w), r"rms_norm: x must")
+    assert_argument_error(lambda: rms_norm(x, w.float()), r"rms_norm: weight must")
+    assert_argument_error(lambda: rms_norm(x, w.cpu()), r"rms_norm: weight must")
+    assert_argument_error(lambda: rms_norm(x, w[:32]), r"rms_norm: weight must have shape")
+    assert_argument_error(lambda: rms_norm(x, w, eps=-1.0), r"rms_norm: eps")
+    assert_argument_error(lambda: rms_norm(x, w, out=poison((4, 32), torch.float16)),
                           r"rms_norm: out must")
     odd = randn((4, 12), torch.float16, 3)
-    expect_argument_error(lambda: rms_norm(odd, norm_weight(12, torch.float16, 4)),
+    assert_argument_error(lambda: rms_norm(odd, norm_weight(12, torch.float16, 4)),
                           r"rms_norm: the last dimension of x must be a positive multiple of 8")
-    expect_argument_error(lambda: rms_norm_silu(x.cpu(), w), r"rms_norm_silu: x must")
+    assert_argument_error(lambda: rms_norm_silu(x.cpu(), w), r"rms_norm_silu: x must")
