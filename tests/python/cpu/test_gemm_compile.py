@@ -4,6 +4,7 @@ copy in tests/golden/ (regenerate with TEGULA_UPDATE_GOLDEN=1 when a change mean
 change it)."""
 import os
 import shutil
+import sys
 import subprocess
 
 import pytest
@@ -11,27 +12,10 @@ import pytest
 tegula = pytest.importorskip("tegula")
 import tegula.language as T  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lang_kernels import gemm_relu_program as issue_example  # noqa: E402
+
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "golden", "gemm_relu_sm80.cu")
-
-
-def issue_example(M, N, K, block_M, block_N, block_K, dtype="float16", accum_dtype="float32"):
-    @T.prim_func
-    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.use_swizzle(panel_size=4)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            for i, j in T.Parallel(block_M, block_N):
-                C_local[i, j] = T.max(C_local[i, j], 0)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return gemm
 
 
 def _sass(cubin: bytes, tmp_path) -> str:
