@@ -260,10 +260,10 @@ class Printer {
     }
     if (c->op == "cp_async_commit") return "cp_async_commit()";
     if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
-    if (c->op == "gemm_ss") {
-      // gemm_ss<M, N, K, WM, WN, TA, TB, SA, SB>(A, B, C): operands by address; SA/SB say
-      // whether A/B are stored swizzled.
-      std::string s = "tegula::gemm_ss<";
+    if (c->op == "gemm_ss" || c->op == "gemm_rs") {
+      // gemm_{ss,rs}<M, N, K, WM, WN, TA, TB, SA, SB>(A, B, C): operands by address; SA/SB
+      // say whether A/B are stored swizzled (a register A never is).
+      std::string s = "tegula::" + c->op + "<";
       for (int i = 0; i < 7; ++i) s += (i ? ", " : "") + expr(c->args[i]);
       for (int i = 7; i < 9; ++i) {
         auto* ld = c->args[i].as<BufferLoadNode>();

@@ -1,9 +1,12 @@
 // T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum) on tensor cores.
 //
 // Layout (strict): C takes the mma.sync accumulator layout, tiled over the warps as the
-// policy says (layout/mma.h). Lowering: one call of the device library's block GEMM
-// (kernels/include/tegula/gemm.h), which loads A and B from shared memory with ldmatrix
-// and issues mma.sync m16n8k16 into C's registers.
+// policy says (layout/mma.h). An A that is a fragment takes the accumulator layout of an
+// M x K tile with the warps split along M only: the registers an mma's A operand needs
+// are then exactly those of an accumulator, so P = cast(Q Kᵀ) feeds P V in place.
+// Lowering: one call of the device library's block GEMM (kernels/include/tegula/gemm.h),
+// gemm_ss (A and B through ldmatrix) or gemm_rs (A from registers), issuing mma.sync
+// m16n8k16 into C's registers.
 #include "layout/mma.h"
 #include "ops/tile_op.h"
 
@@ -53,18 +56,32 @@ class Gemm : public TileOp {
     user_assert(C->scope == Scope::Fragment, op->loc) << "T.gemm accumulates into a fragment ('" << C->name
                                                       << "' is " << scope_name(C->scope) << ")";
     GemmShape g = shape_of(op, k);
-    auto want = layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn);
-    auto have = layouts.fragment.find(C.get());
+    bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
+    const Buffer& A = op->regions.at(0).buffer;
+    if (A->scope == Scope::Fragment) {
+      user_assert(g.wn == 1 && !g.ta, op->loc)
+          << "T.gemm with A in registers ('" << A->name << "') needs every warp to own whole rows of C and no "
+          << "transpose_A: use policy=T.GemmWarpPolicy.FullRow (this split is " << g.wm << "x" << g.wn << ")";
+      changed |= require(layout::make_mma_accumulator(g.m, g.k, g.wm, 1), A, op, layouts);
+    }
+    return changed;
+  }
+
+ private:
+  static bool require(layout::FragmentPtr want, const Buffer& buf, const TileOpNode* op, transform::LayoutMap& layouts) {
+    auto have = layouts.fragment.find(buf.get());
     if (have != layouts.fragment.end()) {
       user_assert(have->second->same_as(*want), op->loc)
-          << "layout conflict: T.gemm needs " << want->describe() << " for '" << C->name << "', which already has "
-          << have->second->describe();
+          << "layout conflict: T.gemm needs " << want->describe() << " for '" << buf->name << "', which already has "
+          << have->second->describe() << " (decided at line " << layouts.decided_at[buf.get()].line << ")";
       return false;
     }
-    layouts.fragment[C.get()] = want;
-    layouts.decided_at[C.get()] = op->loc;
+    layouts.fragment[buf.get()] = want;
+    layouts.decided_at[buf.get()] = op->loc;
     return true;
   }
+
+ public:
 
   Stmt lower(const TileOpNode* op, transform::PassContext& ctx, const Kernel& k) const override {
     const SourceLoc& loc = op->loc;
@@ -72,20 +89,22 @@ class Gemm : public TileOp {
     const Buffer& B = op->regions[1].buffer;
     const Buffer& C = op->regions[2].buffer;
     GemmShape g = shape_of(op, k);
-    user_assert(A->scope == Scope::Shared && B->scope == Scope::Shared, loc)
-        << "T.gemm reads A and B from shared memory in this version ('" << A->name << "' is "
+    bool a_regs = A->scope == Scope::Fragment;
+    user_assert((A->scope == Scope::Shared || a_regs) && B->scope == Scope::Shared, loc)
+        << "T.gemm reads A from shared memory or a fragment and B from shared memory ('" << A->name << "' is "
         << scope_name(A->scope) << ", '" << B->name << "' is " << scope_name(B->scope) << ")";
-    user_assert(!g.ta, loc) << "T.gemm with transpose_A=True is not supported yet";
     user_assert(A->dtype == B->dtype && (A->dtype == DataType::f16() || A->dtype == DataType::bf16()), loc)
         << "T.gemm takes float16 or bfloat16 A and B of one type (got " << A->dtype.name() << " and "
         << B->dtype.name() << ")";
-    user_assert(C->dtype == DataType::f32(), loc)
-        << "T.gemm accumulates in float32 in this version ('" << C->name << "' is " << C->dtype.name() << ")";
+    user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)
+        << "T.gemm accumulates in float32, or in float16 for float16 operands ('" << C->name << "' is "
+        << C->dtype.name() << ", A is " << A->dtype.name() << ")";
     user_assert(g.k % 16 == 0, loc) << "T.gemm needs K a multiple of 16 (got " << g.k << ")";
     user_assert(ctx.target.sm >= 80, loc) << "T.gemm needs sm_80 or newer (target " << ctx.target.arch << ")";
     // Operand tiles whose rows are whole 16-byte chunks, a power of two of them, are
     // stored swizzled so ldmatrix reads them without bank conflicts.
     for (const Buffer& b : {A, B}) {
+      if (b->scope != Scope::Shared) continue;
       int64_t cols = *as_const_int(b->shape[1]);
       int64_t chunks = cols * b->dtype.bytes() / 16;
       if ((cols * b->dtype.bytes()) % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0) ctx.swizzled.insert(b.get());
@@ -97,9 +116,11 @@ class Gemm : public TileOp {
       for (int64_t i = 0; i < n; ++i) body.push_back(make_store(creg, {make_int(i)}, make_float(0.0), loc));
     }
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wm), make_int(g.wn),
-                              make_int(g.ta), make_int(g.tb), make_load(A, {make_int(0), make_int(0)}, loc),
+                              make_int(g.ta), make_int(g.tb),
+                              a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
+                                     : make_load(A, {make_int(0), make_int(0)}, loc),
                               make_load(B, {make_int(0), make_int(0)}, loc), make_load(creg, {make_int(0)}, loc)};
-    body.push_back(make_evaluate(make_call("gemm_ss", args, DataType::i32(), loc), loc));
+    body.push_back(make_evaluate(make_call(a_regs ? "gemm_rs" : "gemm_ss", args, DataType::i32(), loc), loc));
     return make_seq(body, loc);
   }
 };

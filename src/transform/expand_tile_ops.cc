@@ -1,6 +1,8 @@
 // Pass: expand_tile_ops, and read_annotations.
 //
-// read_annotations expects the frontend's IR; it records T.use_swizzle on the kernel.
+// read_annotations expects the frontend's IR; it records T.use_swizzle on the kernel and
+// T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
+// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h).
 // expand_tile_ops replaces copy, fill and atomic_add by the T.Parallel nests they stand
 // for (ops/copy.cc), so that layout inference, partitioning, masking and vectorising
 // treat them like the author's own loops. Guarantees: no copy/fill/atomic_add op left.
@@ -26,9 +28,25 @@ class Expander : public ir::IRMutator {
 };
 }  // namespace
 
-void read_annotations(ir::Kernel& k, PassContext&) {
+void read_annotations(ir::Kernel& k, PassContext& ctx) {
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     auto* op = s.as<ir::TileOpNode>();
+    if (op && op->op == "annotate_layout") {
+      const ir::Buffer& b = op->regions.at(0).buffer;
+      std::string kind = op->attr_str("layout", "");
+      user_assert(kind == "swizzled", op->loc) << "T.annotate_layout: unknown layout kind '" << kind << "'";
+      user_assert(b->scope == ir::Scope::Shared, op->loc)
+          << "T.annotate_layout: only shared-memory buffers take a swizzled layout ('" << b->name << "' is "
+          << ir::scope_name(b->scope) << ")";
+      const int64_t* cols = b->shape.size() == 2 ? ir::as_const_int(b->shape[1]) : nullptr;
+      int64_t row_bytes = cols ? *cols * b->dtype.bytes() : 0;
+      int64_t chunks = row_bytes / 16;
+      user_assert(cols && row_bytes % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0, op->loc)
+          << "T.annotate_layout: the swizzled layout needs a 2-D buffer whose rows are a power of two (>= 2) "
+          << "of 16-byte chunks; '" << b->name << "' is " << b->dtype.name() << ", " << row_bytes << " bytes a row," << " with " << b->shape.size() << " dimensions";
+      ctx.swizzled.insert(b.get());
+      return;
+    }
     if (!op || op->op != "use_swizzle") return;
     if (op->attr_int("enable", 1)) {
       k.panel_size = int(op->attr_int("panel_size", 8));

@@ -90,6 +90,8 @@ class Barriers : public IRMutator {
 
 }  // namespace
 
+Stmt place_barriers(const std::vector<Stmt>& seq) { return Barriers().run(seq, seq.empty() ? SourceLoc() : seq[0]->loc); }
+
 void insert_barriers(Kernel& k, PassContext&) {
   auto* seq = k.body.as<SeqNode>();
   k.body = Barriers().run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);

@@ -16,5 +16,8 @@ void lower_fragments(ir::Kernel& k, PassContext& ctx);
 void pipeline_loops(ir::Kernel& k, PassContext& ctx);
 void plan_storage(ir::Kernel& k, PassContext& ctx);
 void insert_barriers(ir::Kernel& k, PassContext& ctx);
+// The same placement over one statement list, for a pass that builds a region it keeps
+// closed to insert_barriers (pipeline_loops' loop body).
+ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq);
 
 }  // namespace tegula::transform

@@ -1,16 +1,19 @@
 // Pass: pipeline_loops.
 //
 // Expects: lowered code in which the global->shared copies of a T.Pipelined(n,
-// num_stages=S) loop are cp.async calls (vectorize.cc), each copy one unit, all of them
-// before the loop's compute. Guarantees: the loop overlaps loads with compute:
+// num_stages=S) loop are cp.async calls (vectorize.cc), each copy one unit. The copies
+// may sit anywhere in the body (attention loads K, computes Q Kᵀ, then loads V): they read
+// only global memory and the loop variable, so they can all be issued ahead.
+// Guarantees: the loop overlaps loads with compute:
 //   for s in 0..S-2:  copies(s) into stage s; commit              (prologue)
 //   for k in 0..n-1:
 //     wait until at most S-2 groups are in flight; barrier          (stage k % S has landed)
 //     copies(k + S - 1) into stage (k + S - 1) % S; commit          (the stage compute(k-1) read)
-//     compute(k) reading stage k % S                                 (while those loads fly)
+//     compute(k) reading stage k % S, with its own barriers          (while those loads fly)
 //   wait for all; barrier
 // Each staged buffer becomes S copies stacked along its first dimension. Loops of any
-// other shape are left as they are, with their copies completed before the compute.
+// other shape (one stage, or compute that writes a staged buffer) keep their order, each
+// run of copies completed before the unit after it.
 #include <map>
 
 #include "ir/functor.h"
@@ -31,16 +34,32 @@ bool has_async_copy(const Stmt& s) {
 }
 
 // A copy unit fills shared memory from global memory only: cp.async calls, or plain
-// stores where the addresses were not aligned enough for cp.async.
+// stores where the addresses were not aligned enough for cp.async. It reads nothing but
+// global memory (a store from registers to shared memory is compute: it cannot move).
 bool is_copy_unit(const Stmt& s) {
-  bool writes_shared = false, reads_shared = false;
+  bool writes_shared = false, reads_other = false;
+  std::vector<const BufferNode*> async_dst;
   post_order(s, [&](const Stmt& x) {
-    if (auto* st = x.as<BufferStoreNode>()) writes_shared |= st->buffer->scope == Scope::Shared;
+    if (auto* st = x.as<BufferStoreNode>()) {
+      writes_shared |= st->buffer->scope == Scope::Shared;
+      reads_other |= st->buffer->scope != Scope::Shared;
+    }
   }, [&](const Expr& e) {
-    if (auto* ld = e.as<BufferLoadNode>()) reads_shared |= ld->buffer->scope == Scope::Shared;
-    if (auto* c = e.as<CallNode>()) writes_shared |= c->op == "cp_async";
+    if (auto* c = e.as<CallNode>()) {
+      if (c->op == "cp_async") {
+        writes_shared = true;
+        async_dst.push_back(c->args[0].as<BufferLoadNode>()->buffer.get());
+      }
+    }
   });
-  return writes_shared && (!reads_shared || has_async_copy(s));
+  post_order(s, nullptr, [&](const Expr& e) {
+    auto* ld = e.as<BufferLoadNode>();
+    if (!ld || ld->buffer->scope == Scope::Global) return;
+    bool is_dst = false;
+    for (auto* b : async_dst) is_dst |= b == ld->buffer.get();
+    reads_other |= !is_dst;
+  });
+  return writes_shared && !reads_other;
 }
 
 Stmt call(const std::string& op, std::vector<Expr> args = {}) {
@@ -85,41 +104,66 @@ class Pipeliner : public IRMutator {
     if (op->for_kind != ForKind::Pipelined || !has_async_copy(op->body)) return inner;
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
-    size_t ncopy = 0;
-    while (ncopy < units.size() && is_copy_unit(units[ncopy])) ++ncopy;
-    bool shaped = ncopy > 0 && ncopy < units.size() && op->num_stages >= 2;
-    for (size_t i = ncopy; i < units.size(); ++i) shaped &= !has_async_copy(units[i]);
-    if (!shaped) {
-      // Not the copies-then-compute shape: complete each iteration's copies right after
-      // the last of them.
-      size_t last = 0;
-      for (size_t i = 0; i < units.size(); ++i) {
-        if (has_async_copy(units[i])) last = i + 1;
+    std::vector<Stmt> copy_units, compute_units;
+    // The shared buffers the copies fill, and the position of the last copy into each.
+    std::vector<Buffer> filled;
+    std::map<const BufferNode*, size_t> last_fill;
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (!is_copy_unit(units[i])) {
+        compute_units.push_back(units[i]);
+        continue;
       }
-      std::vector<Stmt> body = units;
-      body.insert(body.begin() + last, {call("cp_async_commit"), call("cp_async_wait", {make_int(0)})});
+      copy_units.push_back(units[i]);
+      post_order(units[i], [&](const Stmt& x) {
+        auto* st = x.as<BufferStoreNode>();
+        if (st && st->buffer->scope == Scope::Shared) filled.push_back(st->buffer), last_fill[st->buffer.get()] = i;
+      }, [&](const Expr& e) {
+        auto* c = e.as<CallNode>();
+        if (c && c->op == "cp_async") {
+          filled.push_back(c->args[0].as<BufferLoadNode>()->buffer);
+          last_fill[filled.back().get()] = i;
+        }
+      });
+    }
+    bool shaped = !copy_units.empty() && !compute_units.empty() && op->num_stages >= 2;
+    // Compute may rewrite a staged buffer (zero a tail, say) only after its copy: the
+    // copy moves ahead, the rewrite stays in place on the same stage.
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (is_copy_unit(units[i])) continue;
+      shaped &= !has_async_copy(units[i]);
+      post_order(units[i], [&](const Stmt& x) {
+        auto* st = x.as<BufferStoreNode>();
+        if (!st) return;
+        auto it = last_fill.find(st->buffer.get());
+        shaped &= it == last_fill.end() || it->second < i;
+      }, nullptr);
+    }
+    if (!shaped) {
+      // Keep the order; complete each run of copies before the unit that follows it.
+      std::vector<Stmt> body;
+      for (size_t i = 0; i < units.size(); ++i) {
+        body.push_back(units[i]);
+        bool next_async = i + 1 < units.size() && has_async_copy(units[i + 1]);
+        if (has_async_copy(units[i]) && !next_async) {
+          body.push_back(call("cp_async_commit"));
+          body.push_back(call("cp_async_wait", {make_int(0)}));
+        }
+      }
       return make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
     }
+    const size_t ncopy = copy_units.size();
+    units = copy_units;
+    units.insert(units.end(), compute_units.begin(), compute_units.end());
     int S = op->num_stages;
     // The shared buffers the copies fill, each stacked S deep.
     std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
-    for (size_t i = 0; i < ncopy; ++i) {
-      std::vector<Buffer> filled;
-      post_order(units[i], [&](const Stmt& x) {
-        auto* st = x.as<BufferStoreNode>();
-        if (st && st->buffer->scope == Scope::Shared) filled.push_back(st->buffer);
-      }, [&](const Expr& e) {
-        auto* c = e.as<CallNode>();
-        if (c && c->op == "cp_async") filled.push_back(c->args[0].as<BufferLoadNode>()->buffer);
-      });
-      for (const Buffer& b : filled) {
-        if (staged.count(b.get())) continue;
-        int64_t rows = *as_const_int(b->shape[0]);
-        std::vector<Expr> shape = b->shape;
-        shape[0] = make_int(rows * S);
-        Buffer stacked = make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc);
-        staged[b.get()] = {stacked, rows};
-      }
+    for (const Buffer& b : filled) {
+      if (staged.count(b.get())) continue;
+      int64_t rows = *as_const_int(b->shape[0]);
+      std::vector<Expr> shape = b->shape;
+      shape[0] = make_int(rows * S);
+      Buffer stacked = make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc);
+      staged[b.get()] = {stacked, rows};
     }
     for (auto& b : k_.allocs) {
       auto it = staged.find(b.get());
@@ -145,9 +189,14 @@ class Pipeliner : public IRMutator {
     std::vector<Stmt> body = {call("cp_async_wait", {make_int(S - 2)}), make_sync()};
     body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));
     body.push_back(call("cp_async_commit"));
+    // The compute of one iteration touches one stage; barriers between its own units
+    // (a rewrite of a staged tile before a gemm reads it) are placed here, since the loop
+    // leaves this pass as one unit.
+    std::vector<Stmt> compute;
     for (size_t i = ncopy; i < units.size(); ++i) {
-      body.push_back(Restage(staged, floormod(it, make_int(S))).mutate(units[i]));
+      compute.push_back(Restage(staged, floormod(it, make_int(S))).mutate(units[i]));
     }
+    body.push_back(place_barriers(compute));
     Stmt loop = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
     std::vector<Stmt> all = prologue;
     all.push_back(loop);

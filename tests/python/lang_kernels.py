@@ -145,3 +145,59 @@ def gemm_relu_program(M, N, K, block_M, block_N, block_K, dtype="float16", accum
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return gemm
+
+
+def gemm_variant_program(M, N, K, block_M=64, block_N=64, block_K=32, transpose_A=False, transpose_B=False,
+                         a_in_registers=False, dtype="float16", accum_dtype="float32", threads=128, num_stages=2):
+    """C = op(A) @ op(B) with A or B stored transposed, A optionally staged through a
+    fragment (the register-A gemm attention uses for P @ V), any accumulator type."""
+    a_shape, a_tile = ((K, M), (block_K, block_M)) if transpose_A else ((M, K), (block_M, block_K))
+    b_shape, b_tile = ((N, K), (block_N, block_K)) if transpose_B else ((K, N), (block_K, block_N))
+    policy = T.GemmWarpPolicy.FullRow if a_in_registers else T.GemmWarpPolicy.Square
+
+    @T.prim_func
+    def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            if a_in_registers:
+                A_local = T.alloc_fragment((block_M, block_K), dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if transpose_A:
+                    T.copy(A[k * block_K, by * block_M], A_shared)
+                else:
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                if transpose_B:
+                    T.copy(B[bx * block_N, k * block_K], B_shared)
+                else:
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                if a_in_registers:
+                    T.copy(A_shared, A_local)
+                    T.gemm(A_local, B_shared, C_local, transpose_B=transpose_B, policy=policy)
+                else:
+                    T.gemm(A_shared, B_shared, C_local, transpose_A=transpose_A, transpose_B=transpose_B,
+                           policy=policy)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
+
+
+def swizzled_transpose_program(M, N, block_M=64, block_N=64, annotate=True):
+    """Y = Xᵀ through a shared tile that T.annotate_layout asks to be swizzled: the tile is
+    written along rows and read along columns."""
+
+    @T.prim_func
+    def transpose(X: T.Tensor((M, N), "float16"), Y: T.Tensor((N, M), "float16")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            tile = T.alloc_shared((block_M, block_N), "float16")
+            out = T.alloc_fragment((block_N, block_M), "float16")
+            if annotate:
+                T.annotate_layout({tile: T.make_swizzled_layout(tile)})
+            T.copy(X[by * block_M, bx * block_N], tile)
+            for i, j in T.Parallel(block_N, block_M):
+                out[i, j] = tile[j, i]
+            T.copy(out, Y[bx * block_N, by * block_M])
+
+    return transpose

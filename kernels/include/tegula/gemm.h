@@ -1,5 +1,5 @@
 // Block-level GEMM on tensor cores (mma.sync m16n8k16, operands through ldmatrix), the
-// code T.gemm(A_shared, B_shared, C_fragment) lowers to.
+// code T.gemm lowers to: gemm_ss when A is in shared memory, gemm_rs when A is a fragment.
 //
 // The block's warps tile the M x N output as WM x WN; warp w takes the tile at
 // (w % WM, w / WM), made of (M/WM/16) x (N/WN/8) mma tiles. The accumulator registers of
@@ -9,7 +9,8 @@
 //
 // A is M x K row-major (K x M when TA), B is K x N row-major (N x K when TB), both in
 // shared memory with K (and N) multiples of 8 elements so every ldmatrix row is 16-byte
-// aligned.
+// aligned; or A is in registers, laid out as an accumulator (see gemm_rs). C accumulates
+// in float32, or in float16 for float16 operands.
 #pragma once
 #include "tegula/mma.h"
 
@@ -38,48 +39,174 @@ TEGULA_DEVICE const T* tile_at(const T* base, int r, int c) {
   }
 }
 
-// The instruction for the operand type, chosen by overload on a pointer to it.
-TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
-  mma_m16n8k16_f16f32(d, a, b, d);
+// Two 16-bit values in one register, `lo` in bits 0..15, and back.
+TEGULA_DEVICE uint32_t pack2(half_t lo, half_t hi) {
+  return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
 }
-TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const bfloat16_t*) {
-  mma_m16n8k16_bf16f32(d, a, b, d);
+TEGULA_DEVICE uint32_t pack2(bfloat16_t lo, bfloat16_t hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+TEGULA_DEVICE void unpack2(uint32_t v, half_t& lo, half_t& hi) {
+  lo = __ushort_as_half((unsigned short)(v & 0xffffu));
+  hi = __ushort_as_half((unsigned short)(v >> 16));
 }
 
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, typename T>
-TEGULA_DEVICE void gemm_ss(const T* A, const T* B, float* C) {
-  static_assert(!TA, "T.gemm with transpose_A is not supported yet");
+// One m16n8k16 into the four accumulator slots at C: the instruction for the operand
+// type (chosen by overload on a pointer to it) and the accumulator type.
+TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
+  mma_m16n8k16_f16f32(*reinterpret_cast<float(*)[4]>(c), a, b, *reinterpret_cast<float(*)[4]>(c));
+}
+TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const bfloat16_t*) {
+  mma_m16n8k16_bf16f32(*reinterpret_cast<float(*)[4]>(c), a, b, *reinterpret_cast<float(*)[4]>(c));
+}
+// float16 accumulation: slots e = 0,1 (row g) and 2,3 (row g + 8) are the two half2
+// registers of the instruction.
+TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
+  uint32_t d[2] = {pack2(c[0], c[1]), pack2(c[2], c[3])};
+  mma_m16n8k16_f16f16(d, a, b, d);
+  unpack2(d[0], c[0], c[1]);
+  unpack2(d[1], c[2], c[3]);
+}
+
+// The block GEMM, specialised on the tile shape, the warp split and where A lives.
+// Warp w owns rows row0 .. row0 + TM and columns col0 .. col0 + TN of C.
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, typename T>
+struct BlockGemm {
+  static_assert(!RA || (WN == 1 && !TA), "A in registers needs the warps split along M only, and no transpose");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % 16 == 0, "tile does not fit the mma shape");
-  constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int row0 = (warp % WM) * TM, col0 = (warp / WM) * TN;
-#pragma unroll
-  for (int k0 = 0; k0 < K; k0 += 16) {
-    uint32_t a[MT][4];
-    uint32_t b[NT][2];
+  static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
+
+  // A fragments of k-step k0 for the warp's MT row tiles.
+  static TEGULA_DEVICE void load_a(uint32_t (&a)[MT][4], const T* A, int row0, int k0, int lane) {
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi) {
-      // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-      ldmatrix_x4(a[mi], tile_at<K, T, SA>(A, row0 + mi * 16 + lane % 16, k0 + (lane / 16) * 8));
-    }
-#pragma unroll
-    for (int ni = 0; ni < NT; ++ni) {
-      if constexpr (TB) {
-        // B^T rows are B columns: plain ldmatrix gives each thread two consecutive k.
-        ldmatrix_x2(b[ni], tile_at<K, T, SB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+      if constexpr (RA) {
+        // From registers holding A in the accumulator layout of an M x K tile split WM x 1
+        // (slots [mi][kt][e], kt counting 8-column tiles): the 16 x 16 operand is
+        // accumulator tile kt = k0 / 8 and its right neighbour.
+        const T* s = A + (mi * (K / 8) + k0 / 8) * 4;
+        a[mi][0] = pack2(s[0], s[1]);
+        a[mi][1] = pack2(s[2], s[3]);
+        a[mi][2] = pack2(s[4], s[5]);
+        a[mi][3] = pack2(s[6], s[7]);
+      } else if constexpr (TA) {
+        // A is stored K x M: matrix q = lane / 8 of the four is (m half q % 2, k half q / 2),
+        // read transposed from rows k of the stored tile.
+        int q = lane / 8;
+        ldmatrix_x4_trans(a[mi], tile_at<M, T, SA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
       } else {
-        // Rows k0..k0+15 of a K x N tile, transposed on the way into registers.
-        ldmatrix_x2_trans(b[ni], tile_at<N, T, SB>(B, k0 + lane % 16, col0 + ni * 8));
-      }
-    }
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-#pragma unroll
-      for (int ni = 0; ni < NT; ++ni) {
-        mma_f32(*reinterpret_cast<float(*)[4]>(&C[(mi * NT + ni) * 4]), a[mi], b[ni], A);
+        // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
+        ldmatrix_x4(a[mi], tile_at<K, T, SA>(A, row0 + mi * 16 + lane % 16, k0 + (lane / 16) * 8));
       }
     }
   }
+
+  // B fragments of k-step k0 for the warp's NT column tiles: two tiles per ldmatrix.x4.
+  static TEGULA_DEVICE void load_b(uint32_t (&b)[NT][2], const T* B, int col0, int k0, int lane) {
+    const int q = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int ni = 0; ni + 1 < NT; ni += 2) {
+      uint32_t d[4];
+      if constexpr (TB) {
+        // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
+        ldmatrix_x4(d, tile_at<K, T, SB>(B, col0 + ni * 8 + (q / 2) * 8 + r, k0 + (q % 2) * 8));
+      } else {
+        // Rows k of a K x N tile, transposed on the way into registers.
+        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
+      }
+      b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
+    }
+    if constexpr (NT % 2 == 1) {
+      constexpr int ni = NT - 1;
+      if constexpr (TB) {
+        ldmatrix_x2(b[ni], tile_at<K, T, SB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+      } else {
+        ldmatrix_x2_trans(b[ni], tile_at<N, T, SB>(B, k0 + lane % 16, col0 + ni * 8));
+      }
+    }
+  }
+
+  // C += A B over the whole K. Narrow warp tiles double-buffer their fragments: the next
+  // k-step's are loaded before this one's mma. Wide ones (attention's P V with N = head
+  // dim) would spend too many registers on that, so they stream B two n-tiles at a time
+  // and leave the overlap to the instruction scheduler.
+  static constexpr bool kDoubleBuffer = (MT * 4 + NT * 2) <= 24;
+
+  template <typename Acc>
+  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int row0 = (warp % WM) * TM, col0 = (warp / WM) * TN;
+    if constexpr (kDoubleBuffer) {
+      uint32_t a[2][MT][4];
+      uint32_t b[2][NT][2];
+      load_a(a[0], A, row0, 0, lane);
+      load_b(b[0], B, col0, 0, lane);
+#pragma unroll
+      for (int ks = 0; ks < K / 16; ++ks) {
+        if (ks + 1 < K / 16) {
+          load_a(a[(ks + 1) % 2], A, row0, (ks + 1) * 16, lane);
+          load_b(b[(ks + 1) % 2], B, col0, (ks + 1) * 16, lane);
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+          for (int ni = 0; ni < NT; ++ni) {
+            // Serpentine over n so consecutive mma share the A or B registers.
+            int nj = (mi % 2) ? NT - 1 - ni : ni;
+            mma_tile(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < K / 16; ++ks) {
+        uint32_t a[MT][4];
+        load_a(a, A, row0, ks * 16, lane);
+#pragma unroll
+        for (int n0 = 0; n0 < NT; n0 += 2) {
+          uint32_t b[2][2];
+          load_b_pair(b, B, col0 + n0 * 8, ks * 16, lane, n0 + 1 < NT);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_tile(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
+            if (n0 + 1 < NT) mma_tile(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+          }
+        }
+      }
+    }
+  }
+
+  // B fragments of two n-tiles (one when !two) starting at column c0.
+  static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const T* B, int c0, int k0, int lane, bool two) {
+    const int q = lane / 8, r = lane % 8;
+    if (two) {
+      uint32_t d[4];
+      if constexpr (TB) {
+        ldmatrix_x4(d, tile_at<K, T, SB>(B, c0 + (q / 2) * 8 + r, k0 + (q % 2) * 8));
+      } else {
+        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, c0 + (q / 2) * 8));
+      }
+      b[0][0] = d[0], b[0][1] = d[1], b[1][0] = d[2], b[1][1] = d[3];
+    } else if constexpr (TB) {
+      ldmatrix_x2(b[0], tile_at<K, T, SB>(B, c0 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+    } else {
+      ldmatrix_x2_trans(b[0], tile_at<N, T, SB>(B, k0 + lane % 16, c0));
+    }
+  }
+};
+
+// T.gemm(A_shared, B_shared, C): A and B in shared memory.
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, typename T, typename Acc>
+TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, T>::run(A, B, C);
+}
+
+// T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
+// same warp split with WN = 1 (what T.copy(acc_fp32, acc_fp16) of a previous gemm's
+// accumulator gives), so attention's P @ V reads P where the first gemm left it.
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, typename T, typename Acc>
+TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, T>::run(A, B, C);
 }
 
 }  // namespace tegula

@@ -16,6 +16,7 @@ from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator
 from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, to_expr
+from .errors import TegulaCompileError
 
 UNSUPPORTED_STMTS = {
     ast.While: "while loops are not supported in a kernel: use `for i in T.serial(n)` with an `if`",
@@ -338,7 +339,14 @@ class Parser(Evaluator):
             spec = annotations.get(arg.arg)
             if spec is None or isinstance(spec, str):
                 # Postponed (string) annotations: evaluate them here, as TVMScript does.
-                spec = self.eval(arg.annotation)
+                try:
+                    spec = self.eval(arg.annotation)
+                except TegulaCompileError as e:
+                    if isinstance(spec, str) and "is not defined" in str(e):
+                        raise self.error(arg.annotation, f"parameter '{arg.arg}': {e.message}; with `from __future__ "
+                                         "import annotations` an annotation sees only names the kernel body "
+                                         "also uses (drop that import, or use the name in the body)") from None
+                    raise
             previous = self.set_loc(arg)
             if isinstance(spec, TensorSpec):
                 buf = self._ir.buffer(arg.arg, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])

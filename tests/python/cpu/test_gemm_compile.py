@@ -74,3 +74,73 @@ def test_gemm_errors_point_at_the_line():
         tegula.compile(bad, target="sm_90a")
     assert "shapes do not agree" in str(info.value)
     assert "T.gemm(a, b, c)" in str(info.value)
+
+
+from lang_kernels import gemm_variant_program, swizzled_transpose_program  # noqa: E402
+
+
+@pytest.mark.parametrize("kw,call", [
+    (dict(transpose_A=True), "gemm_ss<64, 64, 32, 2, 2, 1, 0,"),
+    (dict(transpose_A=True, transpose_B=True), "gemm_ss<64, 64, 32, 2, 2, 1, 1,"),
+    (dict(a_in_registers=True), "gemm_rs<64, 64, 32, 4, 1, 0, 0,"),
+    (dict(a_in_registers=True, transpose_B=True), "gemm_rs<64, 64, 32, 4, 1, 0, 1,"),
+    (dict(accum_dtype="float16"), "gemm_ss<64, 64, 32, 2, 2, 0, 0,"),
+])
+def test_gemm_variants_compile_to_tensor_cores(kw, call, tmp_path):
+    k = tegula.compile(gemm_variant_program(200, 136, 96, **kw), out_idx=[2], target="sm_80")
+    src = k.get_kernel_source()
+    assert call in src
+    if kw.get("a_in_registers"):
+        # A reaches the gemm as registers: the copy into it reads shared memory, no ldmatrix of A.
+        assert "&A_local[0]" in src
+    sass = _sass(k.cubin(), tmp_path)
+    assert "HMMA" in sass and "LDSM" in sass
+    if kw.get("accum_dtype") == "float16":
+        assert "HMMA.16816.F16" in sass, "fp16 accumulation should use the f16 form of the instruction"
+    else:
+        assert "HMMA.16816.F32" in sass
+
+
+def test_gemm_a_in_registers_needs_full_rows():
+    @T.prim_func
+    def bad(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_shared((64, 64), "float16")
+            af = T.alloc_fragment((64, 64), "float16")
+            b = T.alloc_shared((64, 64), "float16")
+            c = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.copy(a, af)
+            T.gemm(af, b, c, policy=T.GemmWarpPolicy.FullCol)
+            T.copy(c, C)
+
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        tegula.compile(bad, target="sm_80")
+    assert "FullRow" in str(info.value) and "T.gemm(af, b, c" in str(info.value)
+
+
+def test_bfloat16_operands_cannot_accumulate_in_float16():
+    with pytest.raises(tegula.TegulaCompileError, match="float16 for float16 operands"):
+        tegula.compile(gemm_variant_program(64, 64, 64, dtype="bfloat16", accum_dtype="float16"), target="sm_80")
+
+
+def test_annotate_layout_swizzles_the_shared_tile():
+    swizzled = tegula.compile(swizzled_transpose_program(128, 256), out_idx=[1], target="sm_80").get_kernel_source()
+    plain = tegula.compile(swizzled_transpose_program(128, 256, annotate=False), out_idx=[1],
+                           target="sm_80").get_kernel_source()
+    assert "swizzle_offset<64, 2>" in swizzled and "swizzle_offset" not in plain
+
+
+def test_annotate_layout_refuses_a_tile_it_cannot_swizzle():
+    @T.prim_func
+    def bad(X: T.Tensor((64, 24), "float16"), Y: T.Tensor((64, 24), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_shared((64, 24), "float16")
+            T.annotate_layout({tile: T.make_swizzled_layout(tile)})
+            T.copy(X, tile)
+            T.copy(tile, Y)
+
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        tegula.compile(bad, target="sm_80")
+    assert "power of two" in str(info.value) and "annotate_layout" in str(info.value)

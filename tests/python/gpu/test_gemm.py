@@ -106,3 +106,63 @@ def test_autotuned_matmul(tmp_path, monkeypatch):
     chosen = kernel.config
     assert any(all(chosen.get(k) == v for k, v in c.items()) for c in gemm._tuning_configs(512, 768, 256))
     assert kernel.latency > 0
+
+
+def _variant(M, N, K, **kw):
+    import os
+    import sys
+
+    import tegula
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from lang_kernels import gemm_variant_program
+
+    return tegula.compile(gemm_variant_program(M, N, K, **kw), out_idx=[2])
+
+
+@pytest.mark.parametrize("M,N,K", [(128, 128, 64), (200, 136, 96), (77, 300, 160)])
+@pytest.mark.parametrize("transpose_A,transpose_B,a_in_registers",
+                         [(True, False, False), (True, True, False), (False, False, True), (False, True, True)])
+def test_gemm_transposes_and_a_from_registers(M, N, K, transpose_A, transpose_B, a_in_registers):
+    g = torch.Generator(device="cuda").manual_seed(M * 7 + N + K)
+    a = torch.randn(M, K, generator=g, device="cuda").half()
+    b = torch.randn(K, N, generator=g, device="cuda").half()
+    kernel = _variant(M, N, K, transpose_A=transpose_A, transpose_B=transpose_B, a_in_registers=a_in_registers)
+    a_arg = a.t().contiguous() if transpose_A else a
+    b_arg = b.t().contiguous() if transpose_B else b
+    assert _rel(kernel(a_arg, b_arg), a.float() @ b.float()) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gemm_a_from_registers_both_types(dtype):
+    M, N, K = 192, 128, 128
+    a, b = _inputs(M, N, K, dtype, seed=31)
+    kernel = _variant(M, N, K, a_in_registers=True, dtype="float16" if dtype == torch.float16 else "bfloat16")
+    assert _rel(kernel(a, b), a.float() @ b.float()) < (1e-3 if dtype == torch.float16 else 8e-3)
+
+
+def test_gemm_float16_accumulation():
+    """fp16 accumulators: error of a few fp16 roundings per partial sum, nothing more."""
+    M, N, K = 256, 192, 256
+    a, b = _inputs(M, N, K, torch.float16, seed=41)
+    kernel = _variant(M, N, K, accum_dtype="float16")
+    ref = a.float() @ b.float()
+    err = _rel(kernel(a, b), ref)
+    assert err < 5e-3
+    # And it really accumulates in fp16: a float32 accumulator rounds only once.
+    assert err > _rel(_variant(M, N, K)(a, b), ref)
+
+
+@pytest.mark.parametrize("M,N", [(128, 256), (100, 200)])
+def test_annotated_swizzled_shared_tile(M, N):
+    import os
+    import sys
+
+    import tegula
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from lang_kernels import swizzled_transpose_program
+
+    x = torch.randn(M, N, device="cuda").half()
+    kernel = tegula.compile(swizzled_transpose_program(M, N), out_idx=[1])
+    assert torch.equal(kernel(x), x.t().contiguous())

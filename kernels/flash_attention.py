@@ -1,0 +1,203 @@
+"""FlashAttention forward, written the TileLang way:
+
+    O = softmax(Q Kᵀ · scale [+ mask]) V        Q (B, Sq, H, D), K/V (B, Skv, Hkv, D)  ("bshd")
+                                                or Q (B, H, Sq, D), K/V (B, Hkv, Skv, D)  ("bhsd")
+
+One block owns `block_M` query rows of one head and streams the keys and values in
+`block_N` tiles through shared memory. The scores of a tile (Q Kᵀ) and the output stay in
+registers (mma accumulators); an online softmax keeps the running row max, the rescale
+factor and the running denominator in fragments, so no Sq x Skv matrix ever exists.
+
+Masks: a causal mask aligns the last query with the last key (query i sees keys
+j <= i + Skv - Sq), as FlashAttention does when the lengths differ; a sliding window of W
+lets a query see only the last W of the keys it may see. Key blocks outside the mask are
+skipped by the loop bounds, so causal attention costs half and a window costs O(S·W).
+Query heads share KV heads in groups of H / Hkv (GQA).
+"""
+import functools
+import math
+
+import torch
+
+import tegula
+import tegula.language as T
+
+from ._common import describe, dtype_name
+
+LOG2E = 1.4426950408889634
+LAYOUTS = ("bshd", "bhsd")
+
+
+def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal=False, window=0,
+                            layout="bshd", block_M=128, block_N=64, num_stages=2, threads=128,
+                            dtype="float16", sm_scale=None):
+    accum = "float32"
+    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(dim)) * LOG2E
+    group = heads // kv_heads
+    offset = seq_kv - seq_q                    # query i is aligned with key i + offset
+    masked = is_causal or window > 0 or seq_kv % block_N != 0
+    bshd = layout == "bshd"
+    q_shape = (batch, seq_q, heads, dim) if bshd else (batch, heads, seq_q, dim)
+    kv_shape = (batch, seq_kv, kv_heads, dim) if bshd else (batch, kv_heads, seq_kv, dim)
+
+    @T.prim_func
+    def attention(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                  Output: T.Tensor(q_shape, dtype), Lse: T.Tensor((batch, heads, seq_q), accum)):
+        with T.Kernel(T.ceildiv(seq_q, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            Q_shared = T.alloc_shared((block_M, dim), dtype)
+            K_shared = T.alloc_shared((block_N, dim), dtype)
+            V_shared = T.alloc_shared((block_N, dim), dtype)
+            acc_s = T.alloc_fragment((block_M, block_N), accum)
+            acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
+            acc_o = T.alloc_fragment((block_M, dim), accum)
+            scores_max = T.alloc_fragment((block_M,), accum)
+            scores_max_prev = T.alloc_fragment((block_M,), accum)
+            scores_scale = T.alloc_fragment((block_M,), accum)
+            scores_sum = T.alloc_fragment((block_M,), accum)
+            logsum = T.alloc_fragment((block_M,), accum)
+            # Causal blocks near the end have the most keys: start them first.
+            q0 = (T.ceildiv(seq_q, block_M) - 1 - bx if is_causal else bx) * block_M
+            if bshd:
+                T.copy(Q[bz, q0:q0 + block_M, by, :], Q_shared)
+            else:
+                T.copy(Q[bz, by, q0:q0 + block_M, :], Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -1e30)
+            # Keys [lo, hi) can be seen by some query of this block.
+            hi = T.min(seq_kv, q0 + block_M + offset) if is_causal else seq_kv
+            lo = T.max(0, q0 + offset - window + 1) if window > 0 else 0
+            first = lo // block_N
+            for kb in T.Pipelined(T.ceildiv(hi, block_N) - first, num_stages=num_stages):
+                k0 = (first + kb) * block_N
+                if bshd:
+                    T.copy(K[bz, k0:k0 + block_N, by // group, :], K_shared)
+                else:
+                    T.copy(K[bz, by // group, k0:k0 + block_N, :], K_shared)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
+                       clear_accum=True)
+                # Only the blocks that cross the diagonal, the window's edge or the end of
+                # the keys pay for the mask.
+                edge = k0 + block_N > seq_kv
+                if is_causal:
+                    edge = edge | (k0 + block_N > q0 + 1 + offset)
+                if window > 0:
+                    edge = edge | (k0 <= q0 + block_M - 1 + offset - window)
+                if masked and edge:
+                    for i, j in T.Parallel(block_M, block_N):
+                        visible = k0 + j < seq_kv
+                        if is_causal:
+                            visible = visible & (k0 + j <= q0 + i + offset)
+                        if window > 0:
+                            visible = visible & (k0 + j > q0 + i + offset - window)
+                        acc_s[i, j] = T.if_then_else(visible, acc_s[i, j], -T.infinity(accum))
+                if bshd:
+                    T.copy(V[bz, k0:k0 + block_N, by // group, :], V_shared)
+                else:
+                    T.copy(V[bz, by // group, k0:k0 + block_N, :], V_shared)
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(block_M):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] *= scores_scale[i]
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                for i in T.Parallel(block_M):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf.
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
+            for i in T.Parallel(block_M):
+                logsum[i] = T.if_then_else(logsum[i] > 0, (T.log2(logsum[i]) + scores_max[i] * scale) / LOG2E,
+                                           -T.infinity(accum))
+            if bshd:
+                T.copy(acc_o, Output[bz, q0:q0 + block_M, by, :])
+            else:
+                T.copy(acc_o, Output[bz, by, q0:q0 + block_M, :])
+            T.copy(logsum, Lse[bz, by, q0:q0 + block_M])
+
+    return attention
+
+
+# Fast math: exp2 and the final division become single approximate instructions, well
+# inside the error an fp16 output can show.
+FAST_MATH = {tegula.PassConfigKey.TL_ENABLE_FAST_MATH: True}
+flash_attention_kernel = tegula.jit(out_idx=[3, 4], pass_configs=FAST_MATH)(flash_attention_program)
+
+
+def default_config(seq_q, dim, is_causal):
+    """Tiles by head dimension, from a sweep on an H100 (benchmarks/bench_attention.py):
+    four warps of 32 query rows each read every K/V tile from shared memory once per 32
+    rows, which the tensor cores can keep up with; wider heads take fewer rows."""
+    if dim <= 128:
+        return dict(block_M=128, block_N=64, threads=128, num_stages=2)
+    return dict(block_M=64, block_N=64, threads=128, num_stages=2)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_for(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal, window, layout, dtype, sm_scale, **config):
+    cfg = default_config(seq_q, dim, is_causal)
+    cfg.update(config)
+    return flash_attention_kernel(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal=is_causal, window=window,
+                                  layout=layout, dtype=dtype, sm_scale=sm_scale, **cfg)
+
+
+def check_qkv(op, q, k, v, layout):
+    """Argument checks shared by the attention entry points; returns (B, H, Hkv, Sq, Skv, D)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"{op}: layout must be one of {LAYOUTS}, got {layout!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
+        if t.device.type != "cuda" or t.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"{op}: {name} must be a CUDA tensor of float16/bfloat16, got {describe(t)}")
+        if t.dim() != 4:
+            raise ValueError(f"{op}: {name} must be 4-D ({layout.upper()}), got {describe(t)}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{op}: the last dimension of {name} must be contiguous (stride 1), got {describe(t)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{op}: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
+                             f"got {describe(t)}")
+    if layout == "bshd":
+        (B, Sq, H, D), (Bk, Skv, Hkv, Dk) = q.shape, k.shape
+    else:
+        (B, H, Sq, D), (Bk, Hkv, Skv, Dk) = q.shape, k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {describe(v)}")
+    if Bk != B or Dk != D:
+        raise ValueError(f"{op}: k must match q in batch and head dimension ({B}, {D}), got {describe(k)}")
+    if D % 16 != 0 or D > 256:
+        raise ValueError(f"{op}: the head dimension must be a multiple of 16 up to 256, got {D}")
+    if Hkv == 0 or H % Hkv != 0:
+        raise ValueError(f"{op}: the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+    if Sq == 0 or Skv == 0:
+        raise ValueError(f"{op}: empty sequence (q length {Sq}, k length {Skv})")
+    return B, H, Hkv, Sq, Skv, D
+
+
+def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=None, return_lse=False,
+                    **config):
+    """softmax(q kᵀ · sm_scale + mask) v without materialising the scores.
+
+    q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) for layout "bshd"; (B, H, S, D) for "bhsd".
+    float16 or bfloat16; H a multiple of Hkv (grouped-query attention); D a multiple of 16
+    up to 256. `causal` aligns the last query with the last key; `window=W` lets each
+    query see only the W most recent keys it may see. sm_scale defaults to 1/sqrt(D).
+    Returns the output in q's layout and dtype, and with return_lse=True also the
+    natural-log log-sum-exp of each query's scores, float32 (B, H, Sq) (-inf for a query
+    that sees no key; its output is 0). Tensors whose last dimension is contiguous but
+    whose other strides are not dense are copied first.
+    """
+    B, H, Hkv, Sq, Skv, D = check_qkv("flash_attention", q, k, v, layout)
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"flash_attention: window must be None or a positive int, got {window!r}")
+    q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
+    kernel = kernel_for(B, H, Hkv, Sq, Skv, D, bool(causal), int(window or 0), layout, dtype_name(q.dtype),
+                        None if sm_scale is None else float(sm_scale), **config)
+    out, lse = kernel(q, k, v)
+    return (out, lse) if return_lse else out

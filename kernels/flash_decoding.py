@@ -1,0 +1,198 @@
+"""Flash decoding: one new query token per sequence against a long KV cache.
+
+    out[b, h] = softmax(q[b, h] · K[b, :len_b, h // G]ᵀ · scale) V[b, :len_b, h // G]
+
+q (B, H, D); the caches (B, S_max, Hkv, D) with per-sequence lengths len_b (int32,
+B); G = H / Hkv query heads share one KV head. With one query row per head there is too
+little work per sequence to fill the GPU, so the keys are split `num_split` ways:
+
+1. `decode_split`: block (split, kv head, batch) runs the online softmax of
+   FlashAttention over its share of the keys for the G query heads of that KV head at
+   once (they form the rows of one tensor-core tile, padded to 16), and writes a partial
+   output and its base-2 log-sum-exp;
+2. `decode_combine`: block (head, batch) rescales the partial outputs by their
+   log-sum-exps and sums them.
+
+Keys past a sequence's length are masked after the product and the matching value rows
+are zeroed, so whatever the unused part of the cache holds (even NaN) never reaches the
+output. The kernel reads each key and value once: it is bound by memory bandwidth.
+"""
+import functools
+import math
+
+import torch
+
+import tegula
+import tegula.language as T
+
+from ._common import describe, dtype_name
+from .flash_attention import FAST_MATH
+
+LOG2E = 1.4426950408889634
+
+
+def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, block_N=64, num_stages=2,
+                         dtype="float16", sm_scale=None):
+    accum = "float32"
+    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(dim)) * LOG2E
+    group = heads // kv_heads
+    block_H = 16 * -(-group // 16)             # the G query rows, padded to an mma tile
+    threads = 32 * (block_H // 16)             # one warp per 16 rows
+
+    @T.prim_func
+    def decode_split(Q: T.Tensor((batch, heads, dim), dtype),
+                     K: T.Tensor((batch, max_seqlen, kv_heads, dim), dtype),
+                     V: T.Tensor((batch, max_seqlen, kv_heads, dim), dtype),
+                     seqlens: T.Tensor((batch,), "int32"),
+                     Out_part: T.Tensor((batch, heads, num_split, dim), accum),
+                     Lse_part: T.Tensor((batch, heads, num_split), accum)):
+        with T.Kernel(num_split, kv_heads, batch, threads=threads) as (bs, bh, bz):
+            Q_shared = T.alloc_shared((block_H, dim), dtype)
+            K_shared = T.alloc_shared((block_N, dim), dtype)
+            V_shared = T.alloc_shared((block_N, dim), dtype)
+            acc_s = T.alloc_fragment((block_H, block_N), accum)
+            acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
+            acc_o = T.alloc_fragment((block_H, dim), accum)
+            scores_max = T.alloc_fragment((block_H,), accum)
+            scores_max_prev = T.alloc_fragment((block_H,), accum)
+            scores_scale = T.alloc_fragment((block_H,), accum)
+            scores_sum = T.alloc_fragment((block_H,), accum)
+            logsum = T.alloc_fragment((block_H,), accum)
+            seqlen = seqlens[bz]
+            blocks = T.ceildiv(seqlen, block_N)
+            per_split = T.ceildiv(blocks, num_split)
+            first = bs * per_split
+            T.copy(Q[bz, bh * group:bh * group + block_H, :], Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -1e30)
+            for kb in T.Pipelined(T.max(0, T.min(per_split, blocks - first)), num_stages=num_stages):
+                k0 = (first + kb) * block_N
+                T.copy(K[bz, k0:k0 + block_N, bh, :], K_shared)
+                T.copy(V[bz, k0:k0 + block_N, bh, :], V_shared)
+                if k0 + block_N > seqlen:
+                    for i, j in T.Parallel(block_N, dim):
+                        V_shared[i, j] = T.if_then_else(k0 + i < seqlen, V_shared[i, j], 0)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
+                       clear_accum=True)
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity(accum))
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(block_H):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for i, j in T.Parallel(block_H, dim):
+                    acc_o[i, j] *= scores_scale[i]
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                for i in T.Parallel(block_H):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            # An empty split (more splits than key blocks) leaves 0 and a weight of 0.
+            for i, j in T.Parallel(block_H, dim):
+                if i < group:
+                    Out_part[bz, bh * group + i, bs, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
+            for i in T.Parallel(block_H):
+                if i < group:
+                    Lse_part[bz, bh * group + i, bs] = T.if_then_else(
+                        logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
+
+    return decode_split
+
+
+def decode_combine_program(batch, heads, dim, num_split, dtype="float16"):
+    accum = "float32"
+
+    @T.prim_func
+    def decode_combine(Out_part: T.Tensor((batch, heads, num_split, dim), accum),
+                       Lse_part: T.Tensor((batch, heads, num_split), accum),
+                       Output: T.Tensor((batch, heads, dim), dtype)):
+        with T.Kernel(heads, batch, threads=dim) as (bh, bz):
+            o = T.alloc_fragment((dim,), accum)
+            lse_max = T.alloc_var(accum)
+            total = T.alloc_var(accum)
+            lse_max = -T.infinity(accum)
+            for s in T.serial(num_split):
+                lse_max = T.max(lse_max, Lse_part[bz, bh, s])
+            total = 0.0
+            for s in T.serial(num_split):
+                total += T.exp2(Lse_part[bz, bh, s] - lse_max)
+            T.clear(o)
+            for s in T.serial(num_split):
+                for j in T.Parallel(dim):
+                    o[j] += Out_part[bz, bh, s, j] * (T.exp2(Lse_part[bz, bh, s] - lse_max) / total)
+            T.copy(o, Output[bz, bh, :])
+
+    return decode_combine
+
+
+decode_split_kernel = tegula.jit(out_idx=[4, 5], pass_configs=FAST_MATH)(decode_split_program)
+decode_combine_kernel = tegula.jit(out_idx=[2])(decode_combine_program)
+
+
+def default_num_split(batch, kv_heads, max_seqlen, block_N=64, sms=132):
+    """Enough blocks for several waves of the machine, at least two key blocks a split."""
+    blocks = batch * kv_heads
+    want = -(-4 * sms // blocks)
+    return max(1, min(16, want, -(-max_seqlen // (2 * block_N))))
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_for(batch, heads, kv_heads, max_seqlen, dim, num_split, dtype, sm_scale, **config):
+    split = decode_split_kernel(batch, heads, kv_heads, max_seqlen, dim, num_split, dtype=dtype, sm_scale=sm_scale,
+                                **config)
+    combine = decode_combine_kernel(batch, heads, dim, num_split, dtype=dtype)
+    return split, combine
+
+
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, **config):
+    """Attention of one query token per sequence over a KV cache.
+
+    q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), float16 or bfloat16, H a multiple
+    of Hkv; cache_seqlens int32 (B,) with 1 <= len_b <= S_max (keys at and past len_b are
+    ignored). Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the
+    GPU several waves of blocks.
+    """
+    op = "flash_decode"
+    for name, t, nd in (("q", q, 3), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
+        if t.device.type != "cuda" or t.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"{op}: {name} must be a CUDA tensor of float16/bfloat16, got {describe(t)}")
+        if t.dim() != nd:
+            raise ValueError(f"{op}: {name} must be {nd}-D, got {describe(t)}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{op}: the last dimension of {name} must be contiguous (stride 1), got {describe(t)}")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{op}: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
+                             f"got {describe(t)}")
+    B, H, D = q.shape
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"{op}: v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {describe(v_cache)}")
+    Bk, S, Hkv, Dk = k_cache.shape
+    if Bk != B or Dk != D:
+        raise ValueError(f"{op}: k_cache must be ({B}, S_max, Hkv, {D}) to match q, got {describe(k_cache)}")
+    if D % 16 != 0 or D > 256:
+        raise ValueError(f"{op}: the head dimension must be a multiple of 16 up to 256, got {D}")
+    if Hkv == 0 or H % Hkv != 0:
+        raise ValueError(f"{op}: the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 \
+            or cache_seqlens.shape != (B,) or cache_seqlens.device != q.device:
+        raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},) on {q.device}, "
+                         f"got {describe(cache_seqlens)}")
+    if num_split is None:
+        num_split = default_num_split(B, Hkv, S, sms=_sm_count(q.device))
+    if not isinstance(num_split, int) or num_split < 1:
+        raise ValueError(f"{op}: num_split must be a positive int, got {num_split!r}")
+    q, k_cache, v_cache = (t if t.is_contiguous() else t.contiguous() for t in (q, k_cache, v_cache))
+    cache_seqlens = cache_seqlens.contiguous()
+    split, combine = kernels_for(B, H, Hkv, S, D, num_split, dtype_name(q.dtype),
+                                 None if sm_scale is None else float(sm_scale), **config)
+    out_part, lse_part = split(q, k_cache, v_cache, cache_seqlens)
+    return combine(out_part, lse_part)
