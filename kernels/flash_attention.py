@@ -9,8 +9,8 @@ registers (mma accumulators); an online softmax keeps the running row max, the r
 factor and the running denominator in fragments, so no Sq x Skv matrix ever exists.
 
 Masks: a causal mask aligns the last query with the last key (query i sees keys
-j <= i + Skv - Sq), as FlashAttention does when the lengths differ; a sliding window of W
-lets a query see only the last W of the keys it may see. Key blocks outside the mask are
+j <= i + Skv - Sq), as FlashAttention does when the lengths differ; a causal sliding
+window of W lets a query see only the last W of those keys. Key blocks outside the mask are
 skipped by the loop bounds, so causal attention costs half and a window costs O(S·W).
 Query heads share KV heads in groups of H / Hkv (GQA).
 """
@@ -97,8 +97,9 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                     T.copy(V[bz, by // group, k0:k0 + block_N, :], V_shared)
                 T.copy(scores_max, scores_max_prev)
                 T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                # Subtract first: equal maxima must give exactly 1.
                 for i in T.Parallel(block_M):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                    scores_scale[i] = T.exp2((scores_max_prev[i] - scores_max[i]) * scale)
                 for i, j in T.Parallel(block_M, dim):
                     acc_o[i, j] *= scores_scale[i]
                 for i, j in T.Parallel(block_M, block_N):
@@ -172,9 +173,10 @@ def check_qkv(op, q, k, v, layout):
     if Bk != B or Dk != D:
         raise ValueError(f"{op}: k must match q in batch and head dimension ({B}, {D}), got {describe(k)}")
     if D % 16 != 0 or D > 256:
-        raise ValueError(f"{op}: the head dimension must be a multiple of 16 up to 256, got {D}")
+        raise ValueError(f"{op}: the head dimension (last dimension of q, k, v) must be a multiple of 16 "
+                         f"up to 256, got {D}")
     if Hkv == 0 or H % Hkv != 0:
-        raise ValueError(f"{op}: the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+        raise ValueError(f"{op}: the heads of q ({H}) must be a multiple of the heads of k and v ({Hkv})")
     if Sq == 0 or Skv == 0:
         raise ValueError(f"{op}: empty sequence (q length {Sq}, k length {Skv})")
     return B, H, Hkv, Sq, Skv, D
@@ -186,16 +188,23 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
 
     q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) for layout "bshd"; (B, H, S, D) for "bhsd".
     float16 or bfloat16; H a multiple of Hkv (grouped-query attention); D a multiple of 16
-    up to 256. `causal` aligns the last query with the last key; `window=W` lets each
-    query see only the W most recent keys it may see. sm_scale defaults to 1/sqrt(D).
+    up to 256. `causal` aligns the last query with the last key (query i sees keys
+    j <= i + Skv - Sq); `window=W` (with causal=True) narrows that to the W most recent
+    keys, j > i + Skv - Sq - W, at O(S·W) cost. sm_scale (> 0) defaults to 1/sqrt(D).
     Returns the output in q's layout and dtype, and with return_lse=True also the
     natural-log log-sum-exp of each query's scores, float32 (B, H, Sq) (-inf for a query
     that sees no key; its output is 0). Tensors whose last dimension is contiguous but
     whose other strides are not dense are copied first.
     """
     B, H, Hkv, Sq, Skv, D = check_qkv("flash_attention", q, k, v, layout)
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"flash_attention: window must be None or a positive int, got {window!r}")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"flash_attention: window must be None or a positive int, got {window!r}")
+        if not causal:
+            raise ValueError(f"flash_attention: window={window} is a causal sliding window (each query sees "
+                             "the last W keys up to its own position): pass causal=True with it")
+    if sm_scale is not None and not sm_scale > 0:
+        raise ValueError(f"flash_attention: sm_scale must be a positive number, got {sm_scale!r}")
     q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
     kernel = kernel_for(B, H, Hkv, Sq, Skv, D, bool(causal), int(window or 0), layout, dtype_name(q.dtype),
                         None if sm_scale is None else float(sm_scale), **config)

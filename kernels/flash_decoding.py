@@ -58,7 +58,7 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
             scores_scale = T.alloc_fragment((block_H,), accum)
             scores_sum = T.alloc_fragment((block_H,), accum)
             logsum = T.alloc_fragment((block_H,), accum)
-            seqlen = seqlens[bz]
+            seqlen = T.min(seqlens[bz], max_seqlen)
             blocks = T.ceildiv(seqlen, block_N)
             per_split = T.ceildiv(blocks, num_split)
             first = bs * per_split
@@ -79,8 +79,9 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
                     acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity(accum))
                 T.copy(scores_max, scores_max_prev)
                 T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                # Subtract first: equal maxima must give exactly 1.
                 for i in T.Parallel(block_H):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                    scores_scale[i] = T.exp2((scores_max_prev[i] - scores_max[i]) * scale)
                 for i, j in T.Parallel(block_H, dim):
                     acc_o[i, j] *= scores_scale[i]
                 for i, j in T.Parallel(block_H, block_N):
@@ -120,9 +121,10 @@ def decode_combine_program(batch, heads, dim, num_split, dtype="float16"):
             for s in T.serial(num_split):
                 total += T.exp2(Lse_part[bz, bh, s] - lse_max)
             T.clear(o)
-            for s in T.serial(num_split):
-                for j in T.Parallel(dim):
-                    o[j] += Out_part[bz, bh, s, j] * (T.exp2(Lse_part[bz, bh, s] - lse_max) / total)
+            if total > 0:  # a sequence of length 0 has no key: its output stays 0
+                for s in T.serial(num_split):
+                    for j in T.Parallel(dim):
+                        o[j] += Out_part[bz, bh, s, j] * (T.exp2(Lse_part[bz, bh, s] - lse_max) / total)
             T.copy(o, Output[bz, bh, :])
 
     return decode_combine
@@ -155,8 +157,8 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     """Attention of one query token per sequence over a KV cache.
 
     q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), float16 or bfloat16, H a multiple
-    of Hkv; cache_seqlens int32 (B,) with 1 <= len_b <= S_max (keys at and past len_b are
-    ignored). Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the
+    of Hkv; cache_seqlens int32 (B,): keys at and past len_b are ignored, whatever the
+    cache holds there (lengths past S_max count as S_max; a length of 0 gives zeros). Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the
     GPU several waves of blocks.
     """
     op = "flash_decode"
@@ -179,13 +181,16 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     if Bk != B or Dk != D:
         raise ValueError(f"{op}: k_cache must be ({B}, S_max, Hkv, {D}) to match q, got {describe(k_cache)}")
     if D % 16 != 0 or D > 256:
-        raise ValueError(f"{op}: the head dimension must be a multiple of 16 up to 256, got {D}")
+        raise ValueError(f"{op}: the head dimension (last dimension of q, k_cache, v_cache) must be a multiple "
+                         f"of 16 up to 256, got {D}")
     if Hkv == 0 or H % Hkv != 0:
-        raise ValueError(f"{op}: the query heads ({H}) must be a multiple of the key/value heads ({Hkv})")
+        raise ValueError(f"{op}: the heads of q ({H}) must be a multiple of the heads of k_cache/v_cache ({Hkv})")
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 \
             or cache_seqlens.shape != (B,) or cache_seqlens.device != q.device:
         raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},) on {q.device}, "
                          f"got {describe(cache_seqlens)}")
+    if sm_scale is not None and not sm_scale > 0:
+        raise ValueError(f"{op}: sm_scale must be a positive number, got {sm_scale!r}")
     if num_split is None:
         num_split = default_num_split(B, Hkv, S, sms=_sm_count(q.device))
     if not isinstance(num_split, int) or num_split < 1:

@@ -19,7 +19,8 @@ def _compile_table():
     import torch
 
     m = {n: importlib.import_module("tegula.kernels." + n)
-         for n in ("elementwise", "rmsnorm", "softmax", "layernorm", "reduce", "transpose")}
+         for n in ("elementwise", "rmsnorm", "softmax", "layernorm", "reduce", "transpose", "gemm",
+                   "flash_attention", "flash_decoding")}
     h = torch.float16
     return {
         "add": lambda: m["elementwise"].kernel_for(4096, h, True),
@@ -30,7 +31,62 @@ def _compile_table():
         "row_sum": lambda: m["reduce"].kernel_for(4096, h, "sum"),
         "row_max": lambda: m["reduce"].kernel_for(4096, h, "max"),
         "transpose": lambda: m["transpose"].kernel_for(4096, 4096, h),
+        "matmul": lambda: m["gemm"].kernel_for(*_GEMM, h),
+        "flash_attention": lambda: m["flash_attention"].kernel_for(*_ATTN, True, 0, "bhsd", "float16", None),
+        "flash_decode": lambda: m["flash_decoding"].kernels_for(*_DECODE, 4, "float16", None)[0],
     }
+
+
+# The tensor-core kernels' demo shapes: matmul (M, N, K); attention (B, H, Hkv, Sq, Skv, D),
+# causal; decoding (B, H, Hkv, cache length, D).
+_GEMM = (2048, 2048, 2048)
+_ATTN = (2, 16, 16, 2048, 2048, 128)
+_DECODE = (16, 32, 8, 4096, 128)
+
+
+def _tensor_core_runs():
+    """(name, run, reference, torch equivalent) over fresh random inputs, float16."""
+    import torch
+    import torch.nn.functional as F
+
+    from tegula.kernels.flash_attention import flash_attention
+    from tegula.kernels.flash_decoding import flash_decode
+    from tegula.kernels.gemm import matmul
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, device="cuda").half()
+
+    M, N, K = _GEMM
+    a, b = rnd(M, K), rnd(K, N)
+    B, H, _, S, _, D = _ATTN
+    q, k, v = rnd(B, H, S, D), rnd(B, H, S, D), rnd(B, H, S, D)
+    Bd, Hd, Hkv, L, Dd = _DECODE
+    qd, kc, vc = rnd(Bd, Hd, Dd), rnd(Bd, L, Hkv, Dd), rnd(Bd, L, Hkv, Dd)
+    lens = torch.randint(1, L + 1, (Bd,), generator=g, device="cuda", dtype=torch.int32)
+
+    def decode_ref():
+        out = []
+        for i in range(Bd):
+            n = int(lens[i])
+            kk = kc[i, :n].float().transpose(0, 1).repeat_interleave(Hd // Hkv, 0)
+            vv = vc[i, :n].float().transpose(0, 1).repeat_interleave(Hd // Hkv, 0)
+            out.append(F.scaled_dot_product_attention(qd[i, :, None].float(), kk, vv)[:, 0])
+        return torch.stack(out)
+
+    kd = kc.transpose(1, 2).contiguous()
+    vd = vc.transpose(1, 2).contiguous()
+    mask = torch.arange(L, device="cuda")[None, :] < lens[:, None]
+    return [
+        ("matmul", lambda: matmul(a, b), lambda: a.float() @ b.float(), lambda: a @ b),
+        ("flash_attention", lambda: flash_attention(q, k, v, causal=True, layout="bhsd"),
+         lambda: F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True),
+         lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        ("flash_decode", lambda: flash_decode(qd, kc, vc, lens), decode_ref,
+         lambda: F.scaled_dot_product_attention(qd[:, :, None], kd, vd, attn_mask=mask[:, None, None],
+                                                enable_gqa=True)[:, :, 0]),
+    ]
 
 
 def _torch_equivalents():
@@ -71,11 +127,11 @@ def demo(args) -> int:
             k = make()
             cubin = k.cubin()
         except Exception as err:  # report every kernel, then fail
-            print(f"  {name:<14} FAILED: {err}")
+            print(f"  {name:<16} FAILED: {err}")
             failures += 1
             continue
         kernels[name] = k
-        print(f"  {name:<14} {len(cubin):>7} bytes of cubin in {1e3 * (time.perf_counter() - t0):7.1f} ms")
+        print(f"  {name:<16} {len(cubin):>7} bytes of cubin in {1e3 * (time.perf_counter() - t0):7.1f} ms")
     shown = args.show if args.show in kernels else next(iter(kernels), None)
     if shown:
         print(f"\n== generated CUDA for {shown} ==")
@@ -107,6 +163,24 @@ def demo(args) -> int:
             continue
         failures += not ok
         print(f"  {dk.name:<14} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
+    print("\n== tensor-core kernels: matmul 2048^3, causal attention B2 H16 S2048 D128, decoding B16 "
+          "H32/8 cache 4096 (vs torch.matmul, SDPA) ==")
+    for name, run, reference, equivalent in _tensor_core_runs():
+        if args.kernel and name != args.kernel:
+            continue
+        try:
+            out = run()
+            ref = reference()
+            err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+            ok = err <= 2e-3 and not torch.isnan(out).any().item()
+            ours = do_bench(run)
+            theirs = do_bench(equivalent)
+        except Exception as e:
+            print(f"  {name:<16} FAILED: {e}")
+            failures += 1
+            continue
+        failures += not ok
+        print(f"  {name:<16} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
     return 1 if failures else 0
 
 

@@ -27,7 +27,10 @@ TEGULA_HOST_DEVICE constexpr int swizzle_offset(int r, int c) {
   constexpr int kChunks = C / kChunk;
   constexpr int kBits = kChunks >= 8 ? 8 : kChunks;
   constexpr int kRowsPerPhase = 8 / kBits;
-  return r * C + (((c / kChunk) ^ ((r / kRowsPerPhase) % kBits)) * kChunk) + c % kChunk;
+  // Indices into a tile are never negative: unsigned arithmetic lets / and % be shifts
+  // and masks without the sign fix-ups signed division needs.
+  const unsigned ur = unsigned(r), uc = unsigned(c);
+  return int(ur * C + (((uc / kChunk) ^ ((ur / kRowsPerPhase) % kBits)) * kChunk) + uc % kChunk);
 }
 
 template <int C, typename T, bool kSwizzled>
@@ -38,6 +41,27 @@ TEGULA_DEVICE const T* tile_at(const T* base, int r, int c) {
     return base + r * C + c;
   }
 }
+
+// tile_at for addresses made of a per-thread part and a part the unrolled loops fix:
+// row = tr + ur, chunk (16-byte column group) = tc + uc. When ur is a multiple of 8 the
+// swizzle phase depends on tr only, and when uc and tc share no set bits (uc + tc =
+// uc ^ tc) the swizzled chunk is uc ^ (tc ^ phase): the thread part is computed once, and
+// each unrolled access costs one xor with a constant instead of the whole swizzle.
+template <int C, typename T, bool kSwizzled>
+TEGULA_DEVICE const T* tile_at2(const T* base, int tr, int ur, int tc, int uc) {
+  constexpr int kChunk = 16 / int(sizeof(T));
+  if constexpr (kSwizzled) {
+    constexpr int kChunks = C / kChunk;
+    constexpr int kBits = kChunks >= 8 ? 8 : kChunks;
+    constexpr int kRowsPerPhase = 8 / kBits;
+    const int t = tc ^ int((unsigned(tr) / kRowsPerPhase) % kBits);
+    return base + (tr + ur) * C + (uc ^ t) * kChunk;
+  } else {
+    return base + (tr + ur) * C + (tc + uc) * kChunk;
+  }
+}
+
+TEGULA_HOST_DEVICE constexpr bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // Two 16-bit values in one register, `lo` in bits 0..15, and back.
 TEGULA_DEVICE uint32_t pack2(half_t lo, half_t hi) {
@@ -93,10 +117,14 @@ struct BlockGemm {
         // A is stored K x M: matrix q = lane / 8 of the four is (m half q % 2, k half q / 2),
         // read transposed from rows k of the stored tile.
         int q = lane / 8;
-        ldmatrix_x4_trans(a[mi], tile_at<M, T, SA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
+        if constexpr (is_pow2(2 * MT)) {
+          ldmatrix_x4_trans(a[mi], tile_at2<M, T, SA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
+        } else {
+          ldmatrix_x4_trans(a[mi], tile_at<M, T, SA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
+        }
       } else {
         // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-        ldmatrix_x4(a[mi], tile_at<K, T, SA>(A, row0 + mi * 16 + lane % 16, k0 + (lane / 16) * 8));
+        ldmatrix_x4(a[mi], tile_at2<K, T, SA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / 8));
       }
     }
   }
@@ -109,9 +137,11 @@ struct BlockGemm {
       uint32_t d[4];
       if constexpr (TB) {
         // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
-        ldmatrix_x4(d, tile_at<K, T, SB>(B, col0 + ni * 8 + (q / 2) * 8 + r, k0 + (q % 2) * 8));
-      } else {
+        ldmatrix_x4(d, tile_at2<K, T, SB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / 8));
+      } else if constexpr (is_pow2(NT)) {
         // Rows k of a K x N tile, transposed on the way into registers.
+        ldmatrix_x4_trans(d, tile_at2<N, T, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
+      } else {
         ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
       }
       b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
@@ -165,7 +195,7 @@ struct BlockGemm {
 #pragma unroll
         for (int n0 = 0; n0 < NT; n0 += 2) {
           uint32_t b[2][2];
-          load_b_pair(b, B, col0 + n0 * 8, ks * 16, lane, n0 + 1 < NT);
+          load_b_pair(b, B, col0, n0, ks * 16, lane, n0 + 1 < NT);
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi) {
             mma_tile(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
@@ -176,21 +206,24 @@ struct BlockGemm {
     }
   }
 
-  // B fragments of two n-tiles (one when !two) starting at column c0.
-  static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const T* B, int c0, int k0, int lane, bool two) {
+  // B fragments of n-tiles n0 and n0 + 1 (only n0 when !two) of the warp's columns.
+  static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const T* B, int col0, int n0, int k0, int lane,
+                                        bool two) {
     const int q = lane / 8, r = lane % 8;
     if (two) {
       uint32_t d[4];
       if constexpr (TB) {
-        ldmatrix_x4(d, tile_at<K, T, SB>(B, c0 + (q / 2) * 8 + r, k0 + (q % 2) * 8));
+        ldmatrix_x4(d, tile_at2<K, T, SB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / 8));
+      } else if constexpr (is_pow2(NT)) {
+        ldmatrix_x4_trans(d, tile_at2<N, T, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, c0 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
       }
       b[0][0] = d[0], b[0][1] = d[1], b[1][0] = d[2], b[1][1] = d[3];
     } else if constexpr (TB) {
-      ldmatrix_x2(b[0], tile_at<K, T, SB>(B, c0 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+      ldmatrix_x2(b[0], tile_at<K, T, SB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * 8));
     } else {
-      ldmatrix_x2_trans(b[0], tile_at<N, T, SB>(B, k0 + lane % 16, c0));
+      ldmatrix_x2_trans(b[0], tile_at<N, T, SB>(B, k0 + lane % 16, col0 + n0 * 8));
     }
   }
 };

@@ -1,0 +1,422 @@
+"""Attention: FlashAttention forward and flash decoding against torch's
+scaled_dot_product_attention (SDPA), float16.
+
+Part 1, forward (tegula.kernels.flash_attention.flash_attention, layout="bhsd"): each SDPA
+backend forced in turn with torch.nn.attention.sdpa_kernel (FLASH_ATTENTION,
+CUDNN_ATTENTION, EFFICIENT_ATTENTION), all on the same (B, H, S, D) tensors. A backend that
+refuses a shape shows "n/a" (the reason is in the notes). FLOPs = 4·B·H·Sq·Skv·D, halved
+when causal. Before timing, our output is compared once with SDPA run in float32 (math
+backend, in chunks of heads): relative Frobenius error <= 2e-3, else the row is WRONG.
+Targets: the three headline cases >= 1.0x the SDPA flash backend (ratio = flash time / our
+time). A sweep over S (batch shrunk so that B·S = 16384) feeds $OUT/bench_attention.png,
+TFLOP/s against S.
+
+Part 2, decoding (tegula.kernels.flash_decoding.flash_decode): one query token per
+sequence, B=64, H=32 query heads over Hkv=8 KV heads, D=128, KV cache of 8192 tokens.
+The kernel is bound by reading K and V once: achieved GB/s = bytes of K and V read /
+time, against the GPU's measured device-to-device copy bandwidth (common.copy_bandwidth_gbs);
+target >= 80 % of it. References: SDPA on q (B, H, 1, D) against (B, Hkv, S, D) copies of
+the caches with enable_gqa, a few num_split values, and a ragged batch (lengths uniform in
+[1, 8192], bytes counted on the actual lengths).
+
+    python benchmarks/bench_attention.py                  # both parts
+    python benchmarks/bench_attention.py --part forward   # or: --part decode
+    python benchmarks/bench_attention.py --no-sweep       # forward headline cases only
+    python benchmarks/bench_attention.py --rep 100        # timing budget (ms) per measurement
+
+OUT=dir also writes dir/bench_attention.json and (with matplotlib) dir/bench_attention.png.
+"""
+import argparse
+import importlib
+import math
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import common
+
+DTYPE = torch.float16
+TOL = 2e-3
+# (B, H, Hkv, S, D, causal, target ratio vs SDPA flash or None)
+FORWARD_CASES = [
+    (2, 32, 32, 4096, 128, False, 1.0),
+    (2, 32, 32, 4096, 128, True, 1.0),
+    (2, 16, 16, 4096, 64, True, 1.0),
+    (2, 32, 8, 4096, 128, True, None),      # grouped-query attention, SDPA with enable_gqa
+]
+SWEEP_S = (512, 1024, 2048, 4096, 8192)
+SWEEP_TOKENS = 16384                       # B * S held constant over the sweep
+SWEEP_H, SWEEP_D = 32, 128
+BACKENDS = ("flash", "cudnn", "efficient")
+
+DEC_B, DEC_H, DEC_HKV, DEC_D, DEC_S = 64, 32, 8, 128, 8192
+DEC_SPLITS = (None, 1, 4, 8)
+DEC_MIN_PCT_COPY = 80.0
+
+
+def _backend(name):
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+
+def _reason(exc, caught):
+    """The first line of why SDPA refused: its warnings say which check failed."""
+    for w in caught:
+        text = str(w.message).strip()
+        if text:
+            return text.splitlines()[0][:160]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+
+
+def _try_backend(name, fn):
+    """Runs fn once under the forced backend: (output, None) or (None, reason)."""
+    from torch.nn.attention import sdpa_kernel
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(_backend(name)) if name else _null():
+                out = fn()
+            torch.cuda.synchronize()
+            return out, None
+        except Exception as exc:
+            return None, _reason(exc, caught)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _bench_backend(name, fn, rep):
+    from torch.nn.attention import sdpa_kernel
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with sdpa_kernel(_backend(name)) if name else _null():
+            return common.bench(fn, rep=rep)
+
+
+def _sdpa_fn(q, k, v, causal, attn_mask=None):
+    """SDPA on (B, H, S, D) q and (B, Hkv, S, D) k, v; with H != Hkv through enable_gqa, or
+    (torch without it) on k, v expanded once here, outside the timed region."""
+    H, Hkv = q.shape[1], k.shape[1]
+    if H == Hkv:
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+    try:
+        F.scaled_dot_product_attention(q[:1, :, :1], k[:1, :, :16], v[:1, :, :16], enable_gqa=True)
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                                                      enable_gqa=True)
+    except TypeError:  # torch < 2.5
+        k_rep = k.repeat_interleave(H // Hkv, dim=1)
+        v_rep = v.repeat_interleave(H // Hkv, dim=1)
+        return lambda: F.scaled_dot_product_attention(q, k_rep, v_rep, attn_mask=attn_mask, is_causal=causal)
+
+
+def reference_forward(q, k, v, causal):
+    """SDPA in float32 (math backend), in chunks of heads so that no chunk's score matrix
+    exceeds 512 MiB."""
+    from torch.nn.attention import sdpa_kernel
+    B, H, S, D = q.shape
+    group = H // k.shape[1]
+    chunk = max(1, min(H, (512 << 20) // (S * S * 4)))
+    out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+    with sdpa_kernel(_backend("math")):
+        for b in range(B):
+            for h0 in range(0, H, chunk):
+                h1 = min(H, h0 + chunk)
+                kv_heads = torch.arange(h0, h1, device=q.device) // group
+                out[b:b + 1, h0:h1] = F.scaled_dot_product_attention(
+                    q[b:b + 1, h0:h1].float(), k[b:b + 1, kv_heads].float(), v[b:b + 1, kv_heads].float(),
+                    is_causal=causal)
+    return out
+
+
+def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    k = torch.randn(B, Hkv, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    v = torch.randn(B, Hkv, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    heads = f"H{H}" if H == Hkv else f"H{H}/{Hkv}"
+    case = f"B{B} {heads} S{S} D{D} {'causal' if causal else 'full'}"
+    flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+    row = {"case": case, "B": B, "H": H, "Hkv": Hkv, "S": S, "D": D, "causal": causal, "flops": flops,
+           "part": "forward"}
+
+    def ours():
+        return fa(q, k, v, causal=causal, layout="bhsd")
+
+    ref = reference_forward(q, k, v, causal)
+    err, error = common.run_ours(ours, lambda: ref)
+    row["rel_err"], row["error"] = err, error
+    row["ours_ms"] = None if error else common.bench(ours, rep=rep)
+    row["ours_tflops"] = None if error else flops / row["ours_ms"] / 1e9
+
+    sdpa = _sdpa_fn(q, k, v, causal)
+    for name in BACKENDS:
+        out, reason = _try_backend(name, sdpa)
+        if reason:
+            row[f"{name}_ms"] = row[f"{name}_tflops"] = None
+            row[f"{name}_reason"] = reason
+            failures.setdefault((name, reason), []).append(case)
+            continue
+        row[f"{name}_rel_err"] = common.rel_err(out, ref)
+        del out
+        row[f"{name}_ms"] = _bench_backend(name, sdpa, rep)
+        row[f"{name}_tflops"] = flops / row[f"{name}_ms"] / 1e9
+
+    row["vs_flash"] = (row["flash_ms"] / row["ours_ms"]
+                       if row["ours_ms"] is not None and row["flash_ms"] is not None else None)
+    row["target"] = f">={target:.1f}x SDPA flash" if target is not None else "-"
+    if error:
+        row["status"] = "ERROR"
+    elif not err <= TOL:
+        row["status"] = "WRONG"
+    elif target is None:
+        row["status"] = "-"
+    elif row["vs_flash"] is None:
+        row["status"] = "n/a"
+    else:
+        row["status"] = common.status(row["vs_flash"] >= target)
+    return row
+
+
+def plot_sweep(rows, path):
+    """TFLOP/s against S, one panel per causal mode; returns a message when skipped."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, causal in zip(axes, (False, True)):
+        sel = [r for r in rows if r["causal"] == causal]
+        xs = [r["S"] for r in sel]
+        for key, label in (("ours", "tegula"), ("flash", "SDPA flash"), ("cudnn", "SDPA cuDNN"),
+                           ("efficient", "SDPA efficient")):
+            ys = [r.get(f"{key}_tflops") for r in sel]
+            ys = [float("nan") if y is None else y for y in ys]
+            ax.plot(xs, ys, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
+        ax.set_xlabel(f"S (B = {SWEEP_TOKENS} / S, H={SWEEP_H}, D={SWEEP_D})")
+        ax.set_title("causal" if causal else "non-causal")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s")
+    axes[0].legend()
+    fig.suptitle(f"Attention forward fp16 — {common.device_name()}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
+def run_forward(args):
+    fa = importlib.import_module("tegula.kernels.flash_attention").flash_attention
+    failures = {}
+    rows, sweep = [], []
+    for case in FORWARD_CASES:
+        rows.append(forward_case(fa, *case, rep=args.rep, failures=failures))
+        torch.cuda.empty_cache()  # the case's inputs and float32 reference are gone by now
+    if not args.no_sweep:
+        for causal in (False, True):
+            for S in SWEEP_S:
+                r = forward_case(fa, SWEEP_TOKENS // S, SWEEP_H, SWEEP_H, S, SWEEP_D, causal, None,
+                                 rep=args.rep / 2, failures=failures)
+                r["case"] = "sweep " + r["case"]
+                r["sweep"] = True
+                sweep.append(r)
+                torch.cuda.empty_cache()
+    notes = ["FLOPs = 4*B*H*Sq*Skv*D, halved for causal; vs flash = SDPA flash time / our time; "
+             "err = relative Frobenius error vs SDPA in float32 (tolerance 2e-3)",
+             "both sides read the same (B, H, S, D) fp16 tensors (ours with layout='bhsd'); GQA: "
+             "SDPA with enable_gqa=True"]
+    if sweep:
+        notes.append(f"sweep rows hold B*S = {SWEEP_TOKENS} (B = {SWEEP_TOKENS // SWEEP_S[-1]}.."
+                     f"{SWEEP_TOKENS // SWEEP_S[0]}), H={SWEEP_H}, D={SWEEP_D}, timed with half the budget")
+    for (name, reason), cases in failures.items():
+        notes.append(f"{name} n/a on {len(cases)} case(s), e.g. {cases[0]}: {reason}")
+    return rows + sweep, sweep, notes
+
+
+def reference_decode(q, k_cache, v_cache, lens, chunk=8):
+    """Float32 attention of q (B, H, D) over the first lens[b] keys, a few sequences at a time."""
+    B, H, D = q.shape
+    S, Hkv = k_cache.shape[1], k_cache.shape[2]
+    group = H // Hkv
+    out = torch.empty(B, H, D, device=q.device, dtype=torch.float32)
+    pos = torch.arange(S, device=q.device)
+    for b0 in range(0, B, chunk):
+        b1 = min(B, b0 + chunk)
+        qf = q[b0:b1].float().view(b1 - b0, Hkv, group, D)
+        kf, vf = k_cache[b0:b1].float(), v_cache[b0:b1].float()
+        s = torch.einsum("bkgd,bskd->bkgs", qf, kf) / math.sqrt(D)
+        s.masked_fill_((pos[None, :] >= lens[b0:b1, None].long())[:, None, None, :], float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        out[b0:b1] = torch.einsum("bkgs,bskd->bkgd", p, vf).reshape(b1 - b0, H, D)
+        del kf, vf, s, p
+    return out
+
+
+def decode_row(case, nbytes, copy_gbs, fn, ref, rep, *, ours=True, target=None, **extra):
+    row = {"case": case, "part": "decode", "bytes": nbytes, "copy_gbs": copy_gbs, **extra}
+    if ours:
+        err, error = common.run_ours(fn, lambda: ref)
+    else:
+        out, error = _try_backend(extra.get("backend"), fn)
+        err = None if error else common.rel_err(out.reshape(ref.shape), ref)
+        out = None
+    row["rel_err"], row["error"] = err, error
+    if error:
+        row["ms"] = None
+    elif ours:
+        row["ms"] = common.bench(fn, rep=rep)
+    else:
+        row["ms"] = _bench_backend(extra.get("backend"), fn, rep)
+    if row["ms"] is not None:
+        row["gbs"] = common.gbs(nbytes, row["ms"])
+        row["pct_copy"] = 100 * row["gbs"] / copy_gbs
+    row["target"] = f">={target:.0f}% of copy BW" if target is not None else "-"
+    if error:
+        row["status"] = "ERROR" if ours else "n/a"
+    elif ours and not err <= TOL:
+        row["status"] = "WRONG"
+    elif target is None:
+        row["status"] = "-"
+    else:
+        row["status"] = common.status(row["pct_copy"] >= target)
+    return row
+
+
+def run_decode(args):
+    fd_mod = importlib.import_module("tegula.kernels.flash_decoding")
+    fd = fd_mod.flash_decode
+    B, H, Hkv, D, S = DEC_B, DEC_H, DEC_HKV, DEC_D, DEC_S
+    copy_gbs = common.copy_bandwidth_gbs()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, D, generator=gen, device="cuda", dtype=DTYPE)
+    k_cache = torch.randn(B, S, Hkv, D, generator=gen, device="cuda", dtype=DTYPE)
+    v_cache = torch.randn(B, S, Hkv, D, generator=gen, device="cuda", dtype=DTYPE)
+    full = torch.full((B,), S, device="cuda", dtype=torch.int32)
+    nbytes = 2 * B * S * Hkv * D * k_cache.element_size()
+    shape = f"B{B} H{H}/{Hkv} D{D} L{S}"
+    auto = fd_mod.default_num_split(B, Hkv, S, sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    rows = []
+
+    ref = reference_decode(q, k_cache, v_cache, full)
+    for split in DEC_SPLITS:
+        label = f"num_split={split}" if split is not None else f"num_split=auto({auto})"
+        rows.append(decode_row(f"flash_decode {shape} {label}", nbytes, copy_gbs,
+                               lambda split=split: fd(q, k_cache, v_cache, full, num_split=split), ref, args.rep,
+                               target=DEC_MIN_PCT_COPY if split is None else None, num_split=split or auto))
+
+    # SDPA: q (B, H, 1, D) against (B, Hkv, S, D) copies of the caches.
+    q4 = q.unsqueeze(2)
+    k_t, v_t = k_cache.transpose(1, 2).contiguous(), v_cache.transpose(1, 2).contiguous()
+    sdpa = _sdpa_fn(q4, k_t, v_t, False)
+    backend = "flash"
+    if _try_backend("flash", sdpa)[1] is not None:
+        backend = None
+    rows.append(decode_row(f"SDPA {'flash' if backend else 'default'} {shape} (B,H,1,D)", nbytes, copy_gbs,
+                           sdpa, ref, args.rep, ours=False, backend=backend))
+    del ref
+    torch.cuda.empty_cache()
+
+    # Ragged: lengths uniform in [1, S]; bytes on the actual lengths.
+    lens = torch.randint(1, S + 1, (B,), generator=gen, device="cuda", dtype=torch.int32)
+    ragged_bytes = 2 * int(lens.sum().item()) * Hkv * D * k_cache.element_size()
+    ref = reference_decode(q, k_cache, v_cache, lens)
+    mean_len = lens.float().mean().item()
+    rows.append(decode_row(f"flash_decode B{B} H{H}/{Hkv} D{D} ragged L~U[1,{S}] (mean {mean_len:.0f}) auto",
+                           ragged_bytes, copy_gbs, lambda: fd(q, k_cache, v_cache, lens), ref, args.rep,
+                           num_split=auto))
+    mask = (torch.arange(S, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
+    rows.append(decode_row(f"SDPA default B{B} H{H}/{Hkv} D{D} ragged (bool mask)", ragged_bytes, copy_gbs,
+                           _sdpa_fn(q4, k_t, v_t, False, attn_mask=mask), ref, args.rep, ours=False, backend=None))
+    del ref, k_t, v_t
+    torch.cuda.empty_cache()
+    notes = [f"copy bandwidth (1 GiB device-to-device, read+write): {copy_gbs:.0f} GB/s",
+             f"GB/s = bytes of K and V read (2*B*L*Hkv*D*2 = {nbytes / 2**30:.2f} GiB at full length) / time; "
+             "err vs float32 attention",
+             f"num_split=auto is flash_decode's default ({auto} here); the split effect is the rows "
+             "num_split=1,4,8",
+             "SDPA rows are references on (B, Hkv, S, D) copies of the caches with enable_gqa; the masked "
+             "ragged SDPA row reads all S keys, its GB/s counts only the actual lengths"]
+    for row in rows:
+        if row["status"] == "n/a" and row.get("error"):
+            notes.append(f"{row['case']}: n/a, {row['error']}")
+            row["reason"], row["error"] = row["error"], None  # not a failure of ours
+    return rows, notes
+
+
+FORWARD_COLUMNS = [
+    ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ours ms", "ours_ms", ".3f"),
+    ("ours TF/s", "ours_tflops", ".0f"), ("flash ms", "flash_ms", ".3f"), ("flash TF/s", "flash_tflops", ".0f"),
+    ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
+    ("effic ms", "efficient_ms", ".3f"), ("effic TF/s", "efficient_tflops", ".0f"),
+    ("vs flash", "vs_flash", ".2f"), ("target", "target", "s"), ("status", "status", "s"),
+]
+DECODE_COLUMNS = [
+    ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".4f"), ("GB/s", "gbs", ".0f"),
+    ("% copy", "pct_copy", ".1f"), ("target", "target", "s"), ("status", "status", "s"),
+]
+
+
+def _display(rows, keys):
+    """Rows for the table: a backend that refused the shape reads n/a, not '-'."""
+    out = []
+    for row in rows:
+        shown = dict(row)
+        for key in keys:
+            if shown.get(key) is None:
+                shown[key] = "n/a"
+        out.append(shown)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("all", "forward", "decode"), default="all")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the forward S sweep and its plot")
+    parser.add_argument("--rep", type=float, default=200.0,
+                        help="timing budget per measurement in ms (the sweep uses half)")
+    args = parser.parse_args()
+    common.require_gpu("bench_attention")
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 references stay float32
+
+    fwd_rows, fwd_notes, dec_rows, dec_notes, messages = [], [], [], [], []
+    if args.part in ("all", "forward"):
+        fwd_rows, sweep, fwd_notes = run_forward(args)
+    if args.part in ("all", "decode"):
+        dec_rows, dec_notes = run_decode(args)
+
+    out_dir = os.environ.get("OUT")
+    copy = common.copy_bandwidth_gbs() if dec_rows else None
+    common.write_json("attention", fwd_rows + dec_rows, copy_gbs=copy)
+    if fwd_rows and not args.no_sweep:
+        if out_dir:
+            messages.append(plot_sweep(sweep, os.path.join(out_dir, "bench_attention.png")))
+        else:
+            fwd_notes.append("set OUT=dir to write the sweep plot (dir/bench_attention.png)")
+    for message in messages:
+        print(message)
+
+    if fwd_rows:
+        common.print_table("Attention forward, float16: tegula flash_attention vs torch SDPA backends",
+                           _display(fwd_rows, [f"{b}_{m}" for b in BACKENDS for m in ("ms", "tflops")]),
+                           FORWARD_COLUMNS, notes=fwd_notes)
+    if dec_rows:
+        common.print_table("Flash decoding, float16: tegula flash_decode (bandwidth of K and V)",
+                           dec_rows, DECODE_COLUMNS, notes=dec_notes)
+    return common.exit_status(fwd_rows + dec_rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
