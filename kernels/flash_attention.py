@@ -134,6 +134,8 @@ def default_config(seq_q, dim, is_causal):
     """Tiles by head dimension, from a sweep on an H100 (benchmarks/bench_attention.py):
     four warps of 32 query rows each read every K/V tile from shared memory once per 32
     rows, which the tensor cores can keep up with; wider heads take fewer rows."""
+    if dim <= 64:
+        return dict(block_M=128, block_N=128, threads=128, num_stages=2)
     if dim <= 128:
         return dict(block_M=128, block_N=64, threads=128, num_stages=2)
     return dict(block_M=64, block_N=64, threads=128, num_stages=2)
