@@ -12,6 +12,9 @@
 # then a summary table, also in summary.txt. Exit status: nonzero when any step failed.
 #   bash scripts/device_run.sh              # everything
 #   bash scripts/device_run.sh -k softmax   # extra arguments go to pytest
+#   PART=tests bash scripts/device_run.sh   # build, ctest, pytest and demo only
+#   PART=bench bash scripts/device_run.sh   # build and the benchmarks only
+# (the two halves fit the GPU machine's 10-minute limit per command)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$(command -v python || command -v python3)}
@@ -64,11 +67,17 @@ gpu_tests() {
 run_step machine describe_machine
 built=1
 run_step build build_extension || built=0
-if command -v cmake >/dev/null; then run_step ctest cpp_tests; else skip_step ctest "no cmake"; fi
+PART=${PART:-all}
+if [[ $PART != bench ]]; then
+  if command -v cmake >/dev/null; then run_step ctest cpp_tests; else skip_step ctest "no cmake"; fi
+fi
 if ((built)); then
-  run_step pytest gpu_tests "$@"
-  run_step demo timeout "${BENCH_TIMEOUT:-300}" "$PY" -m tegula demo --rows 8192
+  if [[ $PART != bench ]]; then
+    run_step pytest gpu_tests "$@"
+    run_step demo timeout "${BENCH_TIMEOUT:-300}" "$PY" -m tegula demo --rows 8192
+  fi
   for bench in benchmarks/bench_*.py; do
+    [[ $PART == tests ]] && break
     [[ -e $bench ]] || break
     run_step "$(basename "$bench" .py)" timeout "${BENCH_TIMEOUT:-300}" "$PY" "$bench"
   done
