@@ -115,10 +115,12 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
             for i in T.Parallel(block_M):
                 logsum[i] = T.if_then_else(logsum[i] > 0, (T.log2(logsum[i]) + scores_max[i] * scale) / LOG2E,
                                            -T.infinity(accum))
+            # Through shared memory (Q's tile, no longer read), so the stores are 16-byte rows.
+            T.copy(acc_o, Q_shared)
             if bshd:
-                T.copy(acc_o, Output[bz, q0:q0 + block_M, by, :])
+                T.copy(Q_shared, Output[bz, q0:q0 + block_M, by, :])
             else:
-                T.copy(acc_o, Output[bz, by, q0:q0 + block_M, :])
+                T.copy(Q_shared, Output[bz, by, q0:q0 + block_M, :])
             T.copy(logsum, Lse[bz, by, q0:q0 + block_M])
 
     return attention

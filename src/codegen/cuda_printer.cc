@@ -261,18 +261,18 @@ class Printer {
     if (c->op == "cp_async_commit") return "cp_async_commit()";
     if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
     if (c->op == "gemm_ss" || c->op == "gemm_rs") {
-      // gemm_{ss,rs}<M, N, K, WM, WN, TA, TB, SA, SB>(A, B, C): operands by address; SA/SB
-      // say whether A/B are stored swizzled (a register A never is).
+      // gemm_{ss,rs}<M, N, K, WM, WN, TA, TB, CLEAR, SA, SB>(A, B, C): operands by address;
+      // SA/SB say whether A/B are stored swizzled (a register A never is).
       std::string s = "tegula::" + c->op + "<";
-      for (int i = 0; i < 7; ++i) s += (i ? ", " : "") + expr(c->args[i]);
-      for (int i = 7; i < 9; ++i) {
+      for (int i = 0; i < 8; ++i) s += (i ? ", " : "") + expr(c->args[i]);
+      for (int i = 8; i < 10; ++i) {
         auto* ld = c->args[i].as<BufferLoadNode>();
         s += k_.smem_swizzled.count(ld->buffer.get()) ? ", true" : ", false";
       }
       s += ">(";
-      for (int i = 7; i < 10; ++i) {
+      for (int i = 8; i < 11; ++i) {
         auto* ld = c->args[i].as<BufferLoadNode>();
-        s += (i > 7 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
+        s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
       }
       return s + ")";
     }

@@ -111,12 +111,9 @@ class Gemm : public TileOp {
     }
     Buffer creg = ctx.registers.at(C.get());
     std::vector<Stmt> body;
-    if (op->attr_int("clear_accum", 0)) {
-      int64_t n = creg->num_elements_const();
-      for (int64_t i = 0; i < n; ++i) body.push_back(make_store(creg, {make_int(i)}, make_float(0.0), loc));
-    }
+    // clear_accum: the first k-step's mma takes 0 for C, so no register is cleared first.
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wm), make_int(g.wn),
-                              make_int(g.ta), make_int(g.tb),
+                              make_int(g.ta), make_int(g.tb), make_int(op->attr_int("clear_accum", 0) != 0),
                               a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
                                      : make_load(A, {make_int(0), make_int(0)}, loc),
                               make_load(B, {make_int(0), make_int(0)}, loc), make_load(creg, {make_int(0)}, loc)};

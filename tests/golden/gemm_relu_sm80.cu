@@ -239,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(128) gemm_kernel(half_t* __restrict
       cp_async_16_pred(&B_shared[swizzle_offset<128, 2>((((tx / 16) + (((k + 2) % 3) * 32)) + 24), ((tx % 16) * 8))], &B[((((k * 32) + (tx / 16)) + 88)) * 4096 + ((bx * 128) + ((tx % 16) * 8))], true);
     }
     cp_async_commit();
-    tegula::gemm_ss<128, 128, 32, 2, 2, 0, 0, true, true>(&A_shared[swizzle_offset<32, 2>(((k % 3) * 128), 0)], &B_shared[swizzle_offset<128, 2>(((k % 3) * 32), 0)], &C_local[0]);
+    tegula::gemm_ss<128, 128, 32, 2, 2, 0, 0, 0, true, true>(&A_shared[swizzle_offset<32, 2>(((k % 3) * 128), 0)], &B_shared[swizzle_offset<128, 2>(((k % 3) * 32), 0)], &C_local[0]);
   }
   cp_async_wait<0>();
   __syncthreads();

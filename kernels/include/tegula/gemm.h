@@ -76,17 +76,34 @@ TEGULA_DEVICE void unpack2(uint32_t v, half_t& lo, half_t& hi) {
 }
 
 // One m16n8k16 into the four accumulator slots at C: the instruction for the operand
-// type (chosen by overload on a pointer to it) and the accumulator type.
+// type (chosen by overload on a pointer to it) and the accumulator type. kZero: C's old
+// value is taken as 0 (the first k-step of a gemm with clear_accum), so no register has
+// to be cleared first.
+template <bool kZero>
 TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
-  mma_m16n8k16_f16f32(*reinterpret_cast<float(*)[4]>(c), a, b, *reinterpret_cast<float(*)[4]>(c));
+  float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
+  if constexpr (kZero) {
+    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+    mma_m16n8k16_f16f32(d, a, b, zero);
+  } else {
+    mma_m16n8k16_f16f32(d, a, b, d);
+  }
 }
+template <bool kZero>
 TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const bfloat16_t*) {
-  mma_m16n8k16_bf16f32(*reinterpret_cast<float(*)[4]>(c), a, b, *reinterpret_cast<float(*)[4]>(c));
+  float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
+  if constexpr (kZero) {
+    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+    mma_m16n8k16_bf16f32(d, a, b, zero);
+  } else {
+    mma_m16n8k16_bf16f32(d, a, b, d);
+  }
 }
 // float16 accumulation: slots e = 0,1 (row g) and 2,3 (row g + 8) are the two half2
 // registers of the instruction.
+template <bool kZero>
 TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
-  uint32_t d[2] = {pack2(c[0], c[1]), pack2(c[2], c[3])};
+  uint32_t d[2] = {kZero ? 0u : pack2(c[0], c[1]), kZero ? 0u : pack2(c[2], c[3])};
   mma_m16n8k16_f16f16(d, a, b, d);
   unpack2(d[0], c[0], c[1]);
   unpack2(d[1], c[2], c[3]);
@@ -94,7 +111,8 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 
 // The block GEMM, specialised on the tile shape, the warp split and where A lives.
 // Warp w owns rows row0 .. row0 + TM and columns col0 .. col0 + TN of C.
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, typename T>
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
+          typename T>
 struct BlockGemm {
   static_assert(!RA || (WN == 1 && !TA), "A in registers needs the warps split along M only, and no transpose");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % 16 == 0, "tile does not fit the mma shape");
@@ -183,7 +201,11 @@ struct BlockGemm {
           for (int ni = 0; ni < NT; ++ni) {
             // Serpentine over n so consecutive mma share the A or B registers.
             int nj = (mi % 2) ? NT - 1 - ni : ni;
-            mma_tile(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+            if (CLEAR && ks == 0) {
+              mma_tile<true>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+            } else {
+              mma_tile<false>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+            }
           }
         }
       }
@@ -198,8 +220,13 @@ struct BlockGemm {
           load_b_pair(b, B, col0, n0, ks * 16, lane, n0 + 1 < NT);
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi) {
-            mma_tile(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
-            if (n0 + 1 < NT) mma_tile(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+            if (CLEAR && ks == 0) {
+              mma_tile<true>(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
+              if (n0 + 1 < NT) mma_tile<true>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+            } else {
+              mma_tile<false>(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
+              if (n0 + 1 < NT) mma_tile<false>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+            }
           }
         }
       }
@@ -228,18 +255,20 @@ struct BlockGemm {
   }
 };
 
-// T.gemm(A_shared, B_shared, C): A and B in shared memory.
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, typename T, typename Acc>
+// T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
+          typename Acc>
 TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, T>::run(A, B, C);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T>::run(A, B, C);
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
 // same warp split with WN = 1 (what T.copy(acc_fp32, acc_fp16) of a previous gemm's
 // accumulator gives), so attention's P @ V reads P where the first gemm left it.
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, typename T, typename Acc>
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
+          typename Acc>
 TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, T>::run(A, B, C);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T>::run(A, B, C);
 }
 
 }  // namespace tegula
