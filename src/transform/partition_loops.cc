@@ -9,7 +9,9 @@
 //     thread: a thread must own what it touches, in the same register as all others),
 //   - global accesses past a tensor's edge are masked: loads give 0, stores are skipped,
 //   - contiguous, aligned global/shared accesses of consecutive slots become one vector
-//     access of up to 16 bytes (vectorize.cc).
+//     access of up to 16 bytes (vectorize.cc); a 16-byte global->shared copy inside a
+//     T.Pipelined loop, or ahead of one in the same block, becomes cp.async (left
+//     uncommitted: pipeline_loops groups and waits for it).
 #include "transform/partition.h"
 
 #include "ir/functor.h"
@@ -118,6 +120,23 @@ class Partitioner : public IRMutator {
  public:
   Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)) {}
 
+  // Copies that come before a pipelined loop in the same block (attention's Q tile) may
+  // become cp.async too: pipeline_loops lets them fly with the loop's first stages.
+  Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
+    size_t loop = op->seq.size();
+    for (size_t i = 0; i < op->seq.size() && loop == op->seq.size(); ++i) {
+      auto* f = op->seq[i].as<ForNode>();
+      if (f && f->for_kind == ForKind::Pipelined && f->num_stages >= 2) loop = i;
+    }
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < op->seq.size(); ++i) {
+      ahead_of_pipeline_ += i < loop;
+      out.push_back(mutate(op->seq[i]));
+      ahead_of_pipeline_ -= i < loop;
+    }
+    return make_seq(out, op->loc);
+  }
+
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     if (op->for_kind != ForKind::Parallel) {
       bind_loop(op);
@@ -128,7 +147,7 @@ class Partitioner : public IRMutator {
       return out;
     }
     NestInfo n;
-    n.async = pipelined_ > 0 && ctx_.target.sm >= 80;
+    n.async = (pipelined_ > 0 || ahead_of_pipeline_ > 0) && ctx_.target.sm >= 80;
     n.layout = ctx_.layouts.loop.at(op);
     const ForNode* f = op;
     while (true) {
@@ -187,6 +206,7 @@ class Partitioner : public IRMutator {
   PassContext& ctx_;
   Analyzer an_;
   int pipelined_ = 0;
+  int ahead_of_pipeline_ = 0;
 };
 
 }  // namespace

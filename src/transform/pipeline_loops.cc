@@ -14,7 +14,12 @@
 // Each staged buffer becomes S copies stacked along its first dimension. Loops of any
 // other shape (one stage, or compute that writes a staged buffer) keep their order, each
 // run of copies completed before the unit after it.
+// Copies before a loop (partition_loops makes those ahead of a pipelined loop cp.async)
+// are committed as a group after each run; the group is waited for at once unless the
+// next unit touching shared memory is a staged loop, whose first wait then covers it:
+// attention's Q tile loads while the first K and V tiles do.
 #include <map>
+#include <set>
 
 #include "ir/functor.h"
 #include "transform/passes.h"
@@ -62,6 +67,24 @@ bool is_copy_unit(const Stmt& s) {
   return writes_shared && !reads_other;
 }
 
+bool contains_pipelined(const Stmt& s) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* f = x.as<ForNode>()) found |= f->for_kind == ForKind::Pipelined;
+  }, nullptr);
+  return found;
+}
+
+bool touches_shared(const Stmt& s) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) found |= st->buffer->scope == Scope::Shared;
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) found |= ld->buffer->scope == Scope::Shared;
+  });
+  return found;
+}
+
 Stmt call(const std::string& op, std::vector<Expr> args = {}) {
   return make_evaluate(make_call(op, std::move(args), DataType::i32()));
 }
@@ -99,7 +122,10 @@ class Pipeliner : public IRMutator {
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    bool pipelined = op->for_kind == ForKind::Pipelined;
+    in_pipelined_ += pipelined;
     Stmt inner = IRMutator::mutate_For(self, op);
+    in_pipelined_ -= pipelined;
     op = inner.as<ForNode>();
     if (op->for_kind != ForKind::Pipelined || !has_async_copy(op->body)) return inner;
     auto* seq = op->body.as<SeqNode>();
@@ -203,12 +229,50 @@ class Pipeliner : public IRMutator {
     all.push_back(call("cp_async_wait", {make_int(0)}));
     all.push_back(make_sync());
     // One unit: insert_barriers places barriers around it, never inside.
-    return make_if(make_bool(true), make_seq(all), {}, op->loc);
+    Stmt unit = make_if(make_bool(true), make_seq(all), {}, op->loc);
+    staged_loops_.insert(unit.get());
+    return unit;
+  }
+
+  // Outside pipelined loops, cp.async copies (those partition_loops issued ahead of a
+  // pipelined loop) are committed as one group after each run of them. The group is
+  // waited for at once, unless the next unit that touches shared memory is a staged loop:
+  // then the loop's first wait covers it, since groups complete in order, and the copy
+  // flies with the loop's first stages.
+  Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
+    if (in_pipelined_) return IRMutator::mutate_Seq(self, op);  // the loop's own handling follows
+    // A unit without a pipelined loop inside is left whole; one with a loop inside is
+    // handled at its own level first.
+    std::vector<Stmt> in;
+    std::vector<bool> loose;
+    for (const Stmt& s : op->seq) {
+      bool has_loop = contains_pipelined(s);
+      in.push_back(has_loop ? mutate(s) : s);
+      loose.push_back(!has_loop && has_async_copy(s));
+    }
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < in.size(); ++i) {
+      out.push_back(in[i]);
+      if (!loose[i] || (i + 1 < in.size() && loose[i + 1])) continue;
+      out.push_back(call("cp_async_commit"));
+      bool overlap = false;
+      for (size_t j = i + 1; j < in.size(); ++j) {
+        if (staged_loops_.count(in[j].get())) {
+          overlap = true;
+          break;
+        }
+        if (touches_shared(in[j]) || contains_pipelined(op->seq[j])) break;
+      }
+      if (!overlap) out.push_back(call("cp_async_wait", {make_int(0)}));
+    }
+    return make_seq(out, op->loc);
   }
 
  private:
   Kernel& k_;
   PassContext& ctx_;
+  std::set<const StmtNode*> staged_loops_;  // the staged loops this pass built
+  int in_pipelined_ = 0;
 };
 
 }  // namespace
