@@ -43,7 +43,7 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
     def decode_split(Q: T.Tensor((batch, heads, dim), dtype),
                      K: T.Tensor((batch, max_seqlen, kv_heads, dim), dtype),
                      V: T.Tensor((batch, max_seqlen, kv_heads, dim), dtype),
-                     seqlens: T.Tensor((batch,), "int32"),
+                     seqlens: T.Tensor((batch,), T.int32),
                      Out_part: T.Tensor((batch, heads, num_split, dim), accum),
                      Lse_part: T.Tensor((batch, heads, num_split), accum)):
         with T.Kernel(num_split, kv_heads, batch, threads=threads) as (bs, bh, bz):

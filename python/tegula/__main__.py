@@ -105,6 +105,27 @@ def _torch_equivalents():
     }
 
 
+def _check_and_time(name, run, reference, equivalent) -> bool:
+    """One row of the demo's table: relative error against the float32 reference, then
+    our time and the torch equivalent's. False when the result is wrong or the run fails."""
+    import torch
+
+    from tegula.profiler import do_bench
+
+    try:
+        out = run()
+        ref = reference()
+        err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+        ok = err <= 2e-3 and not torch.isnan(out).any().item()
+        ours = do_bench(run)
+        theirs = do_bench(equivalent)
+    except Exception as e:  # report every kernel, then fail
+        print(f"  {name:<16} FAILED: {e}")
+        return False
+    print(f"  {name:<16} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
+    return ok
+
+
 def demo(args) -> int:
     import torch
 
@@ -140,47 +161,22 @@ def demo(args) -> int:
         print("no GPU: skipping run, check and timing")
         return 1 if failures else 0
 
-    from tegula.profiler import do_bench
-
     rows, cols = args.rows, args.cols
     print(f"\n== run on {torch.cuda.get_device_name()}: {rows}x{cols} float16, checked against torch (float32) ==")
-    print(f"  {'kernel':<14} {'rel err':>9} {'tegula ms':>10} {'torch ms':>9} {'speed-up':>9}")
+    print(f"  {'kernel':<16} {'rel err':>9} {'tegula ms':>10} {'torch ms':>9} {'speed-up':>9}")
     equivalents = _torch_equivalents()
     for dk in DEMO_KERNELS:
         if args.kernel and dk.name != args.kernel:
             continue
         inputs = dk.make_inputs("cuda", (rows, cols))
-        try:
-            out = dk.run(inputs)
-            ref = dk.reference(inputs)
-            err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
-            ok = err <= 2e-3 and not torch.isnan(out).any().item()
-            ours = do_bench(lambda: dk.run(inputs))
-            theirs = do_bench(lambda: equivalents[dk.name](*inputs))
-        except Exception as e:
-            print(f"  {dk.name:<14} FAILED: {e}")
-            failures += 1
-            continue
-        failures += not ok
-        print(f"  {dk.name:<14} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
+        failures += not _check_and_time(dk.name, lambda: dk.run(inputs), lambda: dk.reference(inputs),
+                                        lambda: equivalents[dk.name](*inputs))
     print("\n== tensor-core kernels: matmul 2048^3, causal attention B2 H16 S2048 D128, decoding B16 "
           "H32/8 cache 4096 (vs torch.matmul, SDPA) ==")
     for name, run, reference, equivalent in _tensor_core_runs():
         if args.kernel and name != args.kernel:
             continue
-        try:
-            out = run()
-            ref = reference()
-            err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
-            ok = err <= 2e-3 and not torch.isnan(out).any().item()
-            ours = do_bench(run)
-            theirs = do_bench(equivalent)
-        except Exception as e:
-            print(f"  {name:<16} FAILED: {e}")
-            failures += 1
-            continue
-        failures += not ok
-        print(f"  {name:<16} {err:9.2e} {ours:10.4f} {theirs:9.4f} {theirs / ours:8.2f}x" + ("" if ok else "  WRONG"))
+        failures += not _check_and_time(name, run, reference, equivalent)
     return 1 if failures else 0
 
 
