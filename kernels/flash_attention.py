@@ -22,6 +22,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from ._attention import online_softmax
 from ._common import describe, dtype_name
 
 LOG2E = 1.4426950408889634
@@ -72,8 +73,10 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                 k0 = (first + kb) * block_N
                 if bshd:
                     T.copy(K[bz, k0:k0 + block_N, by // group, :], K_shared)
+                    T.copy(V[bz, k0:k0 + block_N, by // group, :], V_shared)
                 else:
                     T.copy(K[bz, by // group, k0:k0 + block_N, :], K_shared)
+                    T.copy(V[bz, by // group, k0:k0 + block_N, :], V_shared)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow,
                        clear_accum=True)
                 # Only the blocks that cross the diagonal, the window's edge or the end of
@@ -91,23 +94,8 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                         if window > 0:
                             visible = visible & (k0 + j > q0 + i + offset - window)
                         acc_s[i, j] = T.if_then_else(visible, acc_s[i, j], -T.infinity(accum))
-                if bshd:
-                    T.copy(V[bz, k0:k0 + block_N, by // group, :], V_shared)
-                else:
-                    T.copy(V[bz, by // group, k0:k0 + block_N, :], V_shared)
-                T.copy(scores_max, scores_max_prev)
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                # Subtract first: equal maxima must give exactly 1.
-                for i in T.Parallel(block_M):
-                    scores_scale[i] = T.exp2((scores_max_prev[i] - scores_max[i]) * scale)
-                for i, j in T.Parallel(block_M, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                for i, j in T.Parallel(block_M, block_N):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(block_M):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
+                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
+                               logsum, scale, block_M, block_N, dim)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf.
             for i, j in T.Parallel(block_M, dim):

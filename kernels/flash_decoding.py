@@ -25,6 +25,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from ._attention import online_softmax
 from ._common import describe, dtype_name
 from .flash_attention import FAST_MATH
 
@@ -77,19 +78,8 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
                        clear_accum=True)
                 for i, j in T.Parallel(block_H, block_N):
                     acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity(accum))
-                T.copy(scores_max, scores_max_prev)
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                # Subtract first: equal maxima must give exactly 1.
-                for i in T.Parallel(block_H):
-                    scores_scale[i] = T.exp2((scores_max_prev[i] - scores_max[i]) * scale)
-                for i, j in T.Parallel(block_H, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(block_H):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
+                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
+                               logsum, scale, block_H, block_N, dim)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             # An empty split (more splits than key blocks) leaves 0 and a weight of 0.
             for i, j in T.Parallel(block_H, dim):

@@ -54,18 +54,23 @@ def _logical(op: str, left, right):
     return binop(op, left, right)
 
 
+def closure_of(fn) -> dict:
+    """The names a function closes over, with their current values."""
+    closure = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            closure[name] = cell.cell_contents
+        except ValueError:  # a cell not yet filled (name assigned after the def)
+            pass
+    return closure
+
+
 class Evaluator:
     def __init__(self, fn, source: SourceInfo):
         self.src = source
         self.file = source.file
         self.globals = fn.__globals__
-        cells = fn.__closure__ or ()
-        self.closure = {}
-        for name, cell in zip(fn.__code__.co_freevars, cells):
-            try:
-                self.closure[name] = cell.cell_contents
-            except ValueError:  # a cell not yet filled (name assigned after the def)
-                pass
+        self.closure = closure_of(fn)
         self.scopes: list[dict] = [{}]
         self._ir = ir()
         self._native_error = native().CompileError
@@ -258,6 +263,8 @@ class Evaluator:
             from ..language.builtins import serial  # range over a kernel value is T.serial
 
             fn = serial
+        if getattr(fn, "__tegula_macro__", False) and hasattr(self, "expand_macro"):
+            return self.expand_macro(fn, args, kwargs, node)
         intrinsic = getattr(fn, "__tegula_intrinsic__", None)
         if intrinsic is None:
             return fn(*args, **kwargs)

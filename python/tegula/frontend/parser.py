@@ -9,12 +9,13 @@ arithmetic is inlined instead. Names bound inside an IR loop or branch end with 
 from __future__ import annotations
 
 import ast
+import inspect
 
 from ..language.builtins import AllocRequest, KernelSpec, LoopSpec
 from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
-from .evaluator import BINARY_OPS, Evaluator
+from .evaluator import BINARY_OPS, Evaluator, closure_of
 from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, to_expr
 from .errors import TegulaCompileError
 
@@ -121,8 +122,42 @@ class Parser(Evaluator):
         return None
 
     def _return(self, stmt):
+        if self._macro_depth:
+            raise self.error(stmt, "a T.macro may `return` only as its last statement")
         if stmt.value is not None:
             raise self.error(stmt, "a kernel returns nothing: write results into a tensor parameter")
+
+    # ---- macros ----
+    _macro_depth = 0
+
+    def expand_macro(self, macro, args: list, kwargs: dict, node):
+        """Parses a T.macro's body here, its parameters bound to the call's values, its
+        other names resolved in its own closure and globals; returns what its last
+        statement returns."""
+        if self._macro_depth >= 64:
+            raise self.error(node, f"T.macro {macro.fn.__name__}: macros nested more than 64 deep (recursion?)")
+        try:
+            bound = inspect.signature(macro.fn).bind(*args, **kwargs)
+        except TypeError as err:
+            raise self.error(node, f"T.macro {macro.fn.__name__}: {err}") from None
+        bound.apply_defaults()
+        source, fn_node = macro.source_and_tree()
+        body = list(fn_node.body)
+        result_node = None
+        if body and isinstance(body[-1], ast.Return):
+            result_node = body.pop().value
+        saved = (self.src, self.file, self.globals, self.closure, self.scopes, self._loc)
+        self.src, self.file = source, source.file
+        self.globals, self.closure = macro.fn.__globals__, closure_of(macro.fn)
+        self.scopes = [dict(bound.arguments)]
+        self._macro_depth += 1
+        try:
+            self.parse_block(body)
+            return None if result_node is None else self.eval(result_node)
+        finally:
+            self._macro_depth -= 1
+            self.src, self.file, self.globals, self.closure, self.scopes, loc = saved
+            self.restore_loc(loc)
 
     def _assert(self, stmt):
         test = self.eval(stmt.test)

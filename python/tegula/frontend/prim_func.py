@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
 
@@ -145,6 +146,37 @@ def _parse(fn) -> PrimFunc:
         else:
             infos.append(ParamInfo(name, (), str(value.dtype), True, value))
     return PrimFunc(fn.__name__, kernel, infos, dynamic_vars, source, fn)
+
+
+class Macro:
+    """A function whose body is parsed into the kernel that calls it, as if written there
+    (TileLang's `T.macro`). Its parameters are bound to the values passed (buffers, kernel
+    values or Python values); names it does not bind resolve in its own closure and
+    globals, not the caller's. It may end with `return value`."""
+
+    __tegula_macro__ = True
+
+    def __init__(self, fn):
+        if not inspect.isfunction(fn):
+            raise TypeError(f"T.macro decorates a plain `def` function, got {fn!r}")
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"T.macro {self.fn.__name__} can only be called inside a T.prim_func")
+
+    def source_and_tree(self):
+        source, node = _source_and_tree(self.fn)
+        if not isinstance(node, ast.FunctionDef):
+            raise source.error_at(node, "T.macro decorates a plain `def` function")
+        return source, node
+
+
+def macro(fn=None, **options):
+    """`@T.macro` (also `@T.macro(hygienic=True)` as in TileLang; options ignored)."""
+    if fn is None:
+        return lambda f: Macro(f)
+    return Macro(fn)
 
 
 def prim_func(fn=None, **options):

@@ -11,7 +11,7 @@
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
 """
 from .. import layout
-from ..frontend.prim_func import PrimFunc, prim_func
+from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, abs, alloc_fragment,
                        alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, exp, exp2, floordiv, floormod,
                        get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value, min,

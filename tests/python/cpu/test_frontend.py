@@ -344,3 +344,94 @@ def test_jit_memoises_on_arguments_and_compiles_for_an_explicit_target():
     assert [(p.name, p.is_output, p.dtype) for p in kernel.params] == [
         ("A", False, torch.float16), ("B", True, torch.float16)]
     assert "__global__" in kernel.get_kernel_source()
+
+
+# ---- T.macro ----
+
+@T.macro
+def _scale_rows(buf, rows, cols, factor):
+    for i, j in T.Parallel(rows, cols):
+        buf[i, j] = buf[i, j] * factor
+
+
+@T.macro
+def _row_sums(buf, out, rows):
+    T.reduce_sum(buf, out, dim=1)
+    return rows * 2
+
+
+@T.macro
+def _scale_then_sum(buf, out, rows, cols):
+    _scale_rows(buf, rows, cols, 3.0)  # macros may call macros
+    return _row_sums(buf, out, rows)
+
+
+@T.macro
+def _bad_macro(buf):
+    buf[0] = buf[0] + macro_only_undefined_name
+
+
+def _rows_kernel(style, M=64, N=128):
+    @T.prim_func
+    def rows(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            T.copy(X, x)
+            if style == "inline":
+                for i, j in T.Parallel(M, N):
+                    x[i, j] = x[i, j] * 3.0
+                T.reduce_sum(x, s, dim=1)
+                twice = M * 2
+            elif style == "macros":
+                _scale_rows(x, M, N, factor=3.0)
+                twice = _row_sums(x, s, M)
+            else:
+                twice = _scale_then_sum(x, s, M, N)
+            for i in T.Parallel(M):
+                Y[i] = s[i] + twice
+
+    return rows
+
+
+@needs_c
+@pytest.mark.parametrize("style", ["macros", "nested"])
+def test_macro_expands_to_the_same_code_as_writing_it_inline(style):
+    inline = tegula.compile(_rows_kernel("inline"), out_idx=[1], target="sm_90a").get_kernel_source()
+    expanded = tegula.compile(_rows_kernel(style), out_idx=[1], target="sm_90a").get_kernel_source()
+    assert expanded == inline
+
+
+@needs_c
+def test_error_inside_a_macro_points_at_the_macro_line():
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        @T.prim_func
+        def uses_bad(A: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                _bad_macro(A)
+
+    assert_points_at(info.value, "macro_only_undefined_name", "name 'macro_only_undefined_name' is not defined")
+
+
+@needs_c
+def test_macro_call_with_wrong_arguments_points_at_the_call():
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        @T.prim_func
+        def wrong_args(A: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                _bad_macro(A, 1)
+
+    assert "T.macro _bad_macro: too many positional arguments" in str(info.value)
+
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        @T.prim_func
+        def missing_arg(A: T.Tensor((64, 128), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                _scale_rows(A, 64, 128)
+
+    assert_points_at(info.value, "_scale_rows(A, 64, 128)", "missing a required argument: 'factor'")
+
+
+def test_macro_outside_a_kernel_is_a_type_error():
+    with pytest.raises(TypeError, match="only be called inside a T.prim_func"):
+        _scale_rows(None, 1, 1, 1.0)
