@@ -17,12 +17,11 @@ Query heads share KV heads in groups of H / Hkv (GQA).
 import functools
 import math
 
-import torch
 
 import tegula
 import tegula.language as T
 
-from ._attention import online_softmax
+from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
 from ._common import describe, dtype_name
 
 LOG2E = 1.4426950408889634
@@ -144,18 +143,9 @@ def check_qkv(op, q, k, v, layout):
     if layout not in LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {LAYOUTS}, got {layout!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
-        if t.device.type != "cuda" or t.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"{op}: {name} must be a CUDA tensor of float16/bfloat16, got {describe(t)}")
-        if t.dim() != 4:
-            raise ValueError(f"{op}: {name} must be 4-D ({layout.upper()}), got {describe(t)}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"{op}: the last dimension of {name} must be contiguous (stride 1), got {describe(t)}")
+        check_operand(op, name, t, 4, layout.upper())
     for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{op}: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
-                             f"got {describe(t)}")
+        check_like_q(op, name, t, q)
     if layout == "bshd":
         (B, Sq, H, D), (Bk, Skv, Hkv, Dk) = q.shape, k.shape
     else:
@@ -164,11 +154,7 @@ def check_qkv(op, q, k, v, layout):
         raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {describe(v)}")
     if Bk != B or Dk != D:
         raise ValueError(f"{op}: k must match q in batch and head dimension ({B}, {D}), got {describe(k)}")
-    if D % 16 != 0 or D > 256:
-        raise ValueError(f"{op}: the head dimension (last dimension of q, k, v) must be a multiple of 16 "
-                         f"up to 256, got {D}")
-    if Hkv == 0 or H % Hkv != 0:
-        raise ValueError(f"{op}: the heads of q ({H}) must be a multiple of the heads of k and v ({Hkv})")
+    check_heads(op, H, Hkv, D, "k, v", "k and v")
     if Sq == 0 or Skv == 0:
         raise ValueError(f"{op}: empty sequence (q length {Sq}, k length {Skv})")
     return B, H, Hkv, Sq, Skv, D
@@ -195,8 +181,7 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
         if not causal:
             raise ValueError(f"flash_attention: window={window} is a causal sliding window (each query sees "
                              "the last W keys up to its own position): pass causal=True with it")
-    if sm_scale is not None and not sm_scale > 0:
-        raise ValueError(f"flash_attention: sm_scale must be a positive number, got {sm_scale!r}")
+    check_sm_scale("flash_attention", sm_scale)
     q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
     kernel = kernel_for(B, H, Hkv, Sq, Skv, D, bool(causal), int(window or 0), layout, dtype_name(q.dtype),
                         None if sm_scale is None else float(sm_scale), **config)

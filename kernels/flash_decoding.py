@@ -25,7 +25,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._attention import online_softmax
+from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
 from ._common import describe, dtype_name
 from .flash_attention import FAST_MATH
 
@@ -153,34 +153,20 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     """
     op = "flash_decode"
     for name, t, nd in (("q", q, 3), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
-        if t.device.type != "cuda" or t.dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"{op}: {name} must be a CUDA tensor of float16/bfloat16, got {describe(t)}")
-        if t.dim() != nd:
-            raise ValueError(f"{op}: {name} must be {nd}-D, got {describe(t)}")
-        if t.stride(-1) != 1:
-            raise ValueError(f"{op}: the last dimension of {name} must be contiguous (stride 1), got {describe(t)}")
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{op}: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
-                             f"got {describe(t)}")
+        check_operand(op, name, t, nd)
+        check_like_q(op, name, t, q)
     B, H, D = q.shape
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"{op}: v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {describe(v_cache)}")
     Bk, S, Hkv, Dk = k_cache.shape
     if Bk != B or Dk != D:
         raise ValueError(f"{op}: k_cache must be ({B}, S_max, Hkv, {D}) to match q, got {describe(k_cache)}")
-    if D % 16 != 0 or D > 256:
-        raise ValueError(f"{op}: the head dimension (last dimension of q, k_cache, v_cache) must be a multiple "
-                         f"of 16 up to 256, got {D}")
-    if Hkv == 0 or H % Hkv != 0:
-        raise ValueError(f"{op}: the heads of q ({H}) must be a multiple of the heads of k_cache/v_cache ({Hkv})")
+    check_heads(op, H, Hkv, D, "k_cache, v_cache", "k_cache/v_cache")
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 \
             or cache_seqlens.shape != (B,) or cache_seqlens.device != q.device:
         raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},) on {q.device}, "
                          f"got {describe(cache_seqlens)}")
-    if sm_scale is not None and not sm_scale > 0:
-        raise ValueError(f"{op}: sm_scale must be a positive number, got {sm_scale!r}")
+    check_sm_scale(op, sm_scale)
     if num_split is None:
         num_split = default_num_split(B, Hkv, S, sms=_sm_count(q.device))
     if not isinstance(num_split, int) or num_split < 1:

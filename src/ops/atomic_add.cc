@@ -42,10 +42,6 @@ class AtomicAdd : public TileOp {
         },
         loc);
   }
-  Stmt lower(const TileOpNode*, transform::PassContext&, const Kernel&) const override {
-    internal_error << "atomic_add is expanded before lowering";
-    return {};
-  }
 };
 
 }  // namespace

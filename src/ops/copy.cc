@@ -56,10 +56,6 @@ class Copy : public TileOp {
         },
         loc);
   }
-  Stmt lower(const TileOpNode* op, transform::PassContext&, const Kernel&) const override {
-    internal_error << "copy is expanded before lowering";
-    return {};
-  }
 };
 
 }  // namespace

@@ -21,10 +21,6 @@ class Fill : public TileOp {
         },
         op->loc);
   }
-  Stmt lower(const TileOpNode*, transform::PassContext&, const Kernel&) const override {
-    internal_error << "fill is expanded before lowering";
-    return {};
-  }
 };
 
 }  // namespace

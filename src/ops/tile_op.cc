@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "support/error.h"
+
 namespace tegula::ops {
 
 const TileOp* copy_op();
@@ -10,6 +12,11 @@ const TileOp* reduce_op();
 const TileOp* atomic_add_op();
 const TileOp* gemm_op();
 const TileOp* annotation_op();
+
+ir::Stmt TileOp::lower(const ir::TileOpNode* op, transform::PassContext&, const ir::Kernel&) const {
+  internal_error << op->op << " is expanded before lowering";
+  return {};
+}
 
 const TileOp* find_tile_op(const std::string& name) {
   static const std::unordered_map<std::string, const TileOp*> table = {

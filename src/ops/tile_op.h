@@ -21,7 +21,9 @@ class TileOp {
                             const ir::Kernel& k) const {
     return false;
   }
-  virtual ir::Stmt lower(const ir::TileOpNode* op, transform::PassContext& ctx, const ir::Kernel& k) const = 0;
+  // The op's per-thread code. Ops that expand never reach lowering: by default this is an
+  // internal error naming the op.
+  virtual ir::Stmt lower(const ir::TileOpNode* op, transform::PassContext& ctx, const ir::Kernel& k) const;
 };
 
 // nullptr when no op has that name.

@@ -134,8 +134,10 @@ class Pipeliner : public IRMutator {
     // The shared buffers the copies fill, and the position of the last copy into each.
     std::vector<Buffer> filled;
     std::map<const BufferNode*, size_t> last_fill;
+    std::vector<bool> is_copy(units.size());
     for (size_t i = 0; i < units.size(); ++i) {
-      if (!is_copy_unit(units[i])) {
+      is_copy[i] = is_copy_unit(units[i]);
+      if (!is_copy[i]) {
         compute_units.push_back(units[i]);
         continue;
       }
@@ -155,7 +157,7 @@ class Pipeliner : public IRMutator {
     // Compute may rewrite a staged buffer (zero a tail, say) only after its copy: the
     // copy moves ahead, the rewrite stays in place on the same stage.
     for (size_t i = 0; i < units.size(); ++i) {
-      if (is_copy_unit(units[i])) continue;
+      if (is_copy[i]) continue;
       shaped &= !has_async_copy(units[i]);
       post_order(units[i], [&](const Stmt& x) {
         auto* st = x.as<BufferStoreNode>();

@@ -22,15 +22,21 @@ namespace tegula {
 // work. Rows of >= 8 chunks xor the chunk's low 3 bits with r % 8; rows of 4 (or 2)
 // chunks xor with r / 2 % 4 (or r / 4 % 2), since two (four) such rows fill 128 bytes.
 template <int C, int E>
+struct Swizzle {
+  static constexpr int kChunk = 16 / E;                 // elements in a 16-byte chunk
+  static constexpr int kChunks = C / kChunk;            // chunks in a row
+  static constexpr int kBits = kChunks >= 8 ? 8 : kChunks;
+  static constexpr int kRowsPerPhase = 8 / kBits;
+  // What row r xors its chunk index with. Indices into a tile are never negative:
+  // unsigned arithmetic lets / and % be shifts and masks without signed fix-ups.
+  static TEGULA_HOST_DEVICE constexpr unsigned phase(int r) { return (unsigned(r) / kRowsPerPhase) % kBits; }
+};
+
+template <int C, int E>
 TEGULA_HOST_DEVICE constexpr int swizzle_offset(int r, int c) {
-  constexpr int kChunk = 16 / E;
-  constexpr int kChunks = C / kChunk;
-  constexpr int kBits = kChunks >= 8 ? 8 : kChunks;
-  constexpr int kRowsPerPhase = 8 / kBits;
-  // Indices into a tile are never negative: unsigned arithmetic lets / and % be shifts
-  // and masks without the sign fix-ups signed division needs.
+  using S = Swizzle<C, E>;
   const unsigned ur = unsigned(r), uc = unsigned(c);
-  return int(ur * C + (((uc / kChunk) ^ ((ur / kRowsPerPhase) % kBits)) * kChunk) + uc % kChunk);
+  return int(ur * C + (((uc / S::kChunk) ^ S::phase(r)) * S::kChunk) + uc % S::kChunk);
 }
 
 template <int C, typename T, bool kSwizzled>
@@ -49,15 +55,11 @@ TEGULA_DEVICE const T* tile_at(const T* base, int r, int c) {
 // each unrolled access costs one xor with a constant instead of the whole swizzle.
 template <int C, typename T, bool kSwizzled>
 TEGULA_DEVICE const T* tile_at2(const T* base, int tr, int ur, int tc, int uc) {
-  constexpr int kChunk = 16 / int(sizeof(T));
+  using S = Swizzle<C, int(sizeof(T))>;
   if constexpr (kSwizzled) {
-    constexpr int kChunks = C / kChunk;
-    constexpr int kBits = kChunks >= 8 ? 8 : kChunks;
-    constexpr int kRowsPerPhase = 8 / kBits;
-    const int t = tc ^ int((unsigned(tr) / kRowsPerPhase) % kBits);
-    return base + (tr + ur) * C + (uc ^ t) * kChunk;
+    return base + (tr + ur) * C + (uc ^ (tc ^ int(S::phase(tr)))) * S::kChunk;
   } else {
-    return base + (tr + ur) * C + (tc + uc) * kChunk;
+    return base + (tr + ur) * C + (tc + uc) * S::kChunk;
   }
 }
 
@@ -79,24 +81,22 @@ TEGULA_DEVICE void unpack2(uint32_t v, half_t& lo, half_t& hi) {
 // type (chosen by overload on a pointer to it) and the accumulator type. kZero: C's old
 // value is taken as 0 (the first k-step of a gemm with clear_accum), so no register has
 // to be cleared first.
-template <bool kZero>
-TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
-  float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
-  if constexpr (kZero) {
-    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_m16n8k16_f16f32(d, a, b, zero);
+template <typename T>
+TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
+  if constexpr (detail::is_same<T, half_t>) {
+    mma_m16n8k16_f16f32(d, a, b, c);
   } else {
-    mma_m16n8k16_f16f32(d, a, b, d);
+    mma_m16n8k16_bf16f32(d, a, b, c);
   }
 }
-template <bool kZero>
-TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const bfloat16_t*) {
+template <bool kZero, typename T>
+TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const T*) {
   float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
   if constexpr (kZero) {
     const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_m16n8k16_bf16f32(d, a, b, zero);
+    mma_f32<T>(d, a, b, zero);
   } else {
-    mma_m16n8k16_bf16f32(d, a, b, d);
+    mma_f32<T>(d, a, b, d);
   }
 }
 // float16 accumulation: slots e = 0,1 (row g) and 2,3 (row g + 8) are the two half2
