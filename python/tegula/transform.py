@@ -75,6 +75,7 @@ _OPTIONS = {
     K.TIR_DISABLE_VECTORIZE: ("disable_vectorize", bool),
     K.TL_DISABLE_SAFE_MEMORY_ACCESS: ("disable_safe_memory", bool),
     K.TL_DYNAMIC_ALIGNMENT: ("dynamic_alignment", int),
+    K.TL_DISABLE_WGMMA: ("disable_wgmma", bool),
     K.TL_CONFIG_INDEX_BITWIDTH: (None, _index_bitwidth),
     # Read by jit.py, not by the C++ side (see PYTHON_SIDE).
     K.TL_ENABLE_DUMP_IR: ("dump_ir", bool),
@@ -101,7 +102,6 @@ _IGNORED = {
     K.TL_ENABLE_ASYNC_COPY: _NO_SWITCH,
     K.TL_DISABLE_WARP_SPECIALIZED: _NO_SWITCH,
     K.TL_DISABLE_TMA_LOWER: _NO_SWITCH,
-    K.TL_DISABLE_WGMMA: _NO_SWITCH,
     K.TL_DISABLE_VECTORIZE_256: _NO_SWITCH,
     K.TL_DISABLE_DYNAMIC_TAIL_SPLIT: _NO_SWITCH,
     K.TL_DISABLE_THREAD_STORAGE_SYNC: _NO_SWITCH,

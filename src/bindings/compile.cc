@@ -179,6 +179,7 @@ transform::Options parse_options(const py::dict& d) {
     if (key == "fast_math") o.fast_math = item.second.cast<bool>();
     else if (key == "disable_vectorize") o.disable_vectorize = item.second.cast<bool>();
     else if (key == "disable_safe_memory") o.disable_safe_memory = item.second.cast<bool>();
+    else if (key == "disable_wgmma") o.disable_wgmma = item.second.cast<bool>();
     else if (key == "dynamic_alignment") o.dynamic_alignment = item.second.cast<int>();
     else throw py::value_error("unknown lowering option '" + key + "'");
   }

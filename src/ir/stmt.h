@@ -134,6 +134,10 @@ struct Kernel {
   // Shared buffers stored with 16-byte chunks XOR-swizzled by row (tegula::swizzle_offset),
   // so that the 8 rows one ldmatrix reads fall in different banks.
   std::set<const BufferNode*> smem_swizzled;
+  // wgmma operands among them: rows longer than 128 bytes are stored as 128-byte-wide
+  // panels (tegula::panel_offset), and the pool is 1024-byte aligned.
+  std::set<const BufferNode*> smem_panelled;
+  bool uses_wgmma = false;  // barriers then also order generic writes before wgmma reads
   int panel_size = 0;          // T.use_swizzle
   bool swizzle_row_major = true;
 };

@@ -11,15 +11,16 @@ namespace {
 // See kernels/include/tegula/gemm.h for the register order this reproduces.
 class MmaAccumulator : public Fragment {
  public:
-  MmaAccumulator(int64_t m, int64_t n, int wm, int wn)
-      : Fragment({m, n}, wm * wn * 32, 0), wm_(wm), tm_(int(m / wm)), tn_(int(n / wn)), nt_(tn_ / 8) {
+  MmaAccumulator(int64_t m, int64_t n, int wm, int wn, int group)
+      : Fragment({m, n}, wm * wn * 32, 0), wm_(wm), g_(group), tm_(int(m / wm)), tn_(int(n / wn)), nt_(tn_ / 8) {
     slots_ = (tm_ / 16) * nt_ * 4;
   }
   int vector_width() const override { return 2; }
   bool coords(int t, int s, int64_t* out) const override {
     int warp = t / 32, lane = t % 32;
     int mi = s / (nt_ * 4), ni = (s / 4) % nt_, e = s % 4;
-    out[0] = (warp % wm_) * tm_ + mi * 16 + lane / 4 + (e / 2) * 8;
+    int wr = warp % wm_;
+    out[0] = (wr / g_) * (tm_ * g_) + mi * 16 * g_ + (wr % g_) * 16 + lane / 4 + (e / 2) * 8;
     out[1] = (warp / wm_) * tn_ + ni * 8 + (lane % 4) * 2 + e % 2;
     return true;
   }
@@ -27,20 +28,23 @@ class MmaAccumulator : public Fragment {
     *valid = Expr();
     int mi = s / (nt_ * 4), ni = (s / 4) % nt_, e = s % 4;
     Expr warp = floordiv(tx, make_int(32)), lane = floormod(tx, make_int(32));
-    Expr row = floormod(warp, make_int(wm_)) * int64_t(tm_) + floordiv(lane, make_int(4)) +
-               int64_t(mi * 16 + (e / 2) * 8);
+    Expr wr = floormod(warp, make_int(wm_));
+    Expr row = g_ == 1 ? wr * int64_t(tm_) : floordiv(wr, make_int(g_)) * int64_t(tm_ * g_) +
+                                                 floormod(wr, make_int(g_)) * int64_t(16);
+    row = row + floordiv(lane, make_int(4)) + int64_t(mi * 16 * g_ + (e / 2) * 8);
     Expr col = floordiv(warp, make_int(wm_)) * int64_t(tn_) + floormod(lane, make_int(4)) * int64_t(2) +
                int64_t(ni * 8 + e % 2);
     return {row, col};
   }
   std::string describe() const override {
     Text os;
-    os << "mma_accumulator(" << shape_[0] << ", " << shape_[1] << ") warps=" << wm_ << "x" << threads_ / 32 / wm_;
+    os << (g_ == 1 ? "mma_accumulator(" : "wgmma_accumulator(") << shape_[0] << ", " << shape_[1]
+       << ") warps=" << wm_ << "x" << threads_ / 32 / wm_;
     return os.str();
   }
 
  private:
-  int wm_, tm_, tn_, nt_;
+  int wm_, g_, tm_, tn_, nt_;
 };
 
 }  // namespace
@@ -67,8 +71,8 @@ bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int*
   return best > 0;
 }
 
-FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn) {
-  return std::make_shared<MmaAccumulator>(m, n, wm, wn);
+FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn, int group) {
+  return std::make_shared<MmaAccumulator>(m, n, wm, wn, group);
 }
 
 }  // namespace tegula::layout

@@ -13,6 +13,9 @@ bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int*
 
 // Thread t = 32 * warp + lane holds, for each mma tile (mi, ni) of its warp, rows
 // lane/4 and lane/4 + 8 at columns 2*(lane%4) + {0, 1}: slots [mi][ni][e].
-FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn);
+// group = 1: the warp's m-tiles are its rows' consecutive 16-row tiles (mma.sync).
+// group = 4: warps form warpgroups of 4 along m, and the warpgroup's m-tiles are 64 rows
+// apart, warp w % 4 taking rows 16 * (w % 4) of each: what wgmma m64nNk16 fixes.
+FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn, int group = 1);
 
 }  // namespace tegula::layout

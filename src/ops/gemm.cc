@@ -1,13 +1,21 @@
 // T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum) on tensor cores.
 //
-// Layout (strict): C takes the mma.sync accumulator layout, tiled over the warps as the
-// policy says (layout/mma.h). An A that is a fragment takes the accumulator layout of an
-// M x K tile with the warps split along M only: the registers an mma's A operand needs
-// are then exactly those of an accumulator, so P = cast(Q Kᵀ) feeds P V in place.
-// Lowering: one call of the device library's block GEMM (kernels/include/tegula/gemm.h),
-// gemm_ss (A and B through ldmatrix) or gemm_rs (A from registers), issuing mma.sync
-// m16n8k16 into C's registers.
+// Two instruction paths, chosen per kernel (kernel_uses_wgmma):
+// - mma.sync m16n8k16 (sm_80 on): C takes the mma.sync accumulator layout, tiled over the
+//   warps as the policy says (layout/mma.h). An A that is a fragment takes the
+//   accumulator layout of an M x K tile with the warps split along M only: the registers
+//   an mma's A operand needs are then exactly those of an accumulator, so
+//   P = cast(Q Kᵀ) feeds P V in place. Lowers to gemm_ss (A and B through ldmatrix) or
+//   gemm_rs (A from registers) of the device library (kernels/include/tegula/gemm.h).
+// - wgmma m64nNk16 (sm_90a): the policy splits warpgroups (4 warps) instead of warps;
+//   each warpgroup's tile is whole m64 instructions. C's layout is the same per-warp
+//   register order with a warpgroup's m-tiles 64 rows apart (group 4). Shared operands
+//   are stored in the canonical 32/64/128-byte swizzled layouts a wgmma descriptor
+//   names, in 128-byte-wide panels when a row is longer (ctx.panelled), so the
+//   instruction reads them straight from shared memory. Lowers to wgmma_ss / wgmma_rs
+//   (kernels/include/tegula/wgmma.h).
 #include "layout/mma.h"
+#include "ir/functor.h"
 #include "ops/tile_op.h"
 
 namespace tegula::ops {
@@ -17,9 +25,33 @@ using namespace ir;
 
 struct GemmShape {
   int64_t m, n, k;
-  int wm, wn;
+  int wm, wn;    // warps along m and n (mma.sync path)
+  int wgm, wgn;  // warpgroups along m and n (wgmma path), 0 when the tile does not fit
   bool ta, tb;
 };
+
+// The row length, in elements, of a shared operand as stored: whether its rows form one of
+// the swizzled layouts wgmma reads (32, 64 or a multiple of 128 bytes).
+bool wgmma_rows_fit(int64_t cols, int bytes) {
+  int64_t row = cols * bytes;
+  return row == 32 || row == 64 || (row > 0 && row % 128 == 0);
+}
+int64_t panel_elems(int64_t cols, int bytes) { return std::min<int64_t>(cols, 128 / bytes); }
+
+// Warpgroups per the policy for the wgmma path: each warpgroup's tile is whole m64
+// instructions of N <= 256 columns. Square prefers the widest N, then splitting along M.
+bool gemm_warpgroups(int64_t m, int64_t n, int groups, const std::string& policy, int* gm, int* gn) {
+  auto fits = [&](int a, int b) {
+    return m % (int64_t(a) * 64) == 0 && n % b == 0 && (n / b) % 8 == 0 && n / b <= 256;
+  };
+  if (policy == "FullRow") return *gm = groups, *gn = 1, fits(groups, 1);
+  if (policy == "FullCol") return *gm = 1, *gn = groups, fits(1, groups);
+  for (int b = 1; b <= groups; b *= 2) {
+    int a = groups / b;
+    if (a * b == groups && fits(a, b)) return *gm = a, *gn = b, true;
+  }
+  return false;
+}
 
 GemmShape shape_of(const TileOpNode* op, const Kernel& k) {
   const SourceLoc& loc = op->loc;
@@ -41,23 +73,71 @@ GemmShape shape_of(const TileOpNode* op, const Kernel& k) {
       << ", C is " << c[0] << "x" << c[1];
   std::string policy = op->attr_str("policy", "Square");
   user_assert(k.threads % 32 == 0, loc) << "T.gemm needs a whole number of warps (threads=" << k.threads << ")";
-  user_assert(layout::gemm_warps(g.m, g.n, k.threads / 32, policy, &g.wm, &g.wn), loc)
-      << "T.gemm: " << k.threads / 32 << " warps cannot split a " << g.m << "x" << g.n << " tile with policy "
-      << policy << " into whole 16x8 mma tiles per warp";
+  if (!layout::gemm_warps(g.m, g.n, k.threads / 32, policy, &g.wm, &g.wn)) g.wm = g.wn = 0;
+  if (k.threads % 128 != 0 || !gemm_warpgroups(g.m, g.n, k.threads / 128, policy, &g.wgm, &g.wgn)) g.wgm = g.wgn = 0;
   return g;
+}
+
+// The mma.sync path needs a warp split into whole 16 x 8 tiles.
+void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& k) {
+  user_assert(g.wm > 0, op->loc) << "T.gemm: " << k.threads / 32 << " warps cannot split a " << g.m << "x" << g.n
+                                 << " tile with policy " << op->attr_str("policy", "Square")
+                                 << " into whole 16x8 mma tiles per warp";
+}
+
+// Whether this gemm can run on wgmma: operand types, a warpgroup split, operand rows in a
+// layout the descriptors name, instructions covering whole swizzle atoms of an MN-major
+// operand, and (A in registers) warpgroups owning whole rows.
+bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
+  const Buffer& A = op->regions.at(0).buffer;
+  const Buffer& B = op->regions.at(1).buffer;
+  const Buffer& C = op->regions.at(2).buffer;
+  bool half = A->dtype == DataType::f16() || A->dtype == DataType::bf16();
+  if (!half || A->dtype != B->dtype || C->dtype != DataType::f32() || C->scope != Scope::Fragment) return false;
+  if (B->scope != Scope::Shared || (A->scope != Scope::Shared && A->scope != Scope::Fragment)) return false;
+  GemmShape g = shape_of(op, k);
+  if (g.wgm == 0 || g.k % 16 != 0) return false;
+  const int e = A->dtype.bytes();
+  int64_t tn = g.n / g.wgn;
+  if (A->scope == Scope::Fragment) {
+    if (g.ta || g.wgn != 1) return false;
+  } else if (!wgmma_rows_fit(g.ta ? g.m : g.k, e)) {
+    return false;
+  }
+  if (!wgmma_rows_fit(g.tb ? g.k : g.n, e)) return false;
+  if (!g.tb && tn % panel_elems(g.n, e) != 0) return false;  // N-major B: whole atoms per instruction
+  return true;
+}
+
+template <typename F>
+void for_each_gemm(const Kernel& k, F f) {
+  post_order(k.body, [&](const Stmt& s) {
+    if (auto* op = s.as<TileOpNode>()) {
+      if (op->op == "gemm") f(op);
+    }
+  }, [](const Expr&) {});
 }
 
 class Gemm : public TileOp {
  public:
-  bool infer_layout(const TileOpNode* op, InferLevel level, transform::LayoutMap& layouts,
+  bool infer_layout(const TileOpNode* op, InferLevel level, transform::PassContext& ctx,
                     const Kernel& k) const override {
     if (level != InferLevel::Strict) return false;
+    transform::LayoutMap& layouts = ctx.layouts;
     const Buffer& C = op->regions.at(2).buffer;
     user_assert(C->scope == Scope::Fragment, op->loc) << "T.gemm accumulates into a fragment ('" << C->name
                                                       << "' is " << scope_name(C->scope) << ")";
     GemmShape g = shape_of(op, k);
-    bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     const Buffer& A = op->regions.at(0).buffer;
+    if (ctx.wgmma) {
+      bool changed = require(layout::make_mma_accumulator(g.m, g.n, 4 * g.wgm, g.wgn, 4), C, op, layouts);
+      if (A->scope == Scope::Fragment) {
+        changed |= require(layout::make_mma_accumulator(g.m, g.k, 4 * g.wgm, 1, 4), A, op, layouts);
+      }
+      return changed;
+    }
+    require_warp_split(g, op, k);
+    bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
       user_assert(g.wn == 1 && !g.ta, op->loc)
           << "T.gemm with A in registers ('" << A->name << "') needs every warp to own whole rows of C and no "
@@ -110,6 +190,8 @@ class Gemm : public TileOp {
       if ((cols * b->dtype.bytes()) % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0) ctx.swizzled.insert(b.get());
     }
     Buffer creg = ctx.registers.at(C.get());
+    if (ctx.wgmma) return lower_wgmma(op, g, ctx);
+    require_warp_split(g, op, k);
     std::vector<Stmt> body;
     // clear_accum: the first k-step's mma takes 0 for C, so no register is cleared first.
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wm), make_int(g.wn),
@@ -120,9 +202,50 @@ class Gemm : public TileOp {
     body.push_back(make_evaluate(make_call(a_regs ? "gemm_rs" : "gemm_ss", args, DataType::i32(), loc), loc));
     return make_seq(body, loc);
   }
+
+ private:
+  // wgmma_{ss,rs}(M, N, K, WGM, WGN, TA, TB, CLEAR; A, B, C), operands by their first
+  // element; the printer adds the rows of A's and B's buffers as stored (a panel spans all
+  // the rows of a buffer, stacked stages included) and the instruction to issue.
+  static Stmt lower_wgmma(const TileOpNode* op, const GemmShape& g, transform::PassContext& ctx) {
+    const SourceLoc& loc = op->loc;
+    const Buffer& A = op->regions[0].buffer;
+    const Buffer& B = op->regions[1].buffer;
+    const Buffer& C = op->regions[2].buffer;
+    bool a_regs = A->scope == Scope::Fragment;
+    for (const Buffer& b : {A, B}) {
+      if (b->scope != Scope::Shared) continue;
+      ctx.swizzled.insert(b.get());
+      ctx.panelled.insert(b.get());
+    }
+    std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wgm), make_int(g.wgn),
+                              make_int(g.ta), make_int(g.tb), make_int(op->attr_int("clear_accum", 0) != 0),
+                              a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
+                                     : make_load(A, {make_int(0), make_int(0)}, loc),
+                              make_load(B, {make_int(0), make_int(0)}, loc),
+                              make_load(ctx.registers.at(C.get()), {make_int(0)}, loc)};
+    // Issue, then wait: two statements, so pipeline_loops can issue the next stage's
+    // copies while the tensor cores run.
+    Stmt issue = make_evaluate(make_call(a_regs ? "wgmma_rs" : "wgmma_ss", args, DataType::i32(), loc), loc);
+    Stmt wait = make_evaluate(
+        make_call("wgmma_wait", {make_load(ctx.registers.at(C.get()), {make_int(0)}, loc), make_int(0)},
+                  DataType::i32(), loc),
+        loc);
+    return make_seq({issue, wait}, loc);
+  }
 };
 
 }  // namespace
+
+bool kernel_uses_wgmma(const Kernel& k, const transform::PassContext& ctx) {
+  if (ctx.target.arch != "sm_90a" || ctx.options.disable_wgmma) return false;
+  bool any = false, all = true;
+  for_each_gemm(k, [&](const TileOpNode* op) {
+    any = true;
+    all = all && wgmma_fits(op, k);
+  });
+  return any && all;
+}
 
 const TileOp* gemm_op() {
   static Gemm op;

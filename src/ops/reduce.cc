@@ -40,9 +40,10 @@ Expr identity(const std::string& kind, DataType t) {
 
 class Reduce : public TileOp {
  public:
-  bool infer_layout(const TileOpNode* op, InferLevel level, transform::LayoutMap& layouts,
+  bool infer_layout(const TileOpNode* op, InferLevel level, transform::PassContext& ctx,
                     const Kernel&) const override {
     if (level != InferLevel::Common) return false;
+    transform::LayoutMap& layouts = ctx.layouts;
     const Buffer& src = op->regions.at(0).buffer;
     const Buffer& dst = op->regions.at(1).buffer;
     auto s = layouts.fragment.find(src.get());

@@ -16,8 +16,9 @@ class TileOp {
   virtual ~TileOp() = default;
   // A loop nest equivalent to the op, or an empty Stmt when the op lowers itself.
   virtual ir::Stmt expand(const ir::TileOpNode* op, const ir::Kernel& k) const { return {}; }
-  // Fixes layouts it can at this level; returns true when it changed something.
-  virtual bool infer_layout(const ir::TileOpNode* op, InferLevel level, transform::LayoutMap& layouts,
+  // Fixes layouts (in ctx.layouts) it can at this level; returns true when it changed
+  // something.
+  virtual bool infer_layout(const ir::TileOpNode* op, InferLevel level, transform::PassContext& ctx,
                             const ir::Kernel& k) const {
     return false;
   }
@@ -33,6 +34,10 @@ const TileOp* find_tile_op(const std::string& name);
 ir::Stmt make_parallel_nest(const std::vector<ir::Expr>& extents,
                             const std::function<ir::Stmt(const std::vector<ir::Expr>&)>& body,
                             const SourceLoc& loc);
+
+// Whether the kernel's gemms run on wgmma (sm_90a): all of them or none, since one
+// gemm's accumulator can be the next one's A. Decided by infer_layout, into ctx.wgmma.
+bool kernel_uses_wgmma(const ir::Kernel& k, const transform::PassContext& ctx);
 
 // Whole-buffer region helper and the extents a region really spans.
 std::vector<int64_t> const_shape(const ir::Buffer& b, const SourceLoc& loc, const char* what);

@@ -21,6 +21,7 @@ struct Options {
   bool fast_math = false;
   bool disable_vectorize = false;
   bool disable_safe_memory = false;
+  bool disable_wgmma = false;  // sm_90a gemms on mma.sync instead of wgmma
   int dynamic_alignment = 1;  // elements every dynamic dimension is assumed to be a multiple of
 };
 
@@ -38,6 +39,10 @@ struct PassContext {
   std::vector<ir::Buffer> extra_locals;   // register arrays the passes add
   std::vector<ir::Buffer> extra_shared;   // shared scratch the passes add
   std::set<const ir::BufferNode*> swizzled;  // shared buffers to store swizzled (plan_storage publishes)
+  // wgmma operands among them: stored in panels of 128-byte rows, 1024-byte aligned (the
+  // canonical layouts a wgmma descriptor describes; see tegula::panel_offset).
+  std::set<const ir::BufferNode*> panelled;
+  bool wgmma = false;  // the kernel's gemms run on wgmma (ops::kernel_uses_wgmma)
   int fresh_id = 0;
   std::string fresh_name(const std::string& base) { return base + "_" + std::to_string(fresh_id++); }
 };

@@ -108,11 +108,11 @@ std::vector<int64_t> frag_shape(const Buffer& b) { return ops::const_shape(b, b-
 
 class Inference {
  public:
-  Inference(Kernel& k, PassContext& ctx, Collector& c) : k_(k), lm_(ctx.layouts), c_(c) {}
+  Inference(Kernel& k, PassContext& ctx, Collector& c) : k_(k), ctx_(ctx), lm_(ctx.layouts), c_(c) {}
 
   void run() {
     for (auto* op : c_.ops) {
-      if (auto* impl = ops::find_tile_op(op->op)) impl->infer_layout(op, ops::InferLevel::Strict, lm_, k_);
+      if (auto* impl = ops::find_tile_op(op->op)) impl->infer_layout(op, ops::InferLevel::Strict, ctx_, k_);
     }
     while (true) {
       while (common()) {
@@ -132,7 +132,7 @@ class Inference {
   bool common() {
     bool changed = false;
     for (auto* op : c_.ops) {
-      if (auto* impl = ops::find_tile_op(op->op)) changed |= impl->infer_layout(op, ops::InferLevel::Common, lm_, k_);
+      if (auto* impl = ops::find_tile_op(op->op)) changed |= impl->infer_layout(op, ops::InferLevel::Common, ctx_, k_);
     }
     for (auto& n : c_.nests) {
       auto known = lm_.loop.find(n.outer);
@@ -222,6 +222,7 @@ class Inference {
   }
 
   Kernel& k_;
+  PassContext& ctx_;
   LayoutMap& lm_;
   Collector& c_;
 };
@@ -231,6 +232,7 @@ class Inference {
 void infer_layout(Kernel& k, PassContext& ctx) {
   Collector c;
   c.visit(k.body);
+  ctx.wgmma = ops::kernel_uses_wgmma(k, ctx);
   Inference(k, ctx, c).run();
 }
 

@@ -10,6 +10,9 @@
 //     wait until at most S-2 groups are in flight; barrier          (stage k % S has landed)
 //     copies(k + S - 1) into stage (k + S - 1) % S; commit          (the stage compute(k-1) read)
 //     compute(k) reading stage k % S, with its own barriers          (while those loads fly)
+// (a compute that starts with a wgmma gemm issues it before the copies, and waits after;
+// a compute that is only a wgmma gemm keeps one group running across iterations and
+// loads S - 2 stages ahead (S >= 4): see the comment at split_async_issue's use)
 //   wait for all; barrier
 // Each staged buffer becomes S copies stacked along its first dimension. Loops of any
 // other shape (one stage, or compute that writes a staged buffer) keep their order, each
@@ -117,6 +120,43 @@ class Restage : public IRMutator {
   Expr stage_;
 };
 
+// A unit that starts with the issue of an asynchronous gemm (a wgmma_ss / wgmma_rs call,
+// its wait later in the unit): that issue, and the unit without it.
+bool split_async_issue(const Stmt& unit, Stmt* issue, Stmt* rest) {
+  auto* br = unit.as<IfThenElseNode>();
+  if (br && br->else_case) return false;
+  auto* seq = (br ? br->then_case : unit).as<SeqNode>();
+  if (!seq || seq->seq.size() < 2) return false;
+  auto* ev = seq->seq[0].as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return false;
+  *issue = seq->seq[0];
+  Stmt tail = make_seq(std::vector<Stmt>(seq->seq.begin() + 1, seq->seq.end()), unit->loc);
+  *rest = br ? make_if(br->cond, tail, {}, unit->loc) : tail;
+  return true;
+}
+
+// A unit that is only an asynchronous gemm's wait: that wait statement.
+bool only_wait(const Stmt& unit, Stmt* wait) {
+  const Stmt* s = &unit;
+  if (auto* br = unit.as<IfThenElseNode>()) s = &br->then_case;
+  if (auto* seq = s->as<SeqNode>()) {
+    if (seq->seq.size() != 1) return false;
+    s = &seq->seq[0];
+  }
+  auto* ev = s->as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c || c->op != "wgmma_wait") return false;
+  *wait = *s;
+  return true;
+}
+
+// The wait, letting `pending` of the latest groups still run.
+Stmt with_pending(const Stmt& wait, int pending) {
+  auto* c = wait.as<EvaluateNode>()->value.as<CallNode>();
+  return make_evaluate(make_call(c->op, {c->args[0], make_int(pending)}, c->dtype, c->loc), wait->loc);
+}
+
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
@@ -197,6 +237,7 @@ class Pipeliner : public IRMutator {
       auto it = staged.find(b.get());
       if (it == staged.end()) continue;
       if (ctx_.swizzled.erase(b.get())) ctx_.swizzled.insert(it->second.first.get());
+      if (ctx_.panelled.erase(b.get())) ctx_.panelled.insert(it->second.first.get());
       b = it->second.first;
     }
     Expr k = op->var, n = op->extent;
@@ -207,16 +248,7 @@ class Pipeliner : public IRMutator {
       }
       return make_seq(out);
     };
-    std::vector<Stmt> prologue;
-    for (int s = 0; s < S - 1; ++s) {
-      prologue.push_back(make_if(make_binary(BinaryOp::LT, make_int(s), n), copies(make_int(s), make_int(s))));
-      prologue.push_back(call("cp_async_commit"));
-    }
     Expr it = k - op->min;
-    Expr ahead = it + int64_t(S - 1);
-    std::vector<Stmt> body = {call("cp_async_wait", {make_int(S - 2)}), make_sync()};
-    body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));
-    body.push_back(call("cp_async_commit"));
     // The compute of one iteration touches one stage; barriers between its own units
     // (a rewrite of a staged tile before a gemm reads it) are placed here, since the loop
     // leaves this pass as one unit.
@@ -224,10 +256,36 @@ class Pipeliner : public IRMutator {
     for (size_t i = ncopy; i < units.size(); ++i) {
       compute.push_back(Restage(staged, floormod(it, make_int(S))).mutate(units[i]));
     }
-    body.push_back(place_barriers(compute));
+    // When the compute starts with an asynchronous gemm (wgmma), it is issued first and
+    // the next stage's copies are issued while the tensor cores run: they fill another
+    // stage, so only the gemm's wait has to follow them. When the gemm is all the compute
+    // (a GEMM main loop: nothing reads its accumulator inside the loop), its wait lets
+    // the latest group run on (wgmma_wait with 1 pending), so the tensor cores always have
+    // the next group queued; the copies then fill the stage read two iterations back, the
+    // one every thread's wait has released before this iteration's barrier.
+    Stmt issue, rest, wait;
+    bool async = split_async_issue(compute[0], &issue, &rest);
+    bool deferred = async && compute.size() == 1 && S >= 4 && only_wait(rest, &wait);
+    const int dist = deferred ? S - 2 : S - 1;  // stages loaded ahead of the one computed
+    std::vector<Stmt> prologue;
+    for (int s = 0; s < dist; ++s) {
+      prologue.push_back(make_if(make_binary(BinaryOp::LT, make_int(s), n), copies(make_int(s), make_int(s))));
+      prologue.push_back(call("cp_async_commit"));
+    }
+    Expr ahead = it + int64_t(dist);
+    std::vector<Stmt> body = {call("cp_async_wait", {make_int(dist - 1)}), make_sync()};
+    if (async) {
+      body.push_back(issue);
+      compute[0] = rest;
+    }
+    if (deferred) body.push_back(with_pending(wait, 1));
+    body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));
+    body.push_back(call("cp_async_commit"));
+    if (!deferred) body.push_back(place_barriers(compute));
     Stmt loop = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
     std::vector<Stmt> all = prologue;
     all.push_back(loop);
+    if (deferred) all.push_back(wait);
     all.push_back(call("cp_async_wait", {make_int(0)}));
     all.push_back(make_sync());
     // One unit: insert_barriers places barriers around it, never inside.

@@ -2,7 +2,8 @@
 //
 // Expects: every shared buffer (the author's and the passes' scratch) in k.allocs with a
 // constant shape. Guarantees: k.smem_offset gives each one a 128-byte aligned offset in
-// the kernel's one dynamic shared-memory pool, and k.smem_bytes its size. Fragments must
+// the kernel's one dynamic shared-memory pool (1024-byte for wgmma operands, whose
+// swizzle the hardware computes from address bits), and k.smem_bytes its size. Fragments must
 // be gone by now: one still referenced means it was used outside T.Parallel or a tile op.
 #include "ir/functor.h"
 #include "transform/passes.h"
@@ -29,12 +30,15 @@ void plan_storage(ir::Kernel& k, PassContext& ctx) {
     if (b->scope != ir::Scope::Shared) continue;
     int64_t n = b->num_elements_const();
     user_assert(n > 0, b->loc) << "shared buffer '" << b->name << "' needs a constant shape";
-    offset = (offset + 127) / 128 * 128;
+    int64_t align = ctx.panelled.count(b.get()) ? 1024 : 128;
+    offset = (offset + align - 1) / align * align;
     k.smem_offset[b.get()] = offset;
     offset += n * b->dtype.bytes();
   }
   k.smem_bytes = offset;
   k.smem_swizzled = ctx.swizzled;
+  k.smem_panelled = ctx.panelled;
+  k.uses_wgmma = ctx.wgmma;
 }
 
 }  // namespace tegula::transform

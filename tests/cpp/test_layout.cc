@@ -10,6 +10,7 @@
 
 #include "ir/analyzer.h"
 #include "layout/fragment.h"
+#include "layout/mma.h"
 
 namespace tegula::layout {
 namespace {
@@ -474,6 +475,47 @@ TEST(ChooseRowVector, WidestPowerOfTwoDividingTheRow) {
       EXPECT_FALSE(w * bytes <= 16 && last % w == 0) << what << ": " << w << " would also do";
     }
   }
+}
+
+// The tensor-core accumulators: mma.sync (group 1) and wgmma (group 4) tilings, each
+// element held once, symbolic coordinates equal to numeric ones.
+struct AccCase {
+  int64_t m, n;
+  int wm, wn, group;
+};
+const AccCase kAcc[] = {
+    {128, 128, 2, 2, 1}, {64, 64, 4, 1, 1},    // mma.sync
+    {64, 256, 4, 1, 4},  {128, 256, 8, 1, 4},  // wgmma, one m64 tile per warpgroup
+    {128, 128, 4, 1, 4}, {256, 128, 4, 2, 4},  // several m64 tiles per warpgroup, split along n
+};
+
+TEST(MmaAccumulator, EveryElementHeldOnceAndSymbolicMatches) {
+  for (const AccCase& a : kAcc) {
+    FragmentPtr f = make_mma_accumulator(a.m, a.n, a.wm, a.wn, a.group);
+    SCOPED_TRACE(f->describe());
+    for (const auto& h : holders(*f)) ASSERT_EQ(h.size(), 1u);
+    expect_symbolic_matches_numeric(*f);
+  }
+}
+
+TEST(MmaAccumulator, WgmmaWarpsTake16RowsOfEach64RowTile) {
+  // 128 x 64 over one warpgroup: two m64 instructions; warp w holds rows 16w..16w+15 of
+  // each, i.e. rows 16w + {0..15} and 64 + 16w + {0..15}, in slots [mi][ni][e].
+  FragmentPtr f = make_mma_accumulator(128, 64, 4, 1, 4);
+  ASSERT_EQ(f->slots(), 2 * 8 * 4);
+  int64_t c[2];
+  for (int t = 0; t < 128; ++t) {
+    int w = t / 32, lane = t % 32;
+    for (int s = 0; s < f->slots(); ++s) {
+      ASSERT_TRUE(f->coords(t, s, c));
+      int mi = s / 32, ni = (s / 4) % 8, e = s % 4;
+      EXPECT_EQ(c[0], mi * 64 + w * 16 + lane / 4 + (e / 2) * 8);
+      EXPECT_EQ(c[1], ni * 8 + (lane % 4) * 2 + e % 2);
+    }
+  }
+  // With one m64 tile per warpgroup the two tilings agree.
+  EXPECT_TRUE(make_mma_accumulator(128, 256, 8, 1, 4)->same_as(*make_mma_accumulator(128, 256, 8, 1, 1)));
+  EXPECT_FALSE(f->same_as(*make_mma_accumulator(128, 64, 4, 1, 1)));
 }
 
 }  // namespace

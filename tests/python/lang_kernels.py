@@ -125,18 +125,19 @@ def scaled_add(N, target="auto"):
     return tegula.compile(axpy, out_idx=[-1], target=target)
 
 
-def gemm_relu_program(M, N, K, block_M, block_N, block_K, dtype="float16", accum_dtype="float32"):
+def gemm_relu_program(M, N, K, block_M, block_N, block_K, dtype="float16", accum_dtype="float32", num_stages=3,
+                      threads=128):
     """The tensor-core milestone's example: a pipelined, swizzled GEMM with a ReLU epilogue."""
 
     @T.prim_func
     def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_shared = T.alloc_shared((block_K, block_N), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             T.use_swizzle(panel_size=4)
             T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)
                 T.copy(B[k * block_K, bx * block_N], B_shared)
                 T.gemm(A_shared, B_shared, C_local)

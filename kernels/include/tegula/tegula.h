@@ -16,6 +16,8 @@
 //   print.h    print for T.print
 //   mma.h      ldmatrix, stmatrix, mma.sync (sm_80+)
 //   async.h    cp.async, named barriers; fence.proxy.async and mbarrier (sm_90+)
+//   gemm.h     the block GEMM on mma.sync that T.gemm lowers to; the operand swizzle
+//   wgmma.h    the block GEMM on wgmma (sm_90a); panelled operand layouts
 #pragma once
 
 #include "tegula/config.h"
@@ -30,3 +32,4 @@
 #include "tegula/mma.h"
 #include "tegula/async.h"
 #include "tegula/gemm.h"
+#include "tegula/wgmma.h"

@@ -128,8 +128,10 @@ def _assert_pipelined(src, stages, block_n, dim, elem_bytes):
 def test_flash_attention_compiles_to_tensor_core_code(name, target):
     src, cubin = _compile_attention(name, target)
     assert f"for {target}" in src.splitlines()[0]
-    assert "tegula::gemm_ss<" in src, "Q Kᵀ is not a shared x shared tensor-core gemm"
-    assert "tegula::gemm_rs<" in src, "P V is not a register x shared tensor-core gemm"
+    # sm_90a runs both gemms on wgmma, sm_80 on mma.sync.
+    gemm = "tegula::wgmma_" if target == "sm_90a" else "tegula::gemm_"
+    assert gemm + "ss<" in src, "Q Kᵀ is not a shared x shared tensor-core gemm"
+    assert gemm + "rs<" in src, "P V is not a register x shared tensor-core gemm"
     assert "cp_async_16_pred" in src, "K/V tiles are not loaded with cp.async"
     assert isinstance(cubin, (bytes, bytearray)) and len(cubin) > 1000
     args = ATTENTION_VARIANTS[name]

@@ -1,7 +1,7 @@
 """The GEMM of the tensor-core milestone compiles without a GPU: its machine code uses the
-tensor-core path (mma, ldmatrix, cp.async), and its generated source matches the golden
-copy in tests/golden/ (regenerate with TEGULA_UPDATE_GOLDEN=1 when a change means to
-change it)."""
+tensor-core path (mma, ldmatrix, cp.async; wgmma on sm_90a), and its generated source
+matches the golden copy in tests/golden/ (regenerate with TEGULA_UPDATE_GOLDEN=1 when a
+change means to change it)."""
 import os
 import shutil
 import sys
@@ -34,9 +34,10 @@ def _sass(cubin: bytes, tmp_path) -> str:
     return subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, check=True).stdout
 
 
-@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-def test_tensor_core_instructions_in_the_machine_code(target, tmp_path):
-    k = tegula.compile(issue_example(4096, 4096, 4096, 128, 128, 32), out_idx=[-1], target=target)
+@pytest.mark.parametrize("target,configs", [("sm_80", None), ("sm_90a", {"tl.disable_wgmma": True})])
+def test_tensor_core_instructions_in_the_machine_code(target, configs, tmp_path):
+    k = tegula.compile(issue_example(4096, 4096, 4096, 128, 128, 32), out_idx=[-1], target=target,
+                       pass_configs=configs)
     src = k.get_kernel_source()
     assert "gemm_ss<" in src and "cp_async_16_pred" in src and "swizzle_offset" in src
     sass = _sass(k.cubin(), tmp_path)
@@ -144,3 +145,91 @@ def test_annotate_layout_refuses_a_tile_it_cannot_swizzle():
     with pytest.raises(tegula.TegulaCompileError) as info:
         tegula.compile(bad, target="sm_80")
     assert "power of two" in str(info.value) and "annotate_layout" in str(info.value)
+
+
+# ---- the wgmma path (sm_90a) ----
+
+def _hopper(program, configs=None):
+    return tegula.compile(program, target="sm_90a", pass_configs=configs)
+
+
+def test_sm90a_gemm_runs_on_wgmma(tmp_path):
+    k = _hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=4, threads=256))
+    src = k.get_kernel_source()
+    # Two warpgroups along M, each one m64n256k16 per k-step; B (64 x 256, N-major) stored
+    # in four 128-byte panels; operand buffers 1024-byte aligned for the hardware swizzle.
+    assert "tegula::wgmma_ss<128, 256, 64, 2, 1, 0, 0, 0, 512, 256, wgmma_ss_n256_f16>" in src
+    assert "struct wgmma_ss_n256_f16" in src and "m64n256k16.f32.f16.f16" in src
+    assert "panel_offset<256, 2, 256>" in src and "__align__(1024)" in src
+    # All operands arrive by cp.async: no proxy fence is needed before the barriers.
+    assert "sync_async_proxy();" not in src
+    sass = _sass(k.cubin(), tmp_path)
+    assert sass.count("HGMMA.64x256x16.F32") == 4, "one instruction per k-step of 16"
+    assert "tnspB" in sass and "tnspA" not in sass, "B is N-major, A K-major"
+    assert "HMMA" not in sass and "LDSM" not in sass, "wgmma reads the operands from shared memory itself"
+    assert "LDGSTS" in sass
+
+
+def _loop(src):
+    """The k loop and what follows it."""
+    return src[src.index("for (int k = 0;"):]
+
+
+def test_a_gemm_only_loop_keeps_one_wgmma_group_in_flight():
+    deep = _hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=4, threads=256)).get_kernel_source()
+    loop = _loop(deep)
+    body, after = loop.split("\n  }\n", 1)
+    # Issued, then the copies S - 2 = 2 stages ahead, while one group runs on.
+    assert body.index("tegula::wgmma_ss<") < body.index("wgmma_wait_regs<1, 128>") < body.index("cp_async_16_pred")
+    assert "(k + 2)" in body and "wgmma_wait_regs<0, 128>" in after
+    # Three stages: the copies go S - 1 ahead and each iteration's group completes in it.
+    shallow = _loop(_hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=3,
+                                          threads=256)).get_kernel_source())
+    body = shallow.split("\n  }\n", 1)[0]
+    assert body.index("tegula::wgmma_ss<") < body.index("cp_async_16_pred") < body.index("wgmma_wait_regs<0, 128>")
+    assert "(k + 2)" in body
+
+
+def test_plain_stores_into_an_operand_are_fenced_for_wgmma():
+    # K = 4095: A's rows are not 16-byte aligned, so its tiles are stored by ordinary
+    # stores, which the barriers in the loop fence for the wgmma reads after them.
+    src = _hopper(issue_example(256, 256, 4095, 128, 256, 64, num_stages=4, threads=256)).get_kernel_source()
+    assert "sync_async_proxy();" in _loop(src)
+
+
+@pytest.mark.parametrize("kw,flags", [
+    (dict(transpose_A=True), ("tnspA", "tnspB")),
+    (dict(transpose_B=True), (None, None)),
+    (dict(transpose_A=True, transpose_B=True), ("tnspA", None)),
+    (dict(a_in_registers=True), (None, "tnspB")),
+    (dict(a_in_registers=True, transpose_B=True), (None, None)),
+    (dict(block_K=16), (None, "tnspB")),
+    (dict(dtype="bfloat16"), (None, "tnspB")),
+])
+def test_wgmma_variants(kw, flags, tmp_path):
+    k = _hopper(gemm_variant_program(200, 136, 96, **kw))
+    src = k.get_kernel_source()
+    assert ("tegula::wgmma_rs<" if kw.get("a_in_registers") else "tegula::wgmma_ss<") in src
+    sass = _sass(k.cubin(), tmp_path)
+    hgmma = [line for line in sass.splitlines() if "HGMMA.64x64x16.F32" in line]
+    assert hgmma, "no wgmma in the machine code"
+    if kw.get("dtype") == "bfloat16":
+        assert all(".BF16" in line for line in hgmma)
+    ta, tb = flags
+    assert all(("tnspA" in line) == (ta is not None) and ("tnspB" in line) == (tb is not None) for line in hgmma)
+    if kw.get("a_in_registers"):
+        assert all("gdesc" in line and "R" in line.split("HGMMA")[1].split(",")[1] for line in hgmma)
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(accum_dtype="float16"), "float16 accumulators"),
+    (dict(block_M=32, block_N=64), "a 32-row tile is smaller than one m64 instruction"),
+    (dict(block_K=48, K=96), "96-byte rows fit no wgmma swizzle"),
+])
+def test_gemms_wgmma_cannot_take_stay_on_mma_sync(kw, why, tmp_path):
+    kw = dict(kw)
+    K = kw.pop("K", 96)
+    k = _hopper(gemm_variant_program(192, 128, K, **kw))
+    src = k.get_kernel_source()
+    assert "tegula::gemm_ss<" in src and "wgmma" not in src, why
+    assert "HMMA" in _sass(k.cubin(), tmp_path)

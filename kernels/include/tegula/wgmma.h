@@ -1,0 +1,171 @@
+// Block-level GEMM on Hopper's warpgroup tensor-core instruction (wgmma m64nNk16, sm_90a),
+// the code T.gemm lowers to there: wgmma_ss when A is in shared memory, wgmma_rs when A
+// is a fragment.
+//
+// The block's warpgroups (4 warps each) tile the M x N output as WGM x WGN; warpgroup g
+// takes the tile at (g % WGM, g / WGM), made of TM / 64 instructions of m64nTNk16 per
+// k-step. Each warp of a warpgroup holds 16 rows of each 64-row tile, in the register
+// order of an mma.sync accumulator ([mi][ni][e], see gemm.h): the compiler's layout for C
+// (layout/mma.cc, group 4) is this order.
+//
+// Shared operands are stored as the hardware's canonical swizzled layouts, read by the
+// instruction itself through a 64-bit descriptor: rows of 32, 64 or 128 bytes with their
+// 16-byte chunks XOR-swizzled by row (swizzle_offset, which is what the 32/64/128-byte
+// swizzle modes compute from address bits, so buffers are 1024-byte aligned), and longer
+// rows cut into 128-byte-wide panels, each panel all of the buffer's rows
+// (panel_offset). An operand whose contiguous dimension is K (A as M x K, B as N x K) is
+// "K-major"; one stored K x M or K x N is "MN-major" and set as transposed in the
+// instruction.
+//
+// The instruction is a struct the code generator writes for the tile's N and element type
+// (`Inst`): its asm names N / 2 accumulator registers, which no template can spell.
+#pragma once
+#include "tegula/gemm.h"
+
+namespace tegula {
+
+// Elements per stored row of one panel: the whole row up to 128 bytes.
+template <int C, int E>
+inline constexpr int kPanel = C * E > 128 ? 128 / E : C;
+
+// Element offset of (r, c) in an R x C tile of E-byte elements stored in panels of
+// kPanel<C, E> columns, each an R-row tile swizzled as swizzle_offset does.
+template <int C, int E, int R>
+TEGULA_HOST_DEVICE constexpr int panel_offset(int r, int c) {
+  constexpr unsigned P = kPanel<C, E>;
+  return int((unsigned(c) / P) * (unsigned(R) * P)) + swizzle_offset<int(P), E>(r, int(unsigned(c) % P));
+}
+
+#if TEGULA_ARCH >= 900
+
+// __syncthreads that also orders this thread's generic-proxy writes to shared memory
+// (stores, completed cp.async) before the wgmma reads after it: kernels that use wgmma
+// print every barrier as this one.
+TEGULA_DEVICE void sync_async_proxy() {
+  fence_proxy_async();
+  __syncthreads();
+}
+
+TEGULA_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+TEGULA_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+TEGULA_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Pins accumulator registers in place: the compiler may not move their reads or writes
+// across this point (wgmma writes them asynchronously, between issue and wait).
+template <int N>
+TEGULA_DEVICE void fence_registers(float* d) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Byte offset of the unswizzled position (r, c) in a panel_offset<C, E, R> tile: what a
+// descriptor's start address names (the hardware applies the swizzle).
+template <int C, int E, int R>
+TEGULA_HOST_DEVICE constexpr uint32_t panel_byte(int r, int c) {
+  constexpr int P = kPanel<C, E>;
+  return uint32_t(((c / P) * R * P + r * P + c % P) * E);
+}
+
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets (in
+// 16-byte units) and the swizzle mode of rows of P elements (128 B: 1, 64 B: 2, 32 B: 3).
+// The stride offset is always 8 rows of a panel; the leading offset is the distance
+// between panels, which only MN-major operands use.
+template <int P, int E>
+TEGULA_DEVICE uint64_t wgmma_desc(uint32_t addr, uint32_t lead) {
+  constexpr int row = P * E;
+  static_assert(row == 32 || row == 64 || row == 128, "wgmma operand rows must be 32, 64 or 128 bytes");
+  constexpr uint64_t mode = row == 128 ? 1 : row == 64 ? 2 : 3;
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lead >> 4) & 0x3FFF) << 16) |
+         (uint64_t(((8 * row) >> 4) & 0x3FFF) << 32) | (mode << 62);
+}
+
+template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename T,
+          typename Inst>
+struct BlockWgmma {
+  static constexpr int E = int(sizeof(T));
+  static constexpr int TM = M / WGM, TN = N / WGN, MI = TM / 64;
+  static constexpr int CA = TA ? M : K, CB = TB ? K : N;  // stored row lengths
+  static_assert(M % (WGM * 64) == 0 && N % WGN == 0 && TN % 8 == 0 && TN <= 256 && K % 16 == 0,
+                "tile does not fit the wgmma shape");
+  static_assert(Inst::N == TN, "instruction width does not match the warpgroup tile");
+
+  // Descriptor of A's 64 x 16 tile at (m0, k0), and of B's TN x 16 tile at (n0, k0).
+  static TEGULA_DEVICE uint64_t desc_a(uint32_t base, int m0, int k0) {
+    constexpr int P = kPanel<CA, E>;
+    if constexpr (TA) {
+      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(k0, m0), RA * P * E);
+    } else {
+      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(m0, k0), 16);
+    }
+  }
+  static TEGULA_DEVICE uint64_t desc_b(uint32_t base, int n0, int k0) {
+    constexpr int P = kPanel<CB, E>;
+    if constexpr (TB) {
+      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(n0, k0), 16);
+    } else {
+      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(k0, n0), RB * P * E);
+    }
+  }
+
+  // Issues C (+)= A B over the whole K as one wgmma group. Until wgmma_wait_regs returns,
+  // neither C nor the operands may be touched.
+  template <bool kRegsA>
+  static TEGULA_DEVICE void run(const T* A, const T* B, float* C) {
+    const int group = int(threadIdx.x) / 128;
+    const int m0 = (group % WGM) * TM, n0 = (group / WGM) * TN;
+    const uint32_t a = kRegsA ? 0u : smem_addr(A), b = smem_addr(B);
+    fence_registers<MI * TN / 2>(C);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < K / 16; ++ks) {
+      const uint64_t db = desc_b(b, n0, ks * 16);
+      const int scale = (CLEAR && ks == 0) ? 0 : 1;
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        float* d = C + mi * (TN / 2);
+        if constexpr (kRegsA) {
+          // A's registers in the accumulator layout of an M x K tile (group 4): the 16 x 16
+          // operand of m-tile mi is accumulator tiles kt = 2 ks and 2 ks + 1.
+          const T* s = A + (mi * (K / 8) + ks * 2) * 4;
+          const uint32_t ra[4] = {pack2(s[0], s[1]), pack2(s[2], s[3]), pack2(s[4], s[5]), pack2(s[6], s[7])};
+          Inst::template rs<!TB>(d, ra, db, scale);
+        } else {
+          Inst::template ss<TA, !TB>(d, desc_a(a, m0 + mi * 64, ks * 16), db, scale);
+        }
+      }
+    }
+    wgmma_commit();
+  }
+};
+
+// Waits until at most `Pending` of the wgmma groups this thread issued are still running
+// (0: all have landed); C's N registers are their accumulators.
+template <int Pending, int N>
+TEGULA_DEVICE void wgmma_wait_regs(float* C) {
+  wgmma_wait<Pending>();
+  fence_registers<N>(C);
+}
+
+// T.gemm(A_shared, B_shared, C) on wgmma, issued (wgmma_wait_regs completes it). RA, RB:
+// rows of A's and B's buffers as stored.
+template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
+          typename T>
+TEGULA_DEVICE void wgmma_ss(const T* A, const T* B, float* C) {
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, Inst>::template run<false>(A, B, C);
+}
+
+// T.gemm(A_fragment, B_shared, C) on wgmma: A in the registers of an accumulator of the same
+// warpgroup split (WGN = 1), as T.copy(acc_fp32, acc_fp16) of a previous gemm's leaves it.
+template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
+          typename T>
+TEGULA_DEVICE void wgmma_rs(const T* A, const T* B, float* C) {
+  static_assert(WGN == 1 && !TA, "A in registers needs the warpgroups split along M only, and no transpose");
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, Inst>::template run<true>(A, B, C);
+}
+
+#endif  // TEGULA_ARCH >= 900
+
+}  // namespace tegula
