@@ -36,6 +36,12 @@ MAX_PER_THREAD = 32        # fragment elements per thread per buffer before regi
 PREFERRED_PER_THREAD = 16
 
 
+def wgmma_gpu() -> bool:
+    """Whether the current GPU is an sm_90 part, where T.gemm runs on wgmma (tile choices
+    differ from the mma.sync path's)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES[dtype]
 

@@ -22,7 +22,7 @@ import tegula
 import tegula.language as T
 
 from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
-from ._common import describe, dtype_name
+from ._common import describe, dtype_name, wgmma_gpu
 
 LOG2E = 1.4426950408889634
 LAYOUTS = ("bshd", "bhsd")
@@ -120,12 +120,18 @@ flash_attention_kernel = tegula.jit(out_idx=[3, 4], pass_configs=FAST_MATH)(flas
 
 
 def default_config(seq_q, dim, is_causal):
-    """Tiles by head dimension, from a sweep on an H100 (benchmarks/bench_attention.py):
-    four warps of 32 query rows each read every K/V tile from shared memory once per 32
-    rows, which the tensor cores can keep up with; wider heads take fewer rows."""
+    """Tiles by head dimension, from sweeps on an H100 (benchmarks/tune_attention.py).
+    mma.sync (sm_80): four warps of 32 query rows each read every K/V tile from shared
+    memory once per 32 rows, which the tensor cores can keep up with; wider heads take
+    fewer rows. wgmma (sm_90): a warpgroup's m64 instructions read K/V tiles themselves;
+    causal D=128 gains from two warpgroups over 128-key tiles (429 against 408 TFLOP/s),
+    and D=64 from 64-row blocks (339 against 317)."""
+    hopper = wgmma_gpu()
     if dim <= 64:
-        return dict(block_M=128, block_N=128, threads=128, num_stages=2)
+        return dict(block_M=64 if hopper else 128, block_N=128, threads=128, num_stages=2)
     if dim <= 128:
+        if hopper and is_causal:
+            return dict(block_M=128, block_N=128, threads=256, num_stages=2)
         return dict(block_M=128, block_N=64, threads=128, num_stages=2)
     return dict(block_M=64, block_N=64, threads=128, num_stages=2)
 

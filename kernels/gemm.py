@@ -2,7 +2,8 @@
 
     C = epilogue(A @ B [+ bias])      A (M, K), B (K, N), fp16 or bf16, fp32 accumulation
 
-The block tile goes through shared memory; T.gemm lowers to ldmatrix + mma.sync. Ragged
+The block tile goes through shared memory; T.gemm lowers to wgmma on sm_90a (reading the
+swizzled tiles straight from shared memory) and to ldmatrix + mma.sync elsewhere. Ragged
 M, N and K are masked by the copies (loads past the edge give zero, stores are skipped);
 rows whose stride is not a multiple of 8 elements are loaded with narrower accesses.
 """
@@ -13,18 +14,21 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import check_tensor, describe, dtype_name
+from ._common import check_tensor, describe, dtype_name, wgmma_gpu
 
 EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
 
 
 def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, threads=128,
-                   dtype="float16", accum_dtype="float32", epilogue="none"):
+                   dtype="float16", accum_dtype="float32", epilogue="none", ldb=None):
+    """ldb: B's row length when its rows are padded past N (matmul() pads rows that would
+    break 16-byte alignment); columns N..ldb are never stored."""
+    ldb = N if ldb is None else ldb
     has_bias = epilogue.startswith("bias")
     act = epilogue.replace("bias_", "").replace("bias", "none")
 
     @T.prim_func
-    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), Bias: T.Tensor((N,), dtype),
+    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor((K, ldb), dtype), Bias: T.Tensor((N,), dtype),
              C: T.Tensor((M, N), dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), dtype)
@@ -52,22 +56,33 @@ def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, 
 
 
 matmul_kernel = tegula.jit(out_idx=[-1])(matmul_program)
+# The same program held to mma.sync on sm_90a too (for comparing the two paths).
+matmul_kernel_mma_sync = tegula.jit(out_idx=[-1], pass_configs={tegula.PassConfigKey.TL_DISABLE_WGMMA: True})(
+    matmul_program)
 
 
 def default_config(M, N, K):
-    """A tile that fills the machine: 128x128 for large outputs, smaller for thin ones."""
+    """A tile that fills the machine: large for large outputs, smaller for thin ones."""
     if M <= 64:
         return dict(block_M=64, block_N=128, block_K=64, num_stages=3, threads=128)
-    # benchmarks/tune_gemm.py on an H100: 350 TFLOP/s at 4096^3, against 342 with
-    # block_K=32 and 314-339 for the 256-wide tiles.
+    if wgmma_gpu() and M * N >= 132 * 128 * 256:
+        # benchmarks/tune_gemm.py on an H100 (wgmma): 509 TFLOP/s at 4096^3 and 520 at
+        # 8192^3; two warpgroups of m64n256, four stages with one wgmma group in flight.
+        return dict(block_M=128, block_N=256, block_K=64, num_stages=4, threads=256)
+    # mma.sync (and smaller Hopper outputs): 350 TFLOP/s at 4096^3 on an H100, against
+    # 342 with block_K=32 and 314-339 for the 256-wide tiles.
     return dict(block_M=128, block_N=128, block_K=64, num_stages=3, threads=128)
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", **config):
-    cfg = default_config(M, N, K)
+def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", mma_sync=False, **config):
+    """The kernel for this shape: default_config's tile unless config overrides it; with
+    mma_sync, held to mma.sync (and that path's default tile) even where wgmma exists."""
+    cfg = default_config(M, N, K) if not mma_sync else dict(block_M=128, block_N=128, block_K=64, num_stages=3,
+                                                            threads=128)
     cfg.update(config)
-    return matmul_kernel(M, N, K, dtype=dtype_name(dtype), epilogue=epilogue, **cfg)
+    jit = matmul_kernel_mma_sync if mma_sync else matmul_kernel
+    return jit(M, N, K, dtype=dtype_name(dtype), epilogue=epilogue, **cfg)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"):
@@ -88,13 +103,35 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
             raise ValueError(f"matmul: bias must have shape ({N},), got {describe(bias)}")
     epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
     dummy = bias if bias is not None else a.new_empty(N)
-    return kernel_for(M, N, K, a.dtype, epilogue)(a, b, dummy)
+    a, b, K, ldb = _aligned_operands(a, b)
+    return kernel_for(M, N, K, a.dtype, epilogue, ldb=ldb)(a, b, dummy)
+
+
+def _aligned_operands(a, b):
+    """Rows of K or N elements that are not a multiple of 8 (16 bytes) cannot be loaded with
+    16-byte cp.async: the kernel then falls back to element-wide loads, correct but slow.
+    For problems large enough that a copy is cheap next to the GEMM, which re-reads every
+    operand tile many times, the operands are copied once into rows padded with zeros to a
+    multiple of 8: zero columns of A against zero rows of B add nothing, and B's padding
+    columns are never stored. The time of the copy counts in every timing of matmul().
+    Returns (a, b, K, ldb) for the kernel."""
+    M, K = a.shape
+    N = b.shape[1]
+    if (K % 8 == 0 and N % 8 == 0) or M * N * K < (1 << 30):
+        return a, b, K, N
+    K8, N8 = -(-K // 8) * 8, -(-N // 8) * 8
+    if K8 != K:
+        a = torch.nn.functional.pad(a, (0, K8 - K))
+    if K8 != K or N8 != N:
+        b = torch.nn.functional.pad(b, (0, N8 - N, 0, K8 - K))
+    return a, b, K8, N8
 
 
 def _tuning_configs(M, N, K, **_):
     return [dict(block_M=bm, block_N=bn, block_K=bk, num_stages=s, threads=t)
             for bm, bn, bk, s, t in [(128, 128, 32, 3, 128), (128, 128, 64, 3, 128), (128, 128, 32, 4, 128),
-                                     (128, 256, 64, 3, 256), (64, 128, 32, 3, 128), (64, 64, 32, 3, 128)]]
+                                     (128, 256, 64, 3, 256), (128, 256, 64, 4, 256), (256, 128, 64, 4, 256),
+                                     (64, 128, 32, 3, 128), (64, 64, 32, 3, 128)]]
 
 
 matmul_tuned_kernel = tegula.autotune(configs=_tuning_configs, warmup=5, rep=20)(

@@ -166,3 +166,59 @@ def test_annotated_swizzled_shared_tile(M, N):
     x = torch.randn(M, N, device="cuda").half()
     kernel = tegula.compile(swizzled_transpose_program(M, N), out_idx=[1])
     assert torch.equal(kernel(x), x.t().contiguous())
+
+
+# Tiles that take the wgmma path on sm_90a through every operand layout it has:
+# (block_M, block_N, block_K, num_stages, threads, transpose_A, transpose_B, why).
+WGMMA_TILES = [
+    (128, 256, 64, 4, 256, False, False, "Hopper default: N-major B in four 128-byte panels, a group kept in flight"),
+    (256, 128, 64, 4, 256, False, True, "two m64 tiles per warpgroup; K-major B"),
+    (64, 64, 16, 3, 128, False, False, "32-byte rows: the 32-byte swizzle for A"),
+    (128, 128, 32, 3, 128, True, False, "M-major A in two panels; 64-byte rows"),
+    (64, 128, 128, 2, 128, False, True, "K-major operands in two panels: k-steps cross a panel"),
+    (128, 64, 64, 3, 256, True, True, "warpgroups split along M, both operands transposed"),
+]
+
+
+@pytest.mark.parametrize("tile", WGMMA_TILES, ids=[t[-1].split(":")[0].split(";")[0] for t in WGMMA_TILES])
+@pytest.mark.parametrize("M,N,K", [(256, 512, 256), (200, 520, 328)])
+def test_wgmma_tiles_match_the_reference_and_mma_sync(tile, M, N, K):
+    import os
+    import sys
+
+    import tegula
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma is an sm_90a instruction")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from lang_kernels import gemm_variant_program
+
+    bm, bn, bk, stages, threads, ta, tb, _ = tile
+    program = gemm_variant_program(M, N, K, block_M=bm, block_N=bn, block_K=bk, num_stages=stages, threads=threads,
+                                   transpose_A=ta, transpose_B=tb)
+    wgmma = tegula.compile(program)
+    assert "tegula::wgmma_ss<" in wgmma.get_kernel_source()
+    mma = tegula.compile(program, pass_configs={"tl.disable_wgmma": True})
+    assert "tegula::wgmma" not in mma.get_kernel_source() and "tegula::gemm_ss<" in mma.get_kernel_source()
+    a, b = _inputs(M, N, K, torch.float16, seed=M + N + K + bm + bk)
+    a_arg = a.t().contiguous() if ta else a
+    b_arg = b.t().contiguous() if tb else b
+    ref = a.float() @ b.float()
+    for kernel in (wgmma, mma):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        kernel(a_arg, b_arg, c)
+        assert _rel(c, ref) < 1e-3
+
+
+def test_wgmma_with_plain_stores_into_the_operands():
+    """K = 4095: rows of A are not 16-byte aligned, so its tiles are stored by ordinary
+    st.shared instead of cp.async, and the barriers before the wgmma reads fence them."""
+    import tegula
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma is an sm_90a instruction")
+    M, N, K = 384, 512, 4095
+    a, b = _inputs(M, N, K, torch.float16, seed=51)
+    kernel = gemm.matmul_kernel(M, N, K, block_M=128, block_N=256, block_K=64, num_stages=4, threads=256)
+    assert "sync_async_proxy();" in kernel.get_kernel_source()
+    assert _rel(kernel(a, b, a.new_empty(N)), a.float() @ b.float()) < 1e-3
