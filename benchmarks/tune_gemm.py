@@ -12,10 +12,10 @@ import common
 
 CONFIGS = [
     dict(block_M=128, block_N=128, block_K=64, num_stages=3, threads=128),
+    dict(block_M=128, block_N=128, block_K=32, num_stages=6, threads=128),
+    dict(block_M=128, block_N=128, block_K=32, num_stages=5, threads=128),
     dict(block_M=128, block_N=256, block_K=64, num_stages=4, threads=256),
     dict(block_M=256, block_N=128, block_K=64, num_stages=4, threads=256),
-    dict(block_M=256, block_N=128, block_K=64, num_stages=4, threads=512),
-    dict(block_M=192, block_N=256, block_K=64, num_stages=4, threads=384),
     dict(block_M=128, block_N=256, block_K=32, num_stages=8, threads=256),
 ]
 
