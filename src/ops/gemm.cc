@@ -30,8 +30,9 @@ struct GemmShape {
   bool ta, tb;
 };
 
-// The row length, in elements, of a shared operand as stored: whether its rows form one of
-// the swizzled layouts wgmma reads (32, 64 or a multiple of 128 bytes).
+// Whether a shared operand's stored rows (cols elements of `bytes` bytes) form one of the
+// swizzled layouts wgmma reads: 32, 64 or a multiple of 128 bytes. panel_elems: elements in
+// a row of one 128-byte-wide panel (kPanel in wgmma.h).
 bool wgmma_rows_fit(int64_t cols, int bytes) {
   int64_t row = cols * bytes;
   return row == 32 || row == 64 || (row > 0 && row % 128 == 0);
