@@ -62,11 +62,12 @@ matmul_kernel_mma_sync = tegula.jit(out_idx=[-1], pass_configs={tegula.PassConfi
     matmul_program)
 
 
-def default_config(M, N, K):
-    """A tile that fills the machine: large for large outputs, smaller for thin ones."""
+def default_config(M, N, K, wgmma=None):
+    """A tile that fills the machine: large for large outputs, smaller for thin ones.
+    wgmma: whether T.gemm runs on wgmma (default: whether this GPU is an sm_90 part)."""
     if M <= 64:
         return dict(block_M=64, block_N=128, block_K=64, num_stages=3, threads=128)
-    if wgmma_gpu() and M * N >= 132 * 128 * 256:
+    if (wgmma_gpu() if wgmma is None else wgmma) and M * N >= 132 * 128 * 256:
         # benchmarks/tune_gemm.py on an H100 (wgmma): 509-527 TFLOP/s at 4096^3 and
         # 500-533 at 8192^3; two warpgroups of m64n256, four stages with one wgmma group in
         # flight. Rasterising in panels of 8 tiles rather than 4 gave 533 against 496 at
@@ -81,8 +82,7 @@ def default_config(M, N, K):
 def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", mma_sync=False, **config):
     """The kernel for this shape: default_config's tile unless config overrides it; with
     mma_sync, held to mma.sync (and that path's default tile) even where wgmma exists."""
-    cfg = default_config(M, N, K) if not mma_sync else dict(block_M=128, block_N=128, block_K=64, num_stages=3,
-                                                            threads=128)
+    cfg = default_config(M, N, K, wgmma=False if mma_sync else None)
     cfg.update(config)
     jit = matmul_kernel_mma_sync if mma_sync else matmul_kernel
     return jit(M, N, K, dtype=dtype_name(dtype), epilogue=epilogue, **cfg)

@@ -300,6 +300,16 @@ class Printer {
     return "(" + x + " " + binary_op_name(b->op) + " " + y + ")";
   }
 
+  // A gemm call's operands (args 8..10: A, B, C), each by the address of its first element.
+  std::string gemm_operands(const CallNode* c) {
+    std::string s;
+    for (int i = 8; i < 11; ++i) {
+      auto* ld = c->args[i].as<BufferLoadNode>();
+      s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
+    }
+    return s;
+  }
+
   std::string call(const CallNode* c) {
     if (c->op == "atomic_add") {
       auto* addr = c->args[0].as<BufferLoadNode>();
@@ -322,12 +332,7 @@ class Printer {
         auto* ld = c->args[i].as<BufferLoadNode>();
         s += k_.smem_swizzled.count(ld->buffer.get()) ? ", true" : ", false";
       }
-      s += ">(";
-      for (int i = 8; i < 11; ++i) {
-        auto* ld = c->args[i].as<BufferLoadNode>();
-        s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
-      }
-      return s + ")";
+      return s + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {
       // wgmma_{ss,rs}<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, Inst>(A, B, C): RA / RB are
@@ -340,12 +345,7 @@ class Printer {
       }
       int64_t tn = *as_const_int(c->args[1]) / *as_const_int(c->args[4]);
       s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[9].as<BufferLoadNode>()->buffer->dtype);
-      s += ">(";
-      for (int i = 8; i < 11; ++i) {
-        auto* ld = c->args[i].as<BufferLoadNode>();
-        s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
-      }
-      return s + ")";
+      return s + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_wait") {
       // Waits until at most args[1] of this thread's latest wgmma groups are running; pins
