@@ -4,9 +4,12 @@ that takes and returns torch tensors:
     from tegula.kernels import rms_norm
     y = rms_norm(x, weight, eps=1e-6)
 
-Every entry point checks its arguments (contiguous CUDA tensors of float16, bfloat16 or
-float32; shapes; a ValueError or TypeError naming the argument otherwise), picks the tile
-parameters, and calls a kernel compiled once per (hidden size, dtype, ...). Each module
+Every entry point checks its arguments (CUDA tensors of float16, bfloat16 or float32;
+shapes; a ValueError or TypeError naming the argument otherwise), copies a view the kernel
+cannot read in place (strided, or not starting on a 16-byte boundary) as torch's ops would
+read it, answers an empty extent with torch's result without a launch, picks the tile
+parameters, and calls a kernel compiled once per (hidden size, dtype, ...). NaN and inf
+propagate as in torch: T.max / T.reduce_max keep a NaN. Each module
 also exposes the TileLang form, `<name>_program` (the function of sizes returning a
 `T.prim_func`) and `<name>_kernel` (that function under `tegula.jit(out_idx=[-1])`), and
 `kernel_for(...)`, the cached jit kernel the entry point launches. Two modules share
@@ -28,13 +31,13 @@ import torch.nn.functional as F
 
 from .elementwise import add
 from .layernorm import layer_norm
-from .reduce import row_max, row_sum
+from .reduce import row_max, row_min, row_sum
 from .rmsnorm import rms_norm, rms_norm_silu
 from .softmax import softmax
 from .transpose import transpose
 
 __all__ = [
-    "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max",
+    "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max", "row_min",
     "transpose", "DemoKernel", "DEMO_KERNELS",
 ]
 

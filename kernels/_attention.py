@@ -1,6 +1,12 @@
 """What the attention kernels share: one key block of the online softmax, as a T.macro,
 and the argument checks of their entry points.
 
+NaN and inf take the IEEE path of the float32 softmax torch computes: T.reduce_max keeps a
+NaN, so a NaN score (a NaN in the query row) makes the row max, the denominator and so the
+row's output NaN; a +inf score makes its own probability inf - inf = NaN. Masked scores are
+-inf and never NaN, so masking cannot start that. The callers tell a row that saw no key
+(denominator exactly 0, output 0) from a NaN one by testing `logsum == 0`, not `> 0`.
+
 Given the scores of a key block in acc_s (rows x cols, float32, already masked), it folds
 their row maxima into scores_max, rescales the output accumulator and the running
 denominator by exp2((old max - new max) * scale), and leaves the probabilities
@@ -9,11 +15,13 @@ P = exp2(S * scale - max * scale) in acc_s_cast, ready for `T.gemm(acc_s_cast, V
 maxima (a row that has seen no key yet, still at its -1e30 start) must give exactly 1,
 which `m_prev * scale - m * scale` would not once compiled to a fused multiply-add.
 """
+import math
+
 import torch
 
 import tegula.language as T
 
-from ._common import describe
+from ._common import check_rank, check_tensor, describe
 
 
 @T.macro
@@ -34,31 +42,34 @@ def online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores
 
 
 def check_operand(op, name, t, ndim, layout=""):
-    """t is a CUDA float16/bfloat16 tensor with `ndim` dimensions and a contiguous last one."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
-    if t.device.type != "cuda" or t.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"{op}: {name} must be a CUDA tensor of float16/bfloat16, got {describe(t)}")
-    if t.dim() != ndim:
-        raise ValueError(f"{op}: {name} must be {ndim}-D{f' ({layout})' if layout else ''}, got {describe(t)}")
-    if t.stride(-1) != 1:
-        raise ValueError(f"{op}: the last dimension of {name} must be contiguous (stride 1), got {describe(t)}")
+    """t is a float16/bfloat16 tensor with `ndim` dimensions (any strides: the entry points
+    copy what the kernels cannot read in place; devices are checked last)."""
+    check_tensor(op, name, t, dtypes=(torch.float16, torch.bfloat16))
+    check_rank(op, name, t, ndim, layout)
 
 
 def check_like_q(op, name, t, q):
-    if t.dtype != q.dtype or t.device != q.device:
-        raise ValueError(f"{op}: {name} must have q's dtype and device ({q.dtype}, {q.device}), got {describe(t)}")
+    if t.dtype != q.dtype:
+        raise ValueError(f"{op}: {name} must have q's dtype {str(q.dtype).replace('torch.', '')}, "
+                         f"got {describe(t)}")
 
 
 def check_heads(op, heads, kv_heads, dim, kv_names, kv_heads_of):
-    """Head dim a multiple of 16 up to 256; query heads a multiple of the KV heads (GQA)."""
+    """Head dim a multiple of 16 up to 256; query heads a multiple of the KV heads (GQA);
+    no heads at all only on both sides."""
     if dim % 16 != 0 or dim > 256:
         raise ValueError(f"{op}: the head dimension (last dimension of q, {kv_names}) must be a multiple of 16 "
                          f"up to 256, got {dim}")
-    if kv_heads == 0 or heads % kv_heads != 0:
+    if (kv_heads == 0 and heads != 0) or (kv_heads != 0 and heads % kv_heads != 0):
         raise ValueError(f"{op}: the heads of q ({heads}) must be a multiple of the heads of {kv_heads_of} ({kv_heads})")
 
 
 def check_sm_scale(op, sm_scale):
-    if sm_scale is not None and not sm_scale > 0:
-        raise ValueError(f"{op}: sm_scale must be a positive number, got {sm_scale!r}")
+    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
+                                 or not 0 < sm_scale < math.inf):
+        raise ValueError(f"{op}: sm_scale must be None or a positive finite number, got {sm_scale!r}")
+
+
+def check_flag(op, name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")

@@ -59,20 +59,34 @@ def describe(t) -> str:
     return f"a {dtype} tensor of shape {tuple(t.shape)} on {t.device}, {layout}"
 
 
-def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES, like=None) -> None:
-    """TypeError when `t` is not a tensor; ValueError when it is not a contiguous CUDA tensor
-    of one of `dtypes`, or (with `like`) not on `like`'s device with `like`'s dtype."""
+def _dtype_text(dtypes) -> str:
+    return "/".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+# The checks run in one order in every entry point: each tensor's type and dtype, then
+# ranks and shapes, then devices (check_devices), so an error names the first argument
+# that is wrong in itself, and structural errors show up even on a CPU tensor.
+def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES, like=None, like_name: str = "x") -> None:
+    """TypeError when `t` is not a tensor; ValueError when its dtype is not one of `dtypes`,
+    or (with `like`) not `like`'s dtype. Layout is free: see `launchable`."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
-    if like is not None:
-        if t.dtype != like.dtype or t.device != like.device:
-            want = str(like.dtype).replace("torch.", "")
-            raise ValueError(f"{op}: {name} must be a contiguous {want} tensor on {like.device} "
-                             f"(the dtype and device of x), got {describe(t)}")
-    allowed = "/".join(str(d).replace("torch.", "") for d in dtypes)
-    if t.device.type != "cuda" or t.dtype not in dtypes or not t.is_contiguous():
-        raise ValueError(f"{op}: {name} must be a contiguous CUDA tensor of {allowed}, "
-                         f"got {describe(t)}")
+    if like is not None and t.dtype != like.dtype:
+        want = str(like.dtype).replace("torch.", "")
+        raise ValueError(f"{op}: {name} must be a {want} tensor (the dtype of {like_name}), got {describe(t)}")
+    if t.dtype not in dtypes:
+        raise ValueError(f"{op}: {name} must be a tensor of {_dtype_text(dtypes)}, got {describe(t)}")
+
+
+def check_devices(op: str, *named) -> None:
+    """Every (name, tensor) is a CUDA tensor on the first one's device."""
+    first_name, first = named[0]
+    for name, t in named:
+        if t.device.type != "cuda":
+            raise ValueError(f"{op}: {name} must be a CUDA tensor, got {describe(t)}")
+        if t.device != first.device:
+            raise ValueError(f"{op}: {name} must be on {first.device} (the device of {first_name}), "
+                             f"got {describe(t)}")
 
 
 def check_hidden(op: str, name: str, n: int) -> None:
@@ -85,18 +99,72 @@ def check_hidden(op: str, name: str, n: int) -> None:
                          f"keeps a row in registers and holds at most {limit} elements")
 
 
+def check_eps(op: str, eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0.0 \
+            or eps == float("inf"):
+        raise ValueError(f"{op}: eps must be a non-negative finite float, got {eps!r}")
+    return float(eps)
+
+
 def check_out(op: str, out, shape, like: torch.Tensor) -> None:
-    """The optional preallocated output: x's dtype and device, the expected shape."""
+    """The optional preallocated output: x's dtype and device, the expected shape. Any
+    layout: `Output` writes through a temporary when the kernel cannot write it directly."""
     check_tensor(op, "out", out, like=like)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{op}: out must have shape {tuple(shape)}, got {describe(out)}")
+    if out.device != like.device:
+        raise ValueError(f"{op}: out must be on {like.device} (the device of x), got {describe(out)}")
+
+
+def is_launchable(t: torch.Tensor) -> bool:
+    """Contiguous and starting on a 16-byte boundary: what the kernels' vector accesses
+    assume of every tensor argument. A view such as x[1:] or x[:, 1:] is not."""
+    return t.is_contiguous() and t.data_ptr() % VECTOR_BYTES == 0
+
+
+def launchable(t: torch.Tensor) -> torch.Tensor:
+    """t itself when the kernel can read it in place, else a contiguous copy (torch
+    allocates aligned). Misaligned or strided views then work, as they do in torch's ops,
+    at the cost of one copy."""
+    return t if is_launchable(t) else t.clone(memory_format=torch.contiguous_format)
+
+
+class Output:
+    """Where a kernel writes a result: `out` itself when given and launchable, else a fresh
+    tensor, copied into `out` by `result()`.
+
+        dst = Output(op, out, shape, x)
+        kernel(..., dst.tensor)
+        return dst.result()
+    """
+
+    def __init__(self, op: str, out, shape, like: torch.Tensor):
+        if out is not None:
+            check_out(op, out, shape, like)
+        self.out = out
+        if out is not None and is_launchable(out):
+            self.tensor = out
+        else:
+            self.tensor = torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+    def result(self) -> torch.Tensor:
+        if self.out is not None and self.out is not self.tensor:
+            self.out.copy_(self.tensor)
+            return self.out
+        return self.tensor
 
 
 def as_rows(op: str, x: torch.Tensor) -> torch.Tensor:
-    """x viewed as (rows, hidden): the leading dimensions flatten into rows."""
+    """x viewed as (rows, hidden): the leading dimensions flatten into rows. x must be
+    launchable (a reshape of a contiguous tensor is a view)."""
     if x.dim() == 0:
         raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
-    return x.reshape(-1, x.shape[-1])
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+def check_rank(op: str, name: str, t: torch.Tensor, ndim: int, what: str = "") -> None:
+    if t.dim() != ndim:
+        raise ValueError(f"{op}: {name} must be {ndim}-D{f' ({what})' if what else ''}, got {describe(t)}")
 
 
 def next_pow2(v: int) -> int:

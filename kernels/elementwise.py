@@ -13,7 +13,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import check_out, check_tensor, describe, dtype_name, elem_bytes, plan_tile
+from ._common import (Output, check_devices, check_tensor, describe, dtype_name, elem_bytes, launchable,
+                      plan_tile)
 
 
 def add_program(N, dtype, broadcast, block_m, block_n, threads):
@@ -87,29 +88,29 @@ def _broadcast_row(y: torch.Tensor, x: torch.Tensor) -> bool:
 def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """x + y with y of x's shape or one row of x.shape[-1] values; the result has x's dtype.
 
-    x, y (and out, when given) must be contiguous CUDA tensors of one float dtype.
+    x, y (and out, when given): CUDA tensors of one float dtype. Strided or misaligned views
+    are copied first; an empty x gives an empty result.
     """
-    check_tensor("add", "x", x)
-    check_tensor("add", "y", y, like=x)
-    if x.dim() == 0 or x.shape[-1] == 0:
-        raise ValueError(f"add: x must have a non-empty last dimension, got {describe(x)}")
+    op = "add"
+    check_tensor(op, "x", x)
+    check_tensor(op, "y", y, like=x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
     if tuple(y.shape) == tuple(x.shape):
         broadcast = False
     elif _broadcast_row(y, x):
         broadcast = True
     else:
-        raise ValueError(f"add: y must have x's shape {tuple(x.shape)} or be one row of "
+        raise ValueError(f"{op}: y must have x's shape {tuple(x.shape)} or be one row of "
                          f"{x.shape[-1]} values (shape ({x.shape[-1]},) or (1, {x.shape[-1]})), "
                          f"got {describe(y)}")
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out("add", out, x.shape, x)
+    check_devices(op, ("x", x), ("y", y))
+    dst = Output(op, out, x.shape, x)
+    if x.numel() == 0:  # a grid of zero blocks is not a launch CUDA accepts
+        return dst.result()
     n = x.shape[-1]
     rows = x.numel() // n
-    if rows == 0:  # a grid of zero blocks is not a launch CUDA accepts
-        return out
-    x2 = x.view(rows, n)
-    y2 = y.view(n) if broadcast else y.view(rows, n)
-    kernel_for(n, x.dtype, broadcast)(x2, y2, out.view(rows, n))
-    return out
+    x2 = launchable(x).view(rows, n)
+    y2 = launchable(y).view(n) if broadcast else launchable(y).view(rows, n)
+    kernel_for(n, x.dtype, broadcast)(x2, y2, dst.tensor.view(rows, n))
+    return dst.result()

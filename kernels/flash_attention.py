@@ -17,12 +17,13 @@ Query heads share KV heads in groups of H / Hkv (GQA).
 import functools
 import math
 
+import torch
 
 import tegula
 import tegula.language as T
 
-from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
-from ._common import describe, dtype_name, wgmma_gpu
+from ._attention import check_flag, check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
+from ._common import check_devices, describe, dtype_name, launchable, wgmma_gpu
 
 LOG2E = 1.4426950408889634
 LAYOUTS = ("bshd", "bhsd")
@@ -96,12 +97,13 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                 online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
                                logsum, scale, block_M, block_N, dim)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf.
+            # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf;
+            # a NaN denominator (a NaN query, a +inf score) stays NaN, as in torch.
             for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
+                acc_o[i, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
             for i in T.Parallel(block_M):
-                logsum[i] = T.if_then_else(logsum[i] > 0, (T.log2(logsum[i]) + scores_max[i] * scale) / LOG2E,
-                                           -T.infinity(accum))
+                logsum[i] = T.if_then_else(logsum[i] == 0, -T.infinity(accum),
+                                           (T.log2(logsum[i]) + scores_max[i] * scale) / LOG2E)
             # Through shared memory (Q's tile, no longer read), so the stores are 16-byte rows.
             T.copy(acc_o, Q_shared)
             if bshd:
@@ -145,7 +147,7 @@ def kernel_for(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal, window, la
 
 
 def check_qkv(op, q, k, v, layout):
-    """Argument checks shared by the attention entry points; returns (B, H, Hkv, Sq, Skv, D)."""
+    """The checks of q, k, v but their devices; returns (B, H, Hkv, Sq, Skv, D)."""
     if layout not in LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {LAYOUTS}, got {layout!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -161,9 +163,28 @@ def check_qkv(op, q, k, v, layout):
     if Bk != B or Dk != D:
         raise ValueError(f"{op}: k must match q in batch and head dimension ({B}, {D}), got {describe(k)}")
     check_heads(op, H, Hkv, D, "k, v", "k and v")
-    if Sq == 0 or Skv == 0:
-        raise ValueError(f"{op}: empty sequence (q length {Sq}, k length {Skv})")
     return B, H, Hkv, Sq, Skv, D
+
+
+def _visible_keys(Sq, Skv, causal, window, device):
+    """How many keys each query sees, (Sq,) int64."""
+    if not causal:
+        return torch.full((Sq,), Skv, dtype=torch.int64, device=device)
+    last = torch.arange(Sq, device=device) + (Skv - Sq)   # the last key query i sees
+    first = (last - window + 1).clamp(min=0) if window else torch.zeros_like(last)
+    return (last.clamp(max=Skv - 1) - first + 1).clamp(min=0)
+
+
+def _without_kernel(q, B, H, Sq, Skv, D, causal, window):
+    """torch's result where an extent is 0, so no kernel runs: empty when B, H, Sq or D is;
+    with no key at all, 0 and a log-sum-exp of -inf. With D = 0 every score is an empty
+    dot product, 0, so the log-sum-exp is log(number of keys seen)."""
+    out = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    lse = torch.full((B, H, Sq), -math.inf, dtype=torch.float32, device=q.device)
+    if D == 0 and lse.numel() > 0:
+        seen = _visible_keys(Sq, Skv, causal, window, q.device).float()
+        lse.copy_(torch.where(seen > 0, seen.log(), -math.inf).expand(B, H, Sq))
+    return out, lse
 
 
 def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=None, return_lse=False,
@@ -171,25 +192,37 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
     """softmax(q kᵀ · sm_scale + mask) v without materialising the scores.
 
     q (B, Sq, H, D) and k, v (B, Skv, Hkv, D) for layout "bshd"; (B, H, S, D) for "bhsd".
-    float16 or bfloat16; H a multiple of Hkv (grouped-query attention); D a multiple of 16
-    up to 256. `causal` aligns the last query with the last key (query i sees keys
+    CUDA float16 or bfloat16; H a multiple of Hkv (grouped-query attention); D a multiple of
+    16 up to 256. `causal` aligns the last query with the last key (query i sees keys
     j <= i + Skv - Sq); `window=W` (with causal=True) narrows that to the W most recent
     keys, j > i + Skv - Sq - W, at O(S·W) cost. sm_scale (> 0) defaults to 1/sqrt(D).
     Returns the output in q's layout and dtype, and with return_lse=True also the
     natural-log log-sum-exp of each query's scores, float32 (B, H, Sq) (-inf for a query
-    that sees no key; its output is 0). Tensors whose last dimension is contiguous but
-    whose other strides are not dense are copied first.
+    that sees no key; its output is 0). Strided or misaligned views are copied first; an
+    empty extent gives torch's result (no keys at all: zeros).
+
+    NaN and inf follow torch's float32 softmax: a NaN in a query row makes that row's output
+    NaN; a key with an inf makes NaN every row that sees it with a +inf score (an inf - inf
+    in its softmax) and drops out of rows where its score is -inf. Keys a query cannot see
+    never reach it (the math path of scaled_dot_product_attention adds its -inf mask to the
+    scores instead, so a masked +inf score turns NaN there).
     """
-    B, H, Hkv, Sq, Skv, D = check_qkv("flash_attention", q, k, v, layout)
+    op = "flash_attention"
+    B, H, Hkv, Sq, Skv, D = check_qkv(op, q, k, v, layout)
+    check_flag(op, "causal", causal)
+    check_flag(op, "return_lse", return_lse)
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"flash_attention: window must be None or a positive int, got {window!r}")
+            raise ValueError(f"{op}: window must be None or a positive int, got {window!r}")
         if not causal:
-            raise ValueError(f"flash_attention: window={window} is a causal sliding window (each query sees "
+            raise ValueError(f"{op}: window={window} is a causal sliding window (each query sees "
                              "the last W keys up to its own position): pass causal=True with it")
-    check_sm_scale("flash_attention", sm_scale)
-    q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
-    kernel = kernel_for(B, H, Hkv, Sq, Skv, D, bool(causal), int(window or 0), layout, dtype_name(q.dtype),
-                        None if sm_scale is None else float(sm_scale), **config)
-    out, lse = kernel(q, k, v)
+    check_sm_scale(op, sm_scale)
+    check_devices(op, ("q", q), ("k", k), ("v", v))
+    if B * H * Sq * D * Skv == 0:
+        out, lse = _without_kernel(q, B, H, Sq, Skv, D, causal, int(window or 0))
+    else:
+        kernel = kernel_for(B, H, Hkv, Sq, Skv, D, causal, int(window or 0), layout, dtype_name(q.dtype),
+                            None if sm_scale is None else float(sm_scale), **config)
+        out, lse = kernel(launchable(q), launchable(k), launchable(v))
     return (out, lse) if return_lse else out

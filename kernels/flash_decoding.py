@@ -26,7 +26,7 @@ import tegula
 import tegula.language as T
 
 from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
-from ._common import describe, dtype_name
+from ._common import check_devices, describe, dtype_name, launchable
 from .flash_attention import FAST_MATH
 
 LOG2E = 1.4426950408889634
@@ -81,14 +81,16 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
                 online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
                                logsum, scale, block_H, block_N, dim)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            # An empty split (more splits than key blocks) leaves 0 and a weight of 0.
+            # An empty split (more splits than key blocks) leaves 0 and a weight of 0; a NaN
+            # denominator (NaN query, +inf score) leaves a NaN log-sum-exp, which the combine
+            # spreads over the whole output, as torch's softmax would.
             for i, j in T.Parallel(block_H, dim):
                 if i < group:
-                    Out_part[bz, bh * group + i, bs, j] = T.if_then_else(logsum[i] > 0, acc_o[i, j] / logsum[i], 0)
+                    Out_part[bz, bh * group + i, bs, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
             for i in T.Parallel(block_H):
                 if i < group:
                     Lse_part[bz, bh * group + i, bs] = T.if_then_else(
-                        logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
+                        logsum[i] == 0, -T.infinity(accum), T.log2(logsum[i]) + scores_max[i] * scale)
 
     return decode_split
 
@@ -111,7 +113,9 @@ def decode_combine_program(batch, heads, dim, num_split, dtype="float16"):
             for s in T.serial(num_split):
                 total += T.exp2(Lse_part[bz, bh, s] - lse_max)
             T.clear(o)
-            if total > 0:  # a sequence of length 0 has no key: its output stays 0
+            # A sequence of length 0 has no key (every split at -inf): its output stays 0.
+            # T.max keeps a NaN, so a NaN split makes lse_max, total and the output NaN.
+            if lse_max != -T.infinity(accum):
                 for s in T.serial(num_split):
                     for j in T.Parallel(dim):
                         o[j] += Out_part[bz, bh, s, j] * (T.exp2(Lse_part[bz, bh, s] - lse_max) / total)
@@ -146,14 +150,18 @@ def _sm_count(device):
 def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, **config):
     """Attention of one query token per sequence over a KV cache.
 
-    q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), float16 or bfloat16, H a multiple
-    of Hkv; cache_seqlens int32 (B,): keys at and past len_b are ignored, whatever the
-    cache holds there (lengths past S_max count as S_max; a length of 0 gives zeros). Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the
-    GPU several waves of blocks.
+    q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), CUDA float16 or bfloat16, H a
+    multiple of Hkv; cache_seqlens int32 (B,): keys at and past len_b are ignored, whatever
+    the cache holds there (lengths past S_max count as S_max; a length of 0 gives zeros).
+    Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the GPU several
+    waves of blocks. Strided or misaligned views are copied first; an empty B, H or D gives
+    an empty result and S_max = 0 zeros. NaN and inf follow torch's float32 softmax, as in
+    `flash_attention`.
     """
     op = "flash_decode"
-    for name, t, nd in (("q", q, 3), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4)):
-        check_operand(op, name, t, nd)
+    for name, t, nd, what in (("q", q, 3, "B, H, D"), ("k_cache", k_cache, 4, "B, S_max, Hkv, D"),
+                              ("v_cache", v_cache, 4, "B, S_max, Hkv, D")):
+        check_operand(op, name, t, nd, what)
         check_like_q(op, name, t, q)
     B, H, D = q.shape
     if k_cache.shape != v_cache.shape:
@@ -163,17 +171,18 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
         raise ValueError(f"{op}: k_cache must be ({B}, S_max, Hkv, {D}) to match q, got {describe(k_cache)}")
     check_heads(op, H, Hkv, D, "k_cache, v_cache", "k_cache/v_cache")
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 \
-            or cache_seqlens.shape != (B,) or cache_seqlens.device != q.device:
-        raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},) on {q.device}, "
+            or tuple(cache_seqlens.shape) != (B,):
+        raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},), "
                          f"got {describe(cache_seqlens)}")
     check_sm_scale(op, sm_scale)
+    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
+        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
+    check_devices(op, ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens))
+    if B * H * D * S == 0:  # nothing to launch: empty, or no key at all (zeros)
+        return torch.zeros((B, H, D), dtype=q.dtype, device=q.device)
     if num_split is None:
         num_split = default_num_split(B, Hkv, S, sms=_sm_count(q.device))
-    if not isinstance(num_split, int) or num_split < 1:
-        raise ValueError(f"{op}: num_split must be a positive int, got {num_split!r}")
-    q, k_cache, v_cache = (t if t.is_contiguous() else t.contiguous() for t in (q, k_cache, v_cache))
-    cache_seqlens = cache_seqlens.contiguous()
     split, combine = kernels_for(B, H, Hkv, S, D, num_split, dtype_name(q.dtype),
                                  None if sm_scale is None else float(sm_scale), **config)
-    out_part, lse_part = split(q, k_cache, v_cache, cache_seqlens)
+    out_part, lse_part = split(launchable(q), launchable(k_cache), launchable(v_cache), launchable(cache_seqlens))
     return combine(out_part, lse_part)

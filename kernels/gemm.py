@@ -14,7 +14,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import check_tensor, describe, dtype_name, wgmma_gpu
+from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, wgmma_gpu
 
 EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
 
@@ -88,25 +88,52 @@ def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", mma_sync=False, **c
     return jit(M, N, K, dtype=dtype_name(dtype), epilogue=epilogue, **cfg)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"):
-    """a (M, K) @ b (K, N) [+ bias (N,)], then an optional activation ("relu", "gelu")."""
-    for name, t in (("a", a), ("b", b)):
-        check_tensor("matmul", name, t, dtypes=(torch.float16, torch.bfloat16))
-        if t.dim() != 2:
-            raise ValueError(f"matmul: {name} must be 2-D, got {describe(t)}")
-    if b.dtype != a.dtype or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: b must be ({a.shape[1]}, N) of a's dtype {a.dtype}, got {describe(b)}")
-    if activation not in ("none", "relu", "gelu"):
-        raise ValueError(f"matmul: activation must be 'none', 'relu' or 'gelu', got {activation!r}")
-    M, K = a.shape
-    N = b.shape[1]
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _check_operands(op, a, b):
+    """a (M, K) and b (K, N) of one 16-bit float dtype; returns (M, K, N)."""
+    check_tensor(op, "a", a, dtypes=HALF_DTYPES)
+    check_tensor(op, "b", b, dtypes=HALF_DTYPES, like=a, like_name="a")
+    check_rank(op, "a", a, 2, "M, K")
+    check_rank(op, "b", b, 2, "K, N")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op}: b must have shape ({a.shape[1]}, N) (its rows matching the columns of a), "
+                         f"got {describe(b)}")
+    return a.shape[0], a.shape[1], b.shape[1]
+
+
+def _empty_product(a, M, N, bias, activation):
+    """What torch gives when an extent is 0: an empty (M, N), or for K = 0 the epilogue of a
+    zero product (relu(0 + bias), ...), computed in float32 like the kernel's epilogue."""
+    c = torch.zeros((M, N), dtype=torch.float32, device=a.device)
     if bias is not None:
-        check_tensor("matmul", "bias", bias, dtypes=(a.dtype,))
-        if bias.shape != (N,):
-            raise ValueError(f"matmul: bias must have shape ({N},), got {describe(bias)}")
+        c = c + bias.float()
+    if activation == "relu":
+        c = torch.relu(c)
+    elif activation == "gelu":
+        c = torch.nn.functional.gelu(c, approximate="tanh")
+    return c.to(a.dtype)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none"):
+    """a (M, K) @ b (K, N) [+ bias (N,)], then an optional activation ("relu", "gelu": the
+    tanh form). CUDA float16/bfloat16; strided or misaligned views are copied first; empty
+    extents give torch's result. NaN and inf propagate as in torch (relu keeps a NaN)."""
+    op = "matmul"
+    M, K, N = _check_operands(op, a, b)
+    if not isinstance(activation, str) or activation not in ("none", "relu", "gelu"):
+        raise ValueError(f"{op}: activation must be 'none', 'relu' or 'gelu', got {activation!r}")
+    if bias is not None:
+        check_tensor(op, "bias", bias, dtypes=HALF_DTYPES, like=a, like_name="a")
+        if tuple(bias.shape) != (N,):
+            raise ValueError(f"{op}: bias must have shape ({N},), got {describe(bias)}")
+    check_devices(op, ("a", a), ("b", b), *((("bias", bias),) if bias is not None else ()))
+    if M == 0 or N == 0 or K == 0:
+        return _empty_product(a, M, N, bias, activation)
     epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
-    dummy = bias if bias is not None else a.new_empty(N)
-    a, b, K, ldb = _aligned_operands(a, b)
+    dummy = launchable(bias) if bias is not None else a.new_empty(N)
+    a, b, K, ldb = _aligned_operands(launchable(a), launchable(b))
     return kernel_for(M, N, K, a.dtype, epilogue, ldb=ldb)(a, b, dummy)
 
 
@@ -143,12 +170,11 @@ matmul_tuned_kernel = tegula.autotune(configs=_tuning_configs, warmup=5, rep=20)
 
 def matmul_tuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with the tile configuration timed fastest for this shape on this GPU (tuned on
-    the first call, then cached on disk per device and shape)."""
-    for name, t in (("a", a), ("b", b)):
-        check_tensor("matmul_tuned", name, t, dtypes=(torch.float16, torch.bfloat16))
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or b.dtype != a.dtype:
-        raise ValueError(f"matmul_tuned: expected a (M, K) and b (K, N) of one dtype, got {describe(a)}, {describe(b)}")
-    M, K = a.shape
-    N = b.shape[1]
+    the first call, then cached on disk per device and shape). Arguments as for `matmul`."""
+    op = "matmul_tuned"
+    M, K, N = _check_operands(op, a, b)
+    check_devices(op, ("a", a), ("b", b))
+    if M == 0 or N == 0 or K == 0:
+        return _empty_product(a, M, N, None, "none")
     kernel = matmul_tuned_kernel(M, N, K, dtype=dtype_name(a.dtype))
-    return kernel(a, b, a.new_empty(N))
+    return kernel(launchable(a), launchable(b), a.new_empty(N))

@@ -11,8 +11,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import (as_rows, check_hidden, check_out, check_tensor, describe, dtype_name,
-                      elem_bytes, plan_rows)
+from ._common import (Output, as_rows, check_devices, check_eps, check_hidden, check_tensor,
+                      describe, dtype_name, elem_bytes, launchable, plan_rows)
 
 
 def layer_norm_program(N, dtype, eps, blk_m, threads, n_pad):
@@ -69,27 +69,29 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
                out: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.layer_norm(x, (N,), weight, bias, eps) over the last dimension.
 
-    x: contiguous CUDA float16/bfloat16/float32, any leading shape, N a multiple of 8.
-    weight, bias: (N,), x's dtype and device. out (optional): x's shape, dtype and device.
+    x: CUDA float16/bfloat16/float32, any leading shape, N a multiple of 8 (or any N when
+    x is empty). weight, bias: (N,), x's dtype and device. out (optional): x's shape, dtype
+    and device. Strided or misaligned views are copied first. A NaN or inf in a row makes
+    the whole row NaN, as in torch.
     """
     op = "layer_norm"
     check_tensor(op, "x", x)
     check_tensor(op, "weight", weight, like=x)
     check_tensor(op, "bias", bias, like=x)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0.0:
-        raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
-    x2 = as_rows(op, x)
-    n = x2.shape[1]
-    check_hidden(op, "x", n)
+    eps = check_eps(op, eps)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    n = x.shape[-1]
     for name, t in (("weight", weight), ("bias", bias)):
         if tuple(t.shape) != (n,):
             raise ValueError(f"{op}: {name} must have shape ({n},) (the last dimension of x), "
                              f"got {describe(t)}")
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out(op, out, x.shape, x)
-    if x2.shape[0] == 0:  # a grid of zero blocks is not a launch CUDA accepts
-        return out
-    kernel_for(n, x.dtype, float(eps))(x2, weight, bias, out.view(x2.shape))
-    return out
+    if x.numel() > 0:
+        check_hidden(op, "x", n)
+    check_devices(op, ("x", x), ("weight", weight), ("bias", bias))
+    dst = Output(op, out, x.shape, x)
+    if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
+        return dst.result()
+    x2 = as_rows(op, launchable(x))
+    kernel_for(n, x.dtype, eps)(x2, launchable(weight), launchable(bias), dst.tensor.view(x2.shape))
+    return dst.result()

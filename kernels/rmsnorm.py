@@ -13,8 +13,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import (as_rows, check_hidden, check_out, check_tensor, describe, dtype_name,
-                      elem_bytes, plan_rows)
+from ._common import (Output, as_rows, check_devices, check_eps, check_hidden, check_tensor,
+                      describe, dtype_name, elem_bytes, launchable, plan_rows)
 
 
 def rms_norm_program(N, dtype, eps, silu, blk_m, threads, n_pad):
@@ -91,38 +91,36 @@ def kernel_for(n: int, dtype: torch.dtype, eps: float, silu: bool = False,
     return jit(n, dtype_name(dtype), float(eps), bool(silu), plan.blk_m, plan.threads, plan.n_pad)
 
 
-def _check_eps(op: str, eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0.0:
-        raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
-    return float(eps)
-
-
 def _run(op, x, weight, eps, silu, out):
     check_tensor(op, "x", x)
     check_tensor(op, "weight", weight, like=x)
-    eps = _check_eps(op, eps)
-    x2 = as_rows(op, x)
-    n = x2.shape[1]
-    check_hidden(op, "x", n)
+    eps = check_eps(op, eps)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    n = x.shape[-1]
     if tuple(weight.shape) != (n,):
         raise ValueError(f"{op}: weight must have shape ({n},) (the last dimension of x), "
                          f"got {describe(weight)}")
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out(op, out, x.shape, x)
-    if x2.shape[0] == 0:  # a grid of zero blocks is not a launch CUDA accepts
-        return out
-    kernel_for(n, x.dtype, eps, silu)(x2, weight, out.view(x2.shape))
-    return out
+    if x.numel() > 0:
+        check_hidden(op, "x", n)
+    check_devices(op, ("x", x), ("weight", weight))
+    dst = Output(op, out, x.shape, x)
+    if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
+        return dst.result()
+    x2 = as_rows(op, launchable(x))
+    kernel_for(n, x.dtype, eps, silu)(x2, launchable(weight), dst.tensor.view(x2.shape))
+    return dst.result()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
              out: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.rms_norm(x, (N,), weight, eps) over the last dimension N.
 
-    x: contiguous CUDA float16/bfloat16/float32, any leading shape, N a multiple of 8.
-    weight: (N,), x's dtype and device. out (optional): x's shape, dtype and device.
+    x: CUDA float16/bfloat16/float32, any leading shape, N a multiple of 8 (or any N when
+    x is empty). weight: (N,), x's dtype and device. out (optional): x's shape, dtype and
+    device. Views that are strided or do not start on a 16-byte boundary are copied first.
+    NaN and inf propagate as in torch: a NaN makes its row NaN; an inf makes its row's
+    sum of squares inf, so its own output NaN and the rest of its row 0.
     """
     return _run("rms_norm", x, weight, eps, False, out)
 

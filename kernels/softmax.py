@@ -12,8 +12,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import (as_rows, check_hidden, check_out, check_tensor, dtype_name, elem_bytes,
-                      plan_rows)
+from ._common import (Output, as_rows, check_devices, check_hidden, check_tensor, describe,
+                      dtype_name, elem_bytes, launchable, plan_rows)
 
 LOG2E = 1.4426950408889634
 
@@ -65,18 +65,21 @@ def kernel_for(n: int, dtype: torch.dtype, allocates_output: bool = False):
 def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """torch.softmax(x, dim=-1).
 
-    x: contiguous CUDA float16/bfloat16/float32, any leading shape, last dimension a
-    multiple of 8. out (optional): x's shape, dtype and device.
+    x: CUDA float16/bfloat16/float32, any leading shape, last dimension a multiple of 8 (or
+    any when x is empty). out (optional): x's shape, dtype and device. Strided or misaligned
+    views are copied first. As in torch, a row holding a NaN or +inf (or only -inf) is NaN.
     """
-    check_tensor("softmax", "x", x)
-    x2 = as_rows("softmax", x)
-    n = x2.shape[1]
-    check_hidden("softmax", "x", n)
-    if out is None:
-        out = torch.empty_like(x)
-    else:
-        check_out("softmax", out, x.shape, x)
-    if x2.shape[0] == 0:  # a grid of zero blocks is not a launch CUDA accepts
-        return out
-    kernel_for(n, x.dtype)(x2, out.view(x2.shape))
-    return out
+    op = "softmax"
+    check_tensor(op, "x", x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    n = x.shape[-1]
+    if x.numel() > 0:
+        check_hidden(op, "x", n)
+    check_devices(op, ("x", x))
+    dst = Output(op, out, x.shape, x)
+    if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
+        return dst.result()
+    x2 = as_rows(op, launchable(x))
+    kernel_for(n, x.dtype)(x2, dst.tensor.view(x2.shape))
+    return dst.result()

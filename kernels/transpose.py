@@ -24,7 +24,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import check_out, check_tensor, describe, dtype_name, elem_bytes
+from ._common import Output, check_devices, check_tensor, describe, dtype_name, elem_bytes, launchable
 
 TILE = 64
 THREADS = 256
@@ -68,20 +68,20 @@ def kernel_for(m: int, n: int, dtype: torch.dtype, allocates_output: bool = Fals
 
 
 def transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x.t().contiguous() for a 2-D contiguous CUDA tensor of float16/bfloat16/float32.
+    """x.t().contiguous() for a 2-D CUDA tensor of float16/bfloat16/float32 (strided or
+    misaligned views are copied first).
 
     out (optional): shape (x.shape[1], x.shape[0]), x's dtype and device. Each distinct
     shape compiles its own kernel (see the module note on why both sizes are constants).
     """
-    check_tensor("transpose", "x", x)
+    op = "transpose"
+    check_tensor(op, "x", x)
     if x.dim() != 2:
-        raise ValueError(f"transpose: x must be a 2-D tensor, got {describe(x)}")
+        raise ValueError(f"{op}: x must be a 2-D tensor, got {describe(x)}")
+    check_devices(op, ("x", x))
     m, n = x.shape
-    if out is None:
-        out = torch.empty((n, m), dtype=x.dtype, device=x.device)
-    else:
-        check_out("transpose", out, (n, m), x)
+    dst = Output(op, out, (n, m), x)
     if m == 0 or n == 0:  # a grid of zero blocks is not a launch CUDA accepts
-        return out
-    kernel_for(m, n, x.dtype)(x, out)
-    return out
+        return dst.result()
+    kernel_for(m, n, x.dtype)(launchable(x), dst.tensor)
+    return dst.result()

@@ -9,12 +9,18 @@
 #   ctest     the C++ tests (cmake + ctest in build/)
 #   pytest    pytest tests/python -m gpu
 #   bench_*   every benchmarks/bench_*.py, one step each (each stopped after $BENCH_TIMEOUT s, 300)
+#   memcheck, racecheck, synccheck   compute-sanitizer over scripts/sanitize_kernels.py (one
+#             small and one ragged call of every shipped and language-feature kernel)
+#   fuzz_gpu  scripts/fuzz_gpu.py: $FUZZ_COUNT (2000) generated programs run on the GPU and
+#             compared with tegula.testing.reference; failing programs under $OUT/fuzz
 # then a summary table, also in summary.txt. Exit status: nonzero when any step failed.
 #   bash scripts/device_run.sh              # everything
 #   bash scripts/device_run.sh -k softmax   # extra arguments go to pytest
 #   PART=tests bash scripts/device_run.sh   # build, ctest, pytest and demo only
 #   PART=bench bash scripts/device_run.sh   # build and the benchmarks only
-# (the two halves fit the GPU machine's 10-minute limit per command)
+#   PART=check bash scripts/device_run.sh   # build and the sanitizers only
+#   PART=fuzz bash scripts/device_run.sh    # build and the GPU fuzzer only
+# (each part fits the GPU machine's 10-minute limit per command)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$(command -v python || command -v python3)}
@@ -64,20 +70,60 @@ gpu_tests() {
   return "$rc"
 }
 
+# A step's one-line result (sanitizer error count, fuzz counts), appended to its row.
+NOTE=$LOG_DIR/step-note.txt
+with_note() {
+  local note
+  note=$(cat "$NOTE" 2>/dev/null)
+  [[ -n $note ]] && rows[-1]="${rows[-1]%|*} ($note)|${rows[-1]##*|}"
+  return 0
+}
+
+# sanitize TOOL: compute-sanitizer's TOOL over every kernel; the row shows its error count.
+sanitize() {
+  local tool=$1 out rc
+  out=$(compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 "$PY" scripts/sanitize_kernels.py 2>&1)
+  rc=$?
+  echo "$out"
+  grep -o 'ERROR SUMMARY: [0-9]* error[s]*' <<<"$out" | tail -1 >"$NOTE"  # run_step's pipe is a subshell
+  return "$rc"
+}
+
+fuzz_gpu() {
+  local out rc
+  out=$("$PY" scripts/fuzz_gpu.py --count "${FUZZ_COUNT:-2000}" --out "$LOG_DIR/fuzz" 2>&1)
+  rc=$?
+  echo "$out"
+  grep -o 'programs=.*' <<<"$out" | tail -1 >"$NOTE"
+  return "$rc"
+}
+
 run_step machine describe_machine
 built=1
 run_step build build_extension || built=0
 PART=${PART:-all}
-if [[ $PART != bench ]]; then
+if [[ $PART == all || $PART == tests ]]; then
   if command -v cmake >/dev/null; then run_step ctest cpp_tests; else skip_step ctest "no cmake"; fi
 fi
 if ((built)); then
-  if [[ $PART != bench ]]; then
+  if [[ $PART == all || $PART == tests ]]; then
     run_step pytest gpu_tests "$@"
     run_step demo timeout "${BENCH_TIMEOUT:-300}" "$PY" -m tegula demo --rows 8192
   fi
+  if [[ $PART == all || $PART == check ]]; then
+    for tool in memcheck racecheck synccheck; do
+      : >"$NOTE"
+      run_step "$tool" sanitize "$tool"
+      with_note
+    done
+  fi
+  if [[ $PART == all || $PART == fuzz ]]; then
+    : >"$NOTE"
+    run_step fuzz_gpu fuzz_gpu
+    with_note
+  fi
   for bench in benchmarks/bench_*.py; do
-    [[ $PART == tests ]] && break
+    [[ $PART == all || $PART == bench ]] || break
     [[ -e $bench ]] || break
     run_step "$(basename "$bench" .py)" timeout "${BENCH_TIMEOUT:-300}" "$PY" "$bench"
   done
@@ -90,14 +136,14 @@ failed=0
 {
   echo
   echo "=== summary (full log: $LOG)"
-  printf '%-28s %-22s %8s\n' step result seconds
+  printf '%-28s %-44s %8s\n' step result seconds
   for row in "${rows[@]}"; do
     IFS='|' read -r name result secs <<<"$row"
-    printf '%-28s %-22s %8s\n' "$name" "$result" "$secs"
+    printf '%-28s %-44s %8s\n' "$name" "$result" "$secs"
   done
 } | tee "$LOG_DIR/summary.txt" | tee -a "$LOG"
 for row in "${rows[@]}"; do
   result=$(cut -d'|' -f2 <<<"$row")
-  [[ $result == ok || $result == skipped* ]] || failed=1
+  [[ $result == ok* || $result == skipped* ]] || failed=1
 done
 exit "$failed"

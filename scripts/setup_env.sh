@@ -21,7 +21,7 @@ if ! has_module torch; then
   pip_install "torch==2.11.*" || { say "cannot install torch (offline?)"; exit 1; }
 fi
 missing=()
-for mod in numpy pybind11 pytest; do has_module "$mod" || missing+=("$mod"); done
+for mod in numpy pybind11 pytest hypothesis; do has_module "$mod" || missing+=("$mod"); done
 # setuptools before 70.1 needs the `wheel` package for any build, editable included.
 has_module setuptools.command.bdist_wheel || has_module wheel || missing+=(wheel)
 "$PY" -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" \

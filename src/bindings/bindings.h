@@ -4,6 +4,7 @@
 //   module.cc      PYBIND11_MODULE(_C): exception classes, the `ir` submodule
 //   ir_builder.cc  tegula._C.ir: the IR builder the frontend drives (docs/internals.md)
 //   compile.cc     tegula._C.lower / Lowered / Program: passes, NVRTC, launch
+//   interp.cc      Lowered.reference / Lowered.simulate: the CPU interpreters (tegula.testing)
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -13,6 +14,10 @@
 #include "ir/stmt.h"
 #include "support/error.h"
 
+namespace tegula::transform {
+struct Lowered;
+}
+
 namespace tegula::bindings {
 
 namespace py = pybind11;
@@ -21,6 +26,11 @@ namespace py = pybind11;
 void init_ir_builder(py::module_& ir);
 // Adds the compile and launch API to `tegula._C` itself.
 void init_compile(py::module_& m);
+
+// The CPU interpreters on one call's arguments: float64 CPU tensors (written in place) and
+// Python numbers, one per kernel parameter.
+void run_reference(const ir::Kernel& input, const py::list& values);
+std::vector<std::string> run_simulator(const tegula::transform::Lowered& lowered, const py::list& values);
 
 // The DSL location last given to `ir.set_loc` on this thread. Every node built through the
 // bindings carries it, and the bindings' own user errors (a bad dtype string...) point at it.

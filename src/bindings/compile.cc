@@ -72,17 +72,35 @@ at::ScalarType scalar_type(ir::DataType t) {
   }
 }
 
-// Widest vector access the generated code makes to each global buffer, in bytes.
-std::map<const ir::BufferNode*, int> vector_bytes(const ir::Kernel& k) {
+// The alignment, in bytes, each global buffer's base address needs: its widest vector
+// access, and 16 for the source of a cp.async (the passes prove each such access's offset
+// from the base a multiple of its width, so the base is all the launcher has to check).
+std::map<const ir::BufferNode*, int> required_alignment(const ir::Kernel& k) {
   std::map<const ir::BufferNode*, int> out;
-  auto note = [&](const ir::Buffer& b, int lanes) {
-    if (b->scope == ir::Scope::Global && lanes > 1) out[b.get()] = std::max(out[b.get()], lanes * b->dtype.bytes());
+  auto note = [&](const ir::Buffer& b, int bytes) {
+    if (b->scope == ir::Scope::Global && bytes > b->dtype.bytes()) out[b.get()] = std::max(out[b.get()], bytes);
   };
   ir::post_order(k.body, [&](const ir::Stmt& s) {
-    if (auto* st = s.as<ir::BufferStoreNode>()) note(st->buffer, st->value.dtype().lanes);
+    if (auto* st = s.as<ir::BufferStoreNode>()) note(st->buffer, st->value.dtype().lanes * st->buffer->dtype.bytes());
   }, [&](const ir::Expr& e) {
-    if (auto* ld = e.as<ir::BufferLoadNode>()) note(ld->buffer, ld->dtype.lanes);
+    if (auto* ld = e.as<ir::BufferLoadNode>()) note(ld->buffer, ld->dtype.lanes * ld->buffer->dtype.bytes());
+    auto* c = e.as<ir::CallNode>();
+    if (c && c->op == "cp_async") note(c->args.at(1).as<ir::BufferLoadNode>()->buffer, 16);
   });
+  return out;
+}
+
+// tl.dynamic_alignment lets the vectoriser assume a dynamic last dimension of a tensor is
+// a multiple of it; the launcher must then refuse a size that is not.
+std::vector<int> dynamic_multiples(const ir::Kernel& k, int dynamic_alignment) {
+  std::vector<int> out(k.dynamic_vars.size(), 1);
+  if (dynamic_alignment <= 1) return out;
+  for (auto& p : k.params) {
+    if (!p.buffer || p.buffer->shape.empty()) continue;
+    for (size_t j = 0; j < k.dynamic_vars.size(); ++j) {
+      if (k.dynamic_vars[j].same_as(p.buffer->shape.back())) out[j] = dynamic_alignment;
+    }
+  }
   return out;
 }
 
@@ -128,7 +146,7 @@ struct LoweredKernel {
   std::shared_ptr<Program> build(const std::vector<int>& out_idx) {
     std::vector<char> image = compile_image();
     const ir::Kernel& k = lowered.kernel;
-    auto vec = vector_bytes(k);
+    auto vec = required_alignment(k);
     std::vector<ParamSpec> specs;
     int np = int(k.params.size());
     for (int i = 0; i < np; ++i) {
@@ -166,9 +184,12 @@ struct LoweredKernel {
       }
       specs[j].is_output = true;
     }
+    GridRules rules;
+    rules.fold = codegen::folds_grid(k);
+    rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
     return std::make_shared<Program>(k.name, source.entry, std::move(image), std::move(specs),
                                      int(k.dynamic_vars.size()), k.grid, k.dynamic_vars, k.threads,
-                                     int(k.smem_bytes));
+                                     int(k.smem_bytes), std::move(rules));
   }
 };
 
@@ -194,7 +215,14 @@ void init_compile(py::module_& m) {
       .def("__call__", &Program::call)
       .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
       .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
-      .def_property_readonly("num_outputs", &Program::num_outputs);
+      .def_property_readonly("num_outputs", &Program::num_outputs)
+      .def_property_readonly("alignment", [](const Program& p) {
+        py::dict d;  // parameter name -> bytes its base address must be a multiple of
+        for (auto& s : p.params()) {
+          if (s.is_tensor) d[py::str(s.name)] = std::max(s.align_bytes, s.dtype.bytes());
+        }
+        return d;
+      }, "The base-address alignment each tensor argument needs, in bytes (the launcher checks it).");
 
   py::class_<LoweredKernel, std::shared_ptr<LoweredKernel>>(m, "Lowered")
       .def_property_readonly("source", [](const LoweredKernel& l) { return l.source.code; })
@@ -213,7 +241,13 @@ void init_compile(py::module_& m) {
         std::vector<char> image = l.compile_image();
         return py::bytes(image.data(), image.size());
       }, "Compiles to a cubin (through the cache) without loading it; works without a GPU.")
-      .def("build", &LoweredKernel::build, py::arg("out_idx") = std::vector<int>{});
+      .def("build", &LoweredKernel::build, py::arg("out_idx") = std::vector<int>{})
+      .def("reference", [](const LoweredKernel& l, const py::list& args) {
+        run_reference(l.lowered.stages.front().second, args);
+      }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
+      .def("simulate", [](const LoweredKernel& l, const py::list& args) {
+        return run_simulator(l.lowered, args);
+      }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).");
 
   m.def("lower", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const py::dict& options) {
     auto l = std::make_shared<LoweredKernel>();

@@ -3,22 +3,15 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cmath>
 
 #include "bindings/bindings.h"
+#include "codegen/cuda_printer.h"
 #include "ir/analyzer.h"
 
 namespace tegula::bindings {
 
 namespace {
-
-
-union ArgValue {
-  void* ptr;
-  int32_t i32;
-  int64_t i64;
-  float f32;
-  double f64;
-};
 
 std::string shape_str(const ParamSpec& p) {
   Text os;
@@ -28,14 +21,31 @@ std::string shape_str(const ParamSpec& p) {
   return os.str();
 }
 
+std::string type_name(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+// [lo, hi] of an integer parameter type, as int128-free pairs: uint64's top is kept apart.
+struct IntRange {
+  int64_t lo;
+  uint64_t hi;
+};
+IntRange int_range(ir::DataType t) {
+  if (t.is_bool()) return {0, 1};
+  if (t.code == ir::DataType::UInt) return {0, t.bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << t.bits) - 1};
+  if (t.bits >= 64) return {INT64_MIN, uint64_t(INT64_MAX)};
+  return {-(int64_t(1) << (t.bits - 1)), (uint64_t(1) << (t.bits - 1)) - 1};
+}
+
+constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
+
 }  // namespace
 
 Program::Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
                  int num_dynamic, std::vector<ir::Expr> grid, std::vector<ir::Expr> dynamic_vars, int threads,
-                 int smem_bytes)
+                 int smem_bytes, GridRules rules)
     : kernel_name_(std::move(kernel_name)), entry_(std::move(entry)), image_(std::move(image)),
       params_(std::move(params)), num_dynamic_(num_dynamic), grid_(std::move(grid)),
-      dynamic_vars_(std::move(dynamic_vars)), threads_(threads), smem_bytes_(smem_bytes) {
+      dynamic_vars_(std::move(dynamic_vars)), threads_(threads), smem_bytes_(smem_bytes), rules_(std::move(rules)) {
   for (auto& p : params_) num_outputs_ += p.is_output;
   bool all_const = true;
   for (auto& g : grid_) {
@@ -44,7 +54,9 @@ Program::Program(std::string kernel_name, std::string entry, std::vector<char> i
     else all_const = false;
   }
   if (!all_const) const_grid_.clear();
+  rules_.dyn_multiple.resize(num_dynamic_, 1);
   internal_assert(params_.size() + num_dynamic_ <= size_t(kMaxArgs)) << "too many kernel parameters";
+  internal_assert(grid_.size() >= 1 && grid_.size() <= 3) << "a grid has 1 to 3 extents";
 }
 
 void Program::bad(const ParamSpec& p, const std::string& what) const {
@@ -52,7 +64,7 @@ void Program::bad(const ParamSpec& p, const std::string& what) const {
 }
 
 at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const {
-  if (!THPVariable_Check(obj.ptr())) bad(p, std::string("must be a torch.Tensor, got ") + py::str(obj.get_type().attr("__name__")).cast<std::string>());
+  if (!THPVariable_Check(obj.ptr())) bad(p, "must be a torch.Tensor, got " + type_name(obj.ptr()));
   at::Tensor t = THPVariable_Unpack(obj.ptr());
   if (t.scalar_type() != p.scalar_type) {
     bad(p, "must have dtype " + p.dtype.name() + ", got " + std::string(c10::toString(t.scalar_type())));
@@ -67,6 +79,20 @@ at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dy
     if (p.dim_var[d] >= 0) {
       int64_t& v = dyn[p.dim_var[d]];
       if (v < 0) {
+        // Dynamic sizes reach the kernel as int32, and its index arithmetic is 32-bit.
+        if (got >= codegen::kIndex32Limit) {
+          bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) +
+                     ", too large for a dynamic size: the kernel indexes dynamic dimensions with 32-bit arithmetic, "
+                     "which allows at most " + std::to_string(codegen::kIndex32Limit - 1) +
+                     ". Make that dimension a compile-time constant (the kernel is then compiled with 64-bit "
+                     "indexing) or split the tensor");
+        }
+        int mult = rules_.dyn_multiple[p.dim_var[d]];
+        if (mult > 1 && got % mult != 0) {
+          bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + ", not a multiple of " +
+                     std::to_string(mult) + ": the kernel was compiled with tl.dynamic_alignment=" +
+                     std::to_string(mult) + " and its vector accesses rely on it");
+        }
         v = got;
       } else if (v != got) {
         bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + " but the same dynamic size was " +
@@ -77,9 +103,12 @@ at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dy
     }
   }
   if (!t.is_contiguous()) bad(p, "must be contiguous (row-major); call .contiguous() first");
-  if (p.align_bytes > 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % p.align_bytes != 0) {
+  uintptr_t addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+  if (p.align_bytes > 1 && addr % p.align_bytes != 0) {
     bad(p, "must start at an address aligned to " + std::to_string(p.align_bytes) +
-               " bytes (the kernel uses vector accesses); got a view at an unaligned offset");
+               " bytes (the kernel reads or writes it in " + std::to_string(p.align_bytes) +
+               "-byte pieces); got a view " + std::to_string(addr % p.align_bytes) + " bytes past such a boundary "
+               "(storage offset " + std::to_string(t.storage_offset()) + " elements). Pass .clone() of the view");
   }
   if (*device < 0) {
     *device = t.get_device();
@@ -87,6 +116,77 @@ at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dy
     bad(p, "is on cuda:" + std::to_string(t.get_device()) + " but earlier arguments are on cuda:" + std::to_string(*device));
   }
   return t;
+}
+
+// The CPython number protocol directly: no pybind11 cast (whose failure text names no
+// argument), and nothing allocated for the common int and float.
+void Program::check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const {
+  PyObject* o = obj.ptr();
+  if (p.dtype.is_float()) {
+    double v;
+    if (PyFloat_CheckExact(o)) {
+      v = PyFloat_AS_DOUBLE(o);
+    } else {
+      PyNumberMethods* nm = Py_TYPE(o)->tp_as_number;
+      if (!nm || (!nm->nb_float && !nm->nb_index)) {
+        bad(p, "(" + p.dtype.name() + ") must be a real number, got " + type_name(o));
+      }
+      v = PyFloat_AsDouble(o);
+      if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        bad(p, "(" + p.dtype.name() + ") must be a real number that fits a float64, got " + type_name(o) + " " +
+                   py::repr(obj).cast<std::string>());
+      }
+    }
+    if (p.dtype.bits == 64) {
+      out->f64 = v;
+      return;
+    }
+    double top = p.dtype.bits == 32 ? 3.4028234663852886e38 : p.dtype.code == ir::DataType::BFloat ? 3.3895313892515355e38 : 65504.0;
+    if (std::isfinite(v) && std::fabs(v) > top) {
+      // Rounding would make it infinite; beyond the last finite value by less than half a
+      // step it would still round down, but such values are not worth the subtlety.
+      Text limit;
+      limit << top;
+      bad(p, "(" + p.dtype.name() + ") must be within +-" + limit.str() + ", got " + py::repr(obj).cast<std::string>());
+    }
+    out->u64 = 0;
+    if (p.dtype.bits == 32) out->f32 = float(v);
+    else if (p.dtype.code == ir::DataType::BFloat) out->u16 = c10::BFloat16(float(v)).x;
+    else out->u16 = c10::Half(float(v)).x;
+    return;
+  }
+  IntRange r = int_range(p.dtype);
+  auto range_text = [&] { return "[" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]"; };
+  PyObject* num = nullptr;
+  if (!PyLong_Check(o)) {
+    // numpy integers and one-element integer tensors give their value through __index__;
+    // a float does not (it would be truncated silently).
+    num = PyIndex_Check(o) ? PyNumber_Index(o) : nullptr;
+    if (!num) {
+      PyErr_Clear();
+      bad(p, "(" + p.dtype.name() + ") must be an int, got " + type_name(o));
+    }
+    o = num;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  bool in_range;
+  if (overflow > 0 && r.hi > uint64_t(INT64_MAX)) {
+    unsigned long long u = PyLong_AsUnsignedLongLong(o);  // uint64 past int64's top
+    in_range = !PyErr_Occurred();
+    PyErr_Clear();
+    out->u64 = u;
+  } else {
+    in_range = overflow == 0 && v >= r.lo && (v < 0 || uint64_t(v) <= r.hi);
+    out->i64 = v;
+  }
+  if (!in_range) {
+    std::string got = py::repr(o).cast<std::string>();
+    Py_XDECREF(num);
+    bad(p, "(" + p.dtype.name() + ") must be an int in " + range_text() + ", got " + got);
+  }
+  Py_XDECREF(num);
 }
 
 const Program::Loaded& Program::loaded_for(int device) {
@@ -124,14 +224,14 @@ py::object Program::call(const py::args& inputs) {
   int device = -1;
   // Fixed-size storage: the launch path allocates nothing on the heap.
   Args tensors(params_.size());
-  Handles scalars(params_.size());
+  ArgValue scalars[kMaxArgs];
   size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (p.is_output) continue;
     py::handle obj = inputs[next++];
     if (p.is_tensor) tensors[i] = check_tensor(p, obj, dyn, &device);
-    else scalars[i] = obj;
+    else check_scalar(p, obj, &scalars[i]);
   }
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
@@ -154,7 +254,7 @@ py::object Program::call(const py::args& inputs) {
     tensors[i] = at::empty(shape, at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device));
     outs[nout++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i]));
   }
-  run(tensors, scalars, device, nullptr);
+  run(tensors, scalars, dyn, device, nullptr);
   if (num_outputs_ == 0) return py::none();
   if (num_outputs_ == 1) return outs[0];
   py::list list;
@@ -171,69 +271,80 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   for (int i = 0; i < num_dynamic_; ++i) dyn[i] = -1;
   int device = -1;
   Args tensors(params_.size());
-  Handles scalars(params_.size());
+  ArgValue scalars[kMaxArgs];
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[i], dyn, &device);
-    else scalars[i] = args[i];
+    else check_scalar(params_[i], args[i], &scalars[i]);
   }
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
-  run(tensors, scalars, device, reinterpret_cast<void*>(stream));
+  run(tensors, scalars, dyn, device, reinterpret_cast<void*>(stream));
 }
 
-void Program::run(Args& tensors, const Handles& scalars, int device, void* stream) {
+// ext: the logical grid (T.Kernel's extents, at least 1 each). The hardware allows
+// 2^31 - 1 blocks in x and 65535 in y and z; a kernel printed with a folded grid
+// (codegen::folds_grid) takes y * z blocks spread over y and z, rows of 65535.
+runtime::Dim3 Program::launch_grid(const int64_t* ext, const int64_t* dyn) const {
+  auto too_large = [&](const std::string& what) {
+    Text os;
+    os << kernel_name_ << ": the launch needs " << what;
+    if (num_dynamic_ > 0) {
+      os << " (with";
+      for (int v = 0; v < num_dynamic_; ++v) os << " " << dynamic_vars_[v].as<ir::VarNode>()->name << "=" << dyn[v];
+      os << ")";
+    }
+    os << ", more than a CUDA grid holds; use larger tiles or split the problem";
+    throw ArgumentError(os.str());
+  };
+  if (ext[0] > kMaxGridX) too_large(std::to_string(ext[0]) + " blocks along x (at most " + std::to_string(kMaxGridX) + ")");
+  if (!rules_.fold) {
+    if (ext[1] > kMaxGridYZ || ext[2] > kMaxGridYZ) {
+      too_large(std::to_string(ext[1]) + " x " + std::to_string(ext[2]) + " blocks along y and z (at most 65535 each)");
+    }
+    return runtime::Dim3{unsigned(ext[0]), unsigned(ext[1]), unsigned(ext[2])};
+  }
+  if (ext[1] > kMaxGridYZ * kMaxGridYZ || ext[2] > kMaxGridYZ * kMaxGridYZ ||
+      ext[1] * ext[2] > kMaxGridYZ * kMaxGridYZ) {
+    too_large(std::to_string(ext[1]) + " x " + std::to_string(ext[2]) + " blocks along y and z (at most " +
+              std::to_string(kMaxGridYZ * kMaxGridYZ) + " together)");
+  }
+  int64_t yz = ext[1] * ext[2];
+  int64_t gy = std::min(yz, kMaxGridYZ);
+  return runtime::Dim3{unsigned(ext[0]), unsigned(gy), unsigned((yz + gy - 1) / gy)};
+}
+
+void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream) {
   ArgValue values[kMaxArgs];
   void* argv[kMaxArgs];
-  ir::VarValues dyn_values;
   size_t n = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamSpec& p = params_[i];
-    if (p.is_tensor) {
-      values[n].ptr = tensors[i].data_ptr();
-    } else if (p.dtype.is_float()) {
-      double v = scalars[i].cast<double>();
-      if (p.dtype.bits == 64) values[n].f64 = v;
-      else values[n].f32 = float(v);
-    } else {
-      int64_t v = scalars[i].cast<int64_t>();
-      if (p.dtype.bits == 64) values[n].i64 = v;
-      else values[n].i32 = int32_t(v);
-    }
+    if (params_[i].is_tensor) values[n].ptr = tensors[i].data_ptr();
+    else values[n] = scalars[i];
     argv[n] = &values[n];
     ++n;
-  }
-  // Dynamic sizes: read off the tensors, in the order the kernel declares them.
-  int64_t dyn[kMaxArgs];
-  for (int v = 0; v < num_dynamic_; ++v) dyn[v] = -1;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamSpec& p = params_[i];
-    if (!p.is_tensor) continue;
-    for (size_t d = 0; d < p.dims.size(); ++d) {
-      if (p.dim_var[d] >= 0 && dyn[p.dim_var[d]] < 0) dyn[p.dim_var[d]] = tensors[i].size(d);
-    }
   }
   for (int v = 0; v < num_dynamic_; ++v) {
-    values[n].i32 = int32_t(dyn[v]);
+    values[n].i64 = dyn[v];  // an int32 parameter reads the low half (check_tensor bounded it)
     argv[n] = &values[n];
     ++n;
   }
-  runtime::Dim3 grid;
-  unsigned* g[3] = {&grid.x, &grid.y, &grid.z};
-  for (size_t d = 0; d < grid_.size(); ++d) {
-    int64_t ext;
-    if (!const_grid_.empty()) {
-      ext = const_grid_[d];
-    } else {
-      if (dyn_values.empty()) {
-        for (int v = 0; v < num_dynamic_; ++v) dyn_values[dynamic_vars_[v].get()] = dyn[v];
-        for (size_t i = 0; i < params_.size(); ++i) {
-          if (!params_[i].is_tensor && params_[i].dtype.is_int()) dyn_values[params_[i].var.get()] = scalars[i].cast<int64_t>();
-        }
-      }
-      internal_assert(ir::eval_int(grid_[d], dyn_values, &ext)) << "grid extent depends on a scalar argument";
+  int64_t ext[3] = {1, 1, 1};
+  if (!const_grid_.empty()) {
+    for (size_t d = 0; d < const_grid_.size(); ++d) ext[d] = const_grid_[d];
+  } else {
+    ir::VarValues vars;
+    for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSpec& p = params_[i];
+      if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
     }
-    if (ext <= 0) return;  // nothing to do for an empty tensor
-    *g[d] = unsigned(ext);
+    for (size_t d = 0; d < grid_.size(); ++d) {
+      internal_assert(ir::eval_int(grid_[d], vars, &ext[d])) << "grid extent " << d << " cannot be evaluated";
+    }
   }
+  for (size_t d = 0; d < grid_.size(); ++d) {
+    if (ext[d] <= 0) return;  // nothing to do for an empty tensor
+  }
+  runtime::Dim3 grid = launch_grid(ext, dyn);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   const Loaded& l = loaded_for(device);
   void* s = stream ? stream : static_cast<void*>(c10::cuda::getCurrentCUDAStream(device).stream());

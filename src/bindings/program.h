@@ -21,20 +21,36 @@ struct ParamSpec {
   at::ScalarType scalar_type = at::kFloat;
   std::vector<int64_t> dims;       // -1 where the dimension is a dynamic variable
   std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
-  int align_bytes = 0;             // data_ptr alignment the generated vector accesses need
+  int align_bytes = 0;             // data_ptr alignment the generated wide and async accesses need
   bool is_output = false;
   ir::Expr var;                    // scalar parameters: their variable
 };
 
 constexpr int kMaxArgs = 64;
+
+// One kernel argument as cuLaunchKernel reads it (from the first byte: little-endian, so
+// an int64 holds any narrower integer too).
+union ArgValue {
+  void* ptr;
+  int64_t i64;
+  uint64_t u64;
+  float f32;
+  double f64;
+  uint16_t u16;  // float16 / bfloat16 bits
+};
+
+// How the launch grid is derived from the logical one (the kernel's T.Kernel extents).
+struct GridRules {
+  bool fold = false;             // y (times z) spread over blockIdx.y and .z: codegen::folds_grid
+  std::vector<int> dyn_multiple;  // per dynamic var: its value must be a multiple (tl.dynamic_alignment)
+};
 using Args = c10::SmallVector<at::Tensor, 8>;
-using Handles = c10::SmallVector<py::handle, 8>;
 
 class Program {
  public:
   Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
           int num_dynamic, std::vector<ir::Expr> grid, std::vector<ir::Expr> dynamic_vars, int threads,
-          int smem_bytes);
+          int smem_bytes, GridRules rules);
 
   // inputs: the caller's arguments (tensors, ints, floats) in parameter order, outputs
   // (params marked is_output) left out. Returns the outputs (None, one tensor, or a list).
@@ -51,9 +67,11 @@ class Program {
     runtime::Function fn;
   };
   const Loaded& loaded_for(int device);
-  void run(Args& tensors, const Handles& scalars, int device, void* stream);
+  void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
+  void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
+  runtime::Dim3 launch_grid(const int64_t* ext, const int64_t* dyn) const;
 
   std::string kernel_name_, entry_;
   std::vector<char> image_;
@@ -62,6 +80,7 @@ class Program {
   std::vector<ir::Expr> grid_, dynamic_vars_;
   std::vector<int64_t> const_grid_;  // empty unless every grid extent is a constant
   int threads_, smem_bytes_;
+  GridRules rules_;
   std::mutex mu_;
   std::vector<Loaded> loaded_;
 };

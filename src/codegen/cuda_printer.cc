@@ -53,7 +53,8 @@ const std::map<std::string, CallSpelling>& call_table() {
 
 class Printer {
  public:
-  Printer(const Kernel& k, const transform::Target& target) : k_(k), target_(target), an_(transform_analyzer(k)) {}
+  Printer(const Kernel& k, const transform::Target& target)
+      : k_(k), target_(target), an_(transform_analyzer(k)), wide_ints_(has_huge_dimension(k)) {}
 
   CudaSource run() {
     CudaSource out;
@@ -104,6 +105,19 @@ class Printer {
   }
 
  private:
+  // A global dimension of kIndex32Limit or more: every index (and mask) computed in the
+  // kernel could pass 2^31, so all its integer arithmetic is printed in 64 bits.
+  static bool has_huge_dimension(const Kernel& k) {
+    for (auto& p : k.params) {
+      if (!p.buffer) continue;
+      for (auto& d : p.buffer->shape) {
+        const int64_t* v = as_const_int(d);
+        if (v && *v >= kIndex32Limit) return true;
+      }
+    }
+    return false;
+  }
+
   static Analyzer transform_analyzer(const Kernel& k) {
     Analyzer an;
     an.bind(k.thread_var, 0, k.threads);
@@ -114,13 +128,35 @@ class Printer {
 
   void print_block_indices() {
     static const char* dims[] = {"x", "y", "z"};
+    std::vector<std::string> raw;
+    for (size_t d = 0; d < k_.block_vars.size(); ++d) raw.push_back(std::string("blockIdx.") + dims[d]);
+    std::string grid_y = "gridDim.y";
+    if (folds_grid(k_)) {
+      // y (times z) may pass the hardware's 65535: the launcher spreads those blocks over
+      // blockIdx.y and blockIdx.z (launch_grid in program.cc), and the blocks of the last
+      // z slice past the end leave at once (a whole block returns, so no barrier waits).
+      std::string y = "(" + expr(k_.grid[1]) + ")";
+      if (k_.block_vars.size() == 2) {
+        line() << "const int tegula_by = blockIdx.z * gridDim.y + blockIdx.y;\n";
+        line() << "if (tegula_by >= " << y << ") return;\n";
+      } else {
+        std::string z = "(" + expr(k_.grid[2]) + ")";
+        line() << "const long long tegula_yz = (long long)blockIdx.z * gridDim.y + blockIdx.y;\n";
+        line() << "if (tegula_yz >= (long long)" << y << " * " << z << ") return;\n";
+        line() << "const int tegula_by = (int)(tegula_yz % " << y << ");\n";
+        line() << "const int tegula_bz = (int)(tegula_yz / " << y << ");\n";
+        raw[2] = "tegula_bz";
+      }
+      raw[1] = "tegula_by";
+      grid_y = y;
+    }
     if (k_.panel_size > 0 && k_.block_vars.size() >= 2) {
       // Rasterise in panels of panel_size rows (or columns) so neighbouring blocks share
       // tiles in L2.
       int P = k_.panel_size;
       bool rows = k_.swizzle_row_major;
-      line() << "const int tegula_lin = blockIdx.y * gridDim.x + blockIdx.x;\n";
-      std::string across = rows ? "gridDim.y" : "gridDim.x", along = rows ? "gridDim.x" : "gridDim.y";
+      line() << "const int tegula_lin = " << raw[1] << " * gridDim.x + blockIdx.x;\n";
+      std::string across = rows ? grid_y : "gridDim.x", along = rows ? "gridDim.x" : grid_y;
       line() << "const int tegula_panel = tegula_lin / (" << P << " * " << along << ");\n";
       line() << "const int tegula_in = tegula_lin % (" << P << " * " << along << ");\n";
       line() << "const int tegula_width = min(" << P << ", (int)" << across << " - tegula_panel * " << P << ");\n";
@@ -129,12 +165,12 @@ class Printer {
       line() << "const int " << name(k_.block_vars[0]) << " = " << (rows ? b : a) << ";\n";
       line() << "const int " << name(k_.block_vars[1]) << " = " << (rows ? a : b) << ";\n";
       for (size_t d = 2; d < k_.block_vars.size(); ++d) {
-        line() << "const int " << name(k_.block_vars[d]) << " = blockIdx." << dims[d] << ";\n";
+        line() << "const int " << name(k_.block_vars[d]) << " = " << raw[d] << ";\n";
       }
       return;
     }
     for (size_t d = 0; d < k_.block_vars.size(); ++d) {
-      line() << "const int " << name(k_.block_vars[d]) << " = blockIdx." << dims[d] << ";\n";
+      line() << "const int " << name(k_.block_vars[d]) << " = " << raw[d] << ";\n";
     }
   }
 
@@ -215,7 +251,7 @@ class Printer {
              ", " + expr(idx[1]) + ")";
     }
     int64_t n = b->num_elements_const();
-    bool wide = b->scope == Scope::Global && (n < 0 || n >= (int64_t(1) << 31));
+    bool wide = b->scope == Scope::Global && (n < 0 || n >= kIndex32Limit);
     std::string acc;
     for (size_t d = 0; d < idx.size(); ++d) {
       std::string i = expr(idx[d]);
@@ -258,10 +294,10 @@ class Printer {
         auto* n = e.as<IntImmNode>();
         if (n->dtype.is_bool()) return n->value ? "true" : "false";
         std::string s = std::to_string(n->value);
-        return n->dtype.bits == 64 ? s + "LL" : s;
+        return n->dtype.bits == 64 || (wide_ints_ && n->dtype.is_int() && n->dtype.bits == 32) ? s + "LL" : s;
       }
       case NodeKind::FloatImm: return literal_float(e.as<FloatImmNode>()->value, e.dtype());
-      case NodeKind::Var: return name(e);
+      case NodeKind::Var: return wide_ints_ && e.dtype().is_int() && e.dtype().bits == 32 ? "(long long)" + name(e) : name(e);
       case NodeKind::Not: return "(!" + expr(e.as<NotNode>()->a) + ")";
       case NodeKind::Select: {
         auto* s = e.as<SelectNode>();
@@ -286,8 +322,10 @@ class Printer {
     std::string x = expr(b->a), y = expr(b->b);
     bool ints = b->a.dtype().is_int();
     switch (b->op) {
-      case BinaryOp::Min: return "min(" + x + ", " + y + ")";
-      case BinaryOp::Max: return "max(" + x + ", " + y + ")";
+      // Qualified for floats: CUDA's global max(float, float) is fmaxf, which drops NaN;
+      // tegula::max propagates it as torch.maximum does (math.h).
+      case BinaryOp::Min: return (ints ? "min(" : "tegula::min(") + x + ", " + y + ")";
+      case BinaryOp::Max: return (ints ? "max(" : "tegula::max(") + x + ", " + y + ")";
       case BinaryOp::FloorDiv:
       case BinaryOp::FloorMod: {
         bool plain = !ints || (an_.bound(b->a).lo >= 0 && an_.bound(b->b).lo > 0);
@@ -445,6 +483,7 @@ class Printer {
   const Kernel& k_;
   const transform::Target& target_;
   Analyzer an_;
+  bool wide_ints_;  // print int32 variables and literals as long long (has_huge_dimension)
   Text os_;
   int indent_ = 0;
   std::map<const void*, std::string> names_;
@@ -466,5 +505,15 @@ class Printer {
 }  // namespace
 
 CudaSource print_cuda(const Kernel& k, const transform::Target& target) { return Printer(k, target).run(); }
+
+bool folds_grid(const Kernel& k) {
+  // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.
+  Analyzer an;
+  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, kIndex32Limit - 1});
+  for (size_t d = 1; d < k.grid.size() && d < 3; ++d) {
+    if (an.bound(k.grid[d]).hi > 65535) return true;
+  }
+  return false;
+}
 
 }  // namespace tegula::codegen

@@ -14,6 +14,15 @@ struct CudaSource {
 
 CudaSource print_cuda(const ir::Kernel& k, const transform::Target& target);
 
+// Sizes below this are indexed with 32-bit arithmetic (the 2^20 below 2^31 leaves room for
+// a tile hanging past the end: by * bm + i < M + bm). A kernel with a static global
+// dimension at or above it computes in 64 bits; the launcher refuses dynamic sizes past it.
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 20);
+
+// Whether a y or z grid extent can pass the hardware's 65535: the kernel then reads its
+// block indices from a folded launch grid (program.cc: launch_grid).
+bool folds_grid(const ir::Kernel& k);
+
 // The C++ spelling of a scalar type ("half_t", "float", ...).
 std::string cuda_type(ir::DataType t);
 

@@ -43,6 +43,11 @@ int Fragment::slot_of(int t, int64_t flat) const {
   return -1;
 }
 
+int Fragment::holders(int64_t flat) const {
+  build_table();
+  return flat < 0 || flat >= int64_t(owners_.size()) ? 0 : int(owners_[flat].size());
+}
+
 int Fragment::replicate_mask() const {
   if (replicate_mask_ >= 0) return replicate_mask_;
   build_table();

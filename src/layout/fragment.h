@@ -42,6 +42,8 @@ class Fragment {
 
   // Slot of element `flat` (row-major) in thread t, or -1 when t does not hold it.
   int slot_of(int t, int64_t flat) const;
+  // How many threads hold element `flat` (its copies).
+  int holders(int64_t flat) const;
   // Bits of the thread index along which copies of one element differ.
   int replicate_mask() const;
   // True when threads that differ only in `mask` bits never keep different elements in

@@ -28,16 +28,18 @@ class AtomicAdd : public TileOp {
     std::vector<int64_t> se = squeeze(src.extents, &sdims), de = squeeze(d.extents, &ddims);
     user_assert(se == de, loc) << "T.atomic_add: source spans " << shape_str(se) << " but destination spans "
                                << shape_str(de);
-    std::vector<Expr> extents;
-    for (int64_t e : se) extents.push_back(make_int(e));
+    for (int64_t e : se) {
+      user_assert(e > 0, loc) << "T.atomic_add: region extents must be constants (got a symbolic extent in '"
+                              << src.buffer->name << "')";
+    }
+    // The loop runs over every dimension of the source, unit ones too, so that a fragment
+    // source is indexed by exactly the loop variables and the loop takes its layout.
     return make_parallel_nest(
-        extents,
+        src.extents,
         [&](const std::vector<Expr>& v) {
           std::vector<Expr> si = src.mins, di = d.mins;
-          for (size_t k = 0; k < v.size(); ++k) {
-            si[sdims[k]] = offset(si[sdims[k]], v[k]);
-            di[ddims[k]] = offset(di[ddims[k]], v[k]);
-          }
+          for (size_t s = 0; s < si.size(); ++s) si[s] = offset(si[s], v[s]);
+          for (size_t k = 0; k < ddims.size(); ++k) di[ddims[k]] = offset(di[ddims[k]], v[sdims[k]]);
           return atomic(di, make_load(src.buffer, si, loc));
         },
         loc);

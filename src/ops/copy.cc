@@ -39,12 +39,21 @@ class Copy : public TileOp {
     const BufferRegion& anchor = anchor_dst ? dst : src;
     const std::vector<int>& adims = anchor_dst ? ddims : sdims;
     std::vector<Expr> extents = anchor.extents;
+    // Regions of one shape (a (1, N) fragment into another) are both indexed by every
+    // loop variable, unit dimensions included: each then reads as the loop's own layout,
+    // which inference can match with either buffer's.
+    bool same_shape = src.extents.size() == dst.extents.size();
+    for (size_t d = 0; same_shape && d < src.extents.size(); ++d) {
+      const int64_t* a = as_const_int(src.extents[d]);
+      const int64_t* b = as_const_int(dst.extents[d]);
+      same_shape = a && b && *a == *b;
+    }
     return make_parallel_nest(
         extents,
         [&](const std::vector<Expr>& v) {
           auto index = [&](const BufferRegion& r, const std::vector<int>& dims, bool is_anchor) {
             std::vector<Expr> idx = r.mins;
-            if (is_anchor) {
+            if (is_anchor || same_shape) {
               for (size_t d = 0; d < idx.size(); ++d) idx[d] = offset(idx[d], v[d]);
             } else {
               for (size_t k = 0; k < dims.size(); ++k) idx[dims[k]] = offset(idx[dims[k]], v[adims[k]]);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,6 +61,35 @@ bool write_all(int fd, const char* data, size_t size) {
     size -= static_cast<size_t>(n);
   }
   return true;
+}
+
+// An entry larger than this is not one we wrote (cubins are a few MB at most).
+constexpr off_t kMaxEntryBytes = off_t(1) << 30;
+
+// The whole of `path` when it is (or links to) a readable regular file. Anything else at an
+// entry's path (a directory, a FIFO, a device, a socket) is only looked at, never read:
+// opening a FIFO for reading would wait for a writer, and a device may act on open. The
+// type is checked before opening and again on the open descriptor, which O_NONBLOCK keeps
+// from waiting should the path change type in between.
+bool read_regular_file(const std::string& path, std::string* out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxEntryBytes;
+  if (ok) {
+    out->resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < out->size()) {
+      ssize_t n = ::read(fd, &(*out)[got], out->size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out->resize(got);  // a shorter file than fstat said fails the entry's length check
+  }
+  ::close(fd);
+  return ok;
 }
 
 // Keys from make_key are hex; anything else is hashed so it cannot escape the directory.
@@ -171,10 +201,8 @@ void KernelCache::store(const std::string& key, const std::vector<char>& image) 
 
 std::optional<std::vector<char>> KernelCache::read_entry(const std::string& key) {
   const std::string path = entry_path(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  in.close();
+  std::string bytes;
+  if (!read_regular_file(path, &bytes)) return std::nullopt;
 
   const char* p = bytes.data();
   bool ok = bytes.size() >= kHeaderSize && std::memcmp(p, kMagic, sizeof(kMagic)) == 0 && get_le(p + 8, 4) == kFormat;
@@ -185,6 +213,7 @@ std::optional<std::vector<char>> KernelCache::read_entry(const std::string& key)
   const char* payload = p + kHeaderSize + key_size;
   ok = ok && std::memcmp(payload_digest(payload, payload_size).data(), p + 24, 32) == 0;
   if (!ok) {
+    // Only a regular file was read, so only a regular file is removed.
     std::error_code ec;
     fs::remove(path, ec);
     std::lock_guard<std::mutex> lock(mutex_);

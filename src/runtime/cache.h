@@ -3,7 +3,9 @@
 // Disk entries are written to a temporary file in the cache directory, fsync'ed and renamed into
 // place, so a reader sees a whole entry or none. Each carries its key, its length and a SHA-256 of
 // its payload; an entry that fails any check (truncated, bit-flipped, foreign) is deleted and
-// reported as a miss, so the caller recompiles: a damaged binary is never loaded.
+// reported as a miss, so the caller recompiles: a damaged binary is never loaded. Anything but a
+// regular file at an entry's path (a directory, a FIFO, a device, a link to one, an unreadable
+// file) is a miss too, looked at but never read, and left alone when a store cannot replace it.
 #pragma once
 #include <cstdint>
 #include <mutex>

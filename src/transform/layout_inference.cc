@@ -85,7 +85,12 @@ class Collector : public IRVisitor {
     std::vector<int> keep;
     int last = -1;
     bool ok = true;
-    for (auto& e : idx) {
+    for (size_t d = 0; d < idx.size(); ++d) {
+      const Expr& e = idx[d];
+      // s[0] of a fragment whose dimension is 1 names the same element as s[i] for i in
+      // T.Parallel(1): the dimension constrains nothing.
+      const int64_t* extent = as_const_int(b->shape[d]);
+      if (is_const_int(e, 0) && extent && *extent == 1) continue;
       auto it = std::find_if(current_->vars.begin(), current_->vars.end(), [&](const Expr& v) { return v.same_as(e); });
       int pos = it == current_->vars.end() ? -1 : int(it - current_->vars.begin());
       if (pos < 0 || pos <= last) {
@@ -97,7 +102,7 @@ class Collector : public IRVisitor {
     }
     if (ok) {
       a.keep = keep;
-      a.identity = keep.size() == current_->vars.size();
+      a.identity = keep.size() == current_->vars.size() && idx.size() == keep.size();
     }
     current_->fragments.push_back(a);
   }
@@ -162,6 +167,12 @@ class Inference {
         }
         if (a.keep.empty()) continue;
         auto derived = a.identity ? known->second : layout::make_projected(known->second, a.keep, n.outer->loc);
+        auto shape = frag_shape(a.buf);
+        int64_t elements = 1;
+        for (int64_t e : shape) elements *= e;
+        if (derived->shape() != shape && derived->num_elements() == elements) {
+          derived = layout::make_reshaped(derived, shape);  // unit dimensions indexed by 0
+        }
         check_size(a.buf, derived, n);
         lm_.fragment[a.buf.get()] = derived;
         lm_.decided_at[a.buf.get()] = n.outer->loc;
@@ -178,7 +189,11 @@ class Inference {
     for (int64_t e : n.extents) total *= e;
     for (auto& a : n.fragments) {
       auto f = lm_.fragment.find(a.buf.get());
-      if (f == lm_.fragment.end() || a.keep.empty() || f->second->num_elements() != total) continue;
+      if (f == lm_.fragment.end() || f->second->num_elements() != total) continue;
+      // A one-element fragment (a 1-D reduction's result) indexed by constants in a loop
+      // of one iteration: every thread holding a copy must run it, or a write to the
+      // copy reaches one thread only.
+      if (a.keep.empty() && total != 1) continue;
       bool covers = true;
       for (size_t d = 0; d < n.extents.size(); ++d) {
         bool kept = std::find(a.keep.begin(), a.keep.end(), int(d)) != a.keep.end();
@@ -189,9 +204,40 @@ class Inference {
     return nullptr;
   }
 
+  // Reductions derive their outputs' layouts from their inputs', so a loop over a
+  // reduction's output must not choose first: chosen alone (the T.clear of an
+  // accumulator), it would fix a layout the reduction cannot produce. Such loops come
+  // last, and among the rest the largest first (a tile's copy before a row's loop).
   bool free_one() {
+    std::vector<Nest*> open;
     for (auto& n : c_.nests) {
-      if (lm_.loop.count(n.outer)) continue;
+      if (!lm_.loop.count(n.outer)) open.push_back(&n);
+    }
+    auto size = [](const Nest* n) {
+      int64_t total = 1;
+      for (int64_t e : n->extents) total *= e;
+      return total;
+    };
+    // A loop touching a reduction's output whose input is still open waits: the
+    // reduction will derive that layout.
+    auto waits = [&](const Nest* n) {
+      for (auto* op : c_.ops) {
+        if (op->op != "reduce" || op->regions.size() < 2) continue;
+        const BufferNode* src = op->regions[0].buffer.get();
+        const BufferNode* dst = op->regions[1].buffer.get();
+        if (lm_.fragment.count(src) || lm_.fragment.count(dst)) continue;
+        for (auto& a : n->fragments) {
+          if (a.buf.get() == dst) return true;
+        }
+      }
+      return false;
+    };
+    std::stable_sort(open.begin(), open.end(), [&](const Nest* a, const Nest* b) {
+      bool wa = waits(a), wb = waits(b);
+      return wa != wb ? wb : size(a) > size(b);
+    });
+    for (Nest* np : open) {
+      Nest& n = *np;
       int bytes = n.min_mem_bytes;
       if (!bytes) {
         for (auto& a : n.fragments) bytes = bytes ? std::min(bytes, a.buf->dtype.bytes()) : a.buf->dtype.bytes();

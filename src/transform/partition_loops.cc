@@ -14,6 +14,9 @@
 //     uncommitted: pipeline_loops groups and waits for it).
 #include "transform/partition.h"
 
+#include <map>
+#include <set>
+
 #include "ir/functor.h"
 #include "transform/passes.h"
 
@@ -38,13 +41,16 @@ class FragmentToRegister : public IRMutator {
     Stmt s = IRMutator::mutate_BufferStore(self, op);
     auto* st = s.as<BufferStoreNode>();
     if (st->buffer->scope != Scope::Fragment) return s;
-    return make_store(reg(st->buffer), {make_int(slot_for(st->buffer, st->indices, op->loc))}, st->value, op->loc);
+    return make_store(reg(st->buffer), {make_int(slot_for(st->buffer, st->indices, op->loc, true))}, st->value,
+                      op->loc);
   }
 
  private:
   Buffer reg(const Buffer& frag) { return ctx_.registers.at(frag.get()); }
 
-  int slot_for(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc) {
+  // With a store, also checks that every copy of each element written is written: a
+  // thread holding a copy that does not run the iteration would keep a stale value.
+  int slot_for(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc, bool store = false) {
     auto layout = ctx_.layouts.fragment.at(frag.get());
     bool identity = idx.size() == n_.vars.size();
     for (size_t k = 0; identity && k < idx.size(); ++k) identity = idx[k].same_as(n_.vars[k]);
@@ -52,6 +58,7 @@ class FragmentToRegister : public IRMutator {
     const auto& L = *n_.layout;
     std::vector<int64_t> c(n_.vars.size()), fc(idx.size());
     VarValues values;
+    std::map<int64_t, int> writers;  // element -> threads writing it in this slot
     int found = -1;
     for (int t = 0; t < L.threads(); ++t) {
       if (!L.coords(t, slot_, c.data())) continue;
@@ -67,6 +74,13 @@ class FragmentToRegister : public IRMutator {
           << (s < 0 ? " does not hold" : " holds in another register") << " the element of fragment '" << frag->name
           << "' it needs (its layout: " << layout->describe() << ")";
       found = s;
+      if (store) ++writers[layout->flatten(fc.data())];
+    }
+    for (auto& [flat, count] : writers) {
+      user_assert(count >= layout->holders(flat), loc)
+          << "this T.Parallel loop (layout " << L.describe() << ") writes an element of fragment '" << frag->name
+          << "' in " << count << " thread(s), but " << layout->holders(flat) << " threads hold copies of it (its layout: "
+          << layout->describe() << "); index the fragment by the loop's variables so that every copy is updated";
     }
     return found < 0 ? 0 : found;
   }
@@ -107,13 +121,53 @@ class MaskGlobal : public IRMutator {
   const Analyzer& an_;
 };
 
+bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }
+
 bool stores_to_memory(const Stmt& s) {
   bool found = false;
   post_order(s, [&](const Stmt& x) {
-    if (auto* st = x.as<BufferStoreNode>()) found |= st->buffer->scope == Scope::Global || st->buffer->scope == Scope::Shared;
+    if (auto* st = x.as<BufferStoreNode>()) found |= is_memory(st->buffer);
     if (x.as<EvaluateNode>()) found = true;
   });
   return found;
+}
+
+bool writes_registers(const Stmt& s) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) found |= !is_memory(st->buffer);
+  });
+  return found;
+}
+
+// In a loop whose layout is replicated, every copy of an element runs the iteration.
+// Register writes must happen in every copy (each thread reads its own register later),
+// while a store to memory or an atomic must happen once: those alone are guarded. A
+// shared store whose buffer the same loop reads back stays unguarded, so that every copy
+// reads what it wrote (all copies store the same value).
+class GuardMemoryEffects : public IRMutator {
+ public:
+  GuardMemoryEffects(Expr first, std::set<const BufferNode*> shared_read)
+      : first_(std::move(first)), shared_read_(std::move(shared_read)) {}
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+    if (op->buffer->scope == Scope::Global || (op->buffer->scope == Scope::Shared && !shared_read_.count(op->buffer.get()))) {
+      return make_if(first_, self, {}, op->loc);
+    }
+    return self;
+  }
+  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override { return make_if(first_, self, {}, op->loc); }
+
+ private:
+  Expr first_;
+  std::set<const BufferNode*> shared_read_;
+};
+
+std::set<const BufferNode*> shared_loaded(const Stmt& s) {
+  std::set<const BufferNode*> out;
+  post_order(s, [](const Stmt&) {}, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>(); ld && ld->buffer->scope == Scope::Shared) out.insert(ld->buffer.get());
+  });
+  return out;
 }
 
 class Partitioner : public IRMutator {
@@ -121,19 +175,27 @@ class Partitioner : public IRMutator {
   Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)) {}
 
   // Copies that come before a pipelined loop in the same block (attention's Q tile) may
-  // become cp.async too: pipeline_loops lets them fly with the loop's first stages.
+  // become cp.async too: pipeline_loops lets them fly with the loop's first stages. Only
+  // copy loops standing directly in that block qualify: pipeline_loops completes a run of
+  // them right after it, while a copy nested in another loop or a branch would be
+  // completed only after the whole statement, behind the reads of it inside.
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
-    size_t loop = op->seq.size();
-    for (size_t i = 0; i < op->seq.size() && loop == op->seq.size(); ++i) {
+    size_t loop = 0;  // no pipelined loop: nothing is ahead of one
+    for (size_t i = 0; i < op->seq.size(); ++i) {
       auto* f = op->seq[i].as<ForNode>();
-      if (f && f->for_kind == ForKind::Pipelined && f->num_stages >= 2) loop = i;
+      if (f && f->for_kind == ForKind::Pipelined && f->num_stages >= 2) {
+        loop = i;
+        break;
+      }
     }
     std::vector<Stmt> out;
+    int saved = ahead_of_pipeline_;
     for (size_t i = 0; i < op->seq.size(); ++i) {
-      ahead_of_pipeline_ += i < loop;
+      auto* f = op->seq[i].as<ForNode>();
+      ahead_of_pipeline_ = i < loop && f && f->for_kind == ForKind::Parallel;
       out.push_back(mutate(op->seq[i]));
-      ahead_of_pipeline_ -= i < loop;
     }
+    ahead_of_pipeline_ = saved;
     return make_seq(out, op->loc);
   }
 
@@ -195,7 +257,11 @@ class Partitioner : public IRMutator {
           << ") whose copies are not a power-of-two group of threads, so it cannot choose one copy to write memory";
       // Copies of a replicated loop would all write the same element; one suffices.
       Expr first = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, k_.thread_var, make_int(rep)), make_int(0));
-      body = make_if(first, body, {}, n.loc);
+      if (writes_registers(n.body)) {
+        body = GuardMemoryEffects(first, shared_loaded(body)).mutate(body);
+      } else {
+        body = make_if(first, body, {}, n.loc);
+      }
     }
     // One unit for insert_barriers: the statements of one loop never need a barrier
     // between them. final_simplify removes the always-true branch.

@@ -43,6 +43,10 @@ Lowered lower(const ir::Kernel& k, const Target& target, const Options& options,
     out.stages.push_back({step.name, out.kernel});
     if (dump) std::cerr << "==== after " << step.name << " ====\n" << ir::to_string(out.kernel) << "\n";
   }
+  for (auto& [frag, reg] : ctx.registers) {
+    auto it = ctx.layouts.fragment.find(frag);
+    if (it != ctx.layouts.fragment.end()) out.register_layouts[reg.get()] = it->second;
+  }
   ir::verify(out.kernel, "final");
   return out;
 }

@@ -1,6 +1,6 @@
 // The lowering passes on small hand-built kernels: the shape of the lowered IR, the CUDA
 // it prints, the errors it reports, and what the lowered code computes. The last is
-// checked without a GPU by a small simulator that runs a block's threads in lockstep.
+// checked without a GPU by the SIMT simulator (src/interp/simt.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codegen/cuda_printer.h"
+#include "interp/simt.h"
 #include "ir/functor.h"
 #include "ir/hash.h"
 #include "ir/printer.h"
@@ -178,361 +179,53 @@ bool mentions(const Expr& e, const Expr& var) {
 
 // ------------------------------------------------------------------ the simulator
 
-// Runs a lowered kernel on the CPU. A block's threads run in lockstep, statement by
-// statement: a store evaluates its value in every active thread before any thread writes,
-// as a warp does, so shfl_xor sees its partner's value from before the exchange; the two
-// sides of a divergent `if` run one after the other on their own threads. It reports what a
-// GPU run would hide or make flaky: out-of-bounds accesses, reads of never-written
-// registers or shared memory (they start as NaN), barriers reached by part of the block,
-// shfl_xor with an inactive partner, and shared-memory accesses by different threads to
-// one element between two barriers with at least one write.
+// Runs a lowered kernel with the SIMT simulator (src/interp/simt.cc) on tensors the test
+// fills: the block's threads in lockstep, reporting what a GPU run would hide (out-of-bounds
+// accesses, unwritten reads, races between barriers, partial barriers, bad shuffles,
+// cp.async copies read before they land).
 class Simulator {
  public:
   Simulator(const Kernel& k, const std::vector<int64_t>& dynamic_values) : k_(k) {
-    for (size_t d = 0; d < k.dynamic_vars.size(); ++d) scalars_[k.dynamic_vars[d].get()] = dynamic_values.at(d);
+    for (size_t d = 0; d < k.dynamic_vars.size(); ++d) dynamic_[k.dynamic_vars[d].get()] = dynamic_values.at(d);
   }
 
   // Storage of a global tensor, sized by its shape; filled by the test.
   std::vector<double>& tensor(const Buffer& b) {
     auto& v = global_[b.get()];
-    if (v.empty()) v.assign(size(b), 0.0);
+    if (v.empty()) {
+      int64_t n = 1;
+      for (int64_t d : shape(b)) n *= d;
+      v.assign(n, 0.0);
+    }
     return v;
   }
 
   std::vector<std::string> errors;
 
   void run() {
-    int64_t blocks = scalar(k_.grid.at(0));
-    for (int64_t bx = 0; bx < blocks && errors.size() < 20; ++bx) {
-      env_.assign(k_.threads, {});
-      locals_.assign(k_.threads, {});
-      shared_.clear();
-      races_.clear();
-      epoch_ = 0;
-      std::vector<int> all;
-      for (int t = 0; t < k_.threads; ++t) {
-        all.push_back(t);
-        for (auto& [v, x] : scalars_) env_[t][v] = double(x);
-        env_[t][k_.thread_var.get()] = t;
-        env_[t][k_.block_vars.at(0).get()] = double(bx);
-      }
-      for (auto& b : k_.allocs) {
-        if (b->scope == Scope::Shared) shared_[b.get()].assign(size(b), kUnset);
-        if (b->scope == Scope::Local) {
-          for (int t = 0; t < k_.threads; ++t) locals_[t][b.get()].assign(size(b), kUnset);
-        }
-      }
-      open_.assign(k_.threads, {});
-      committed_.assign(k_.threads, {});
-      exec(k_.body, all);
-      for (int t = 0; t < k_.threads; ++t) {
-        if (!open_[t].empty() || !committed_[t].empty()) {
-          error("thread " + std::to_string(t) + " ends with cp.async copies never waited for");
-          break;
-        }
-      }
+    interp::CallArgs args;
+    for (auto& p : k_.params) {
+      args.tensors.push_back(&tensor(p.buffer));
+      args.shapes.push_back(shape(p.buffer));
+      args.scalars.push_back(0.0);
     }
+    errors = interp::simulate_kernel(k_, {}, args);
   }
 
  private:
-  static constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
-  using Vals = std::vector<double>;
-  struct SharedUse {
-    int64_t write_epoch = -1, read_epoch = -1;
-    int writer = -1, reader = -1;  // reader -2: several threads
-  };
-
-  void error(const std::string& what) {
-    if (errors.size() < 20) errors.push_back(what);
-  }
-
-  int64_t scalar(const Expr& e) {
-    VarValues v;
-    for (auto& [var, x] : scalars_) v[var] = x;
-    int64_t out = 0;
-    if (!eval_int(e, v, &out)) error("cannot evaluate " + to_string(e));
-    return out;
-  }
-  int64_t size(const Buffer& b) {
-    int64_t n = 1;
-    for (auto& d : b->shape) n *= scalar(d);
-    return n;
-  }
-
-  // The element `lanes` accesses start at, or nullptr (and an error) when out of bounds.
-  double* address(const Buffer& b, const std::vector<Expr>& idx, int lanes, int t, bool write) {
-    int64_t flat = 0;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      int64_t i = int64_t(eval(idx[d], t).at(0)), n = scalar(b->shape[d]);
-      int64_t last = d + 1 == idx.size() ? i + lanes - 1 : i;
-      if (i < 0 || last >= n) {
-        error("thread " + std::to_string(t) + ": " + b->name + " index " + std::to_string(i) + " out of bounds in " +
-              "dimension " + std::to_string(d) + " (size " + std::to_string(n) + ")");
-        return nullptr;
-      }
-      flat = flat * n + i;
-    }
-    std::vector<double>* store = nullptr;
-    if (b->scope == Scope::Global) store = &global_[b.get()];
-    if (b->scope == Scope::Shared) store = &shared_[b.get()];
-    if (b->scope == Scope::Local) store = &locals_[t][b.get()];
-    if (!store || store->empty()) {
-      error(std::string("no storage for ") + scope_name(b->scope) + " buffer " + b->name);
-      return nullptr;
-    }
-    if (b->scope == Scope::Shared) {
-      auto& uses = races_[b.get()];
-      if (uses.empty()) uses.resize(store->size());
-      for (int v = 0; v < lanes; ++v) track(uses[flat + v], b->name, flat + v, t, write);
-    }
-    return store->data() + flat;
-  }
-
-  void track(SharedUse& u, const std::string& name, int64_t flat, int t, bool write) {
-    auto race = [&](const char* kind) {
-      error(std::string(kind) + " race on " + name + "[" + std::to_string(flat) + "] by thread " + std::to_string(t) +
-            " (no barrier since the other thread's access)");
-    };
-    if (u.write_epoch == epoch_ && u.writer != t) race(write ? "write-after-write" : "read-after-write");
-    if (write) {
-      if (u.read_epoch == epoch_ && u.reader != t) race("write-after-read");
-      u.write_epoch = epoch_, u.writer = t;
-    } else if (u.read_epoch != epoch_) {
-      u.read_epoch = epoch_, u.reader = t;
-    } else if (u.reader != t) {
-      u.reader = -2;
-    }
-  }
-
-  Vals load(const BufferLoadNode* op, int t) {
-    int lanes = op->dtype.lanes;
-    double* p = address(op->buffer, op->indices, lanes, t, false);
-    if (!p) return Vals(lanes, 0.0);
-    Vals out(p, p + lanes);
-    for (double v : out) {
-      if (std::isnan(v)) error("thread " + std::to_string(t) + " reads unwritten " + op->buffer->name);
+  std::vector<int64_t> shape(const Buffer& b) const {
+    std::vector<int64_t> out;
+    for (auto& d : b->shape) {
+      int64_t n = 0;
+      EXPECT_TRUE(eval_int(d, dynamic_, &n)) << to_string(d);
+      out.push_back(n);
     }
     return out;
-  }
-
-  Vals eval(const Expr& e, int t) {
-    switch (e.kind()) {
-      case NodeKind::IntImm: return {double(e.as<IntImmNode>()->value)};
-      case NodeKind::FloatImm: return {e.as<FloatImmNode>()->value};
-      case NodeKind::Var: {
-        auto it = env_[t].find(e.get());
-        if (it == env_[t].end()) {
-          error("unbound variable " + e.as<VarNode>()->name);
-          return {0.0};
-        }
-        return {it->second};
-      }
-      case NodeKind::Not: return {eval(e.as<NotNode>()->a, t)[0] == 0 ? 1.0 : 0.0};
-      case NodeKind::Select: {
-        auto* s = e.as<SelectNode>();
-        return eval(eval(s->cond, t)[0] != 0 ? s->t : s->f, t);
-      }
-      case NodeKind::Cast: {
-        Vals v = eval(e.as<CastNode>()->value, t);
-        for (double& x : v) {
-          if (e.dtype().is_bool()) x = x != 0;
-          else if (e.dtype().is_int()) x = std::trunc(x);
-        }
-        return v;
-      }
-      case NodeKind::BufferLoad: return load(e.as<BufferLoadNode>(), t);
-      case NodeKind::Call: return call(e.as<CallNode>(), t);
-      case NodeKind::Binary: return binary(e.as<BinaryNode>(), t);
-      default: error(std::string("cannot evaluate ") + node_kind_name(e.kind())); return {0.0};
-    }
-  }
-
-  Vals call(const CallNode* op, int t) {
-    const std::string& f = op->op;
-    double inf = std::numeric_limits<double>::infinity();
-    if (f == "shfl_xor") {
-      int partner = t ^ int(eval(op->args.at(1), t)[0]);
-      if (partner >= k_.threads || (partner >> 5) != (t >> 5) || !active_.count(partner)) {
-        error("shfl_xor from thread " + std::to_string(t) + " to inactive or foreign lane " + std::to_string(partner));
-        return {0.0};
-      }
-      return eval(op->args[0], partner);
-    }
-    if (f == "cp_async") return {issue_async_copy(op, t)};
-    if (f == "cp_async_commit") {
-      committed_[t].push_back(std::move(open_[t]));
-      open_[t].clear();
-      return {0.0};
-    }
-    if (f == "cp_async_wait") {
-      size_t keep = size_t(eval(op->args.at(0), t)[0]);
-      while (committed_[t].size() > keep) {
-        for (Landing& l : committed_[t].front()) land(l, t);
-        committed_[t].pop_front();
-      }
-      return {0.0};
-    }
-    if (f == "ninfinity") return {-inf};
-    if (f == "infinity") return {inf};
-    if (f == "abs") return {std::fabs(eval(op->args.at(0), t)[0])};
-    if (f == "exp2") return {std::exp2(eval(op->args.at(0), t)[0])};
-    if (f == "exp") return {std::exp(eval(op->args.at(0), t)[0])};
-    error("unknown call " + f);
-    return {0.0};
-  }
-
-  // cp.async: the 16 bytes are read at issue and land in shared memory only when a
-  // cp_async_wait retires their commit group, so a read that the pipeline schedules too
-  // early sees the old contents (or NaN) and a missing wait is reported.
-  struct Landing {
-    const BufferNode* buf;
-    std::string name;
-    int64_t flat;
-    Vals vals;
-  };
-  double issue_async_copy(const CallNode* op, int t) {
-    auto* dst = op->args.at(0).as<BufferLoadNode>();
-    auto* src = op->args.at(1).as<BufferLoadNode>();
-    int lanes = 16 / dst->buffer->dtype.bytes();
-    Vals v(lanes, 0.0);
-    if (eval(op->args.at(2), t)[0] != 0) {
-      double* p = address(src->buffer, src->indices, lanes, t, false);
-      if (p) v.assign(p, p + lanes);
-    }
-    int64_t flat = 0;
-    for (size_t d = 0; d < dst->indices.size(); ++d) {
-      flat = flat * scalar(dst->buffer->shape[d]) + int64_t(eval(dst->indices[d], t).at(0));
-    }
-    open_[t].push_back({dst->buffer.get(), dst->buffer->name, flat, v});
-    return 0.0;
-  }
-  void land(const Landing& l, int t) {
-    auto& store = shared_[l.buf];
-    auto& uses = races_[l.buf];
-    if (uses.empty()) uses.resize(store.size());
-    if (l.flat < 0 || l.flat + int64_t(l.vals.size()) > int64_t(store.size())) {
-      error("cp.async into " + l.name + " out of bounds");
-      return;
-    }
-    for (size_t v = 0; v < l.vals.size(); ++v) {
-      track(uses[l.flat + v], l.name, l.flat + int64_t(v), t, true);
-      store[l.flat + v] = l.vals[v];
-    }
-  }
-
-  Vals binary(const BinaryNode* op, int t) {
-    Vals a = eval(op->a, t), b = eval(op->b, t);
-    bool ints = !op->a.dtype().is_float();
-    Vals out(a.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      double x = a[i], y = b[i % b.size()];
-      int64_t p = int64_t(x), q = int64_t(y);
-      auto floordiv = [&] { return p / q - ((p % q != 0) && ((p < 0) != (q < 0))); };
-      double r = 0;
-      switch (op->op) {
-        case BinaryOp::Add: r = x + y; break;
-        case BinaryOp::Sub: r = x - y; break;
-        case BinaryOp::Mul: r = x * y; break;
-        case BinaryOp::Div: r = ints ? double(p / q) : x / y; break;
-        case BinaryOp::Mod: r = double(p % q); break;
-        case BinaryOp::FloorDiv: r = ints ? double(floordiv()) : std::floor(x / y); break;
-        case BinaryOp::FloorMod: r = double(p - floordiv() * q); break;
-        case BinaryOp::Min: r = std::min(x, y); break;
-        case BinaryOp::Max: r = std::max(x, y); break;
-        case BinaryOp::EQ: r = x == y; break;
-        case BinaryOp::NE: r = x != y; break;
-        case BinaryOp::LT: r = x < y; break;
-        case BinaryOp::LE: r = x <= y; break;
-        case BinaryOp::GT: r = x > y; break;
-        case BinaryOp::GE: r = x >= y; break;
-        case BinaryOp::And: r = x != 0 && y != 0; break;
-        case BinaryOp::Or: r = x != 0 || y != 0; break;
-        case BinaryOp::BitAnd: r = double(p & q); break;
-        case BinaryOp::BitOr: r = double(p | q); break;
-        case BinaryOp::BitXor: r = double(p ^ q); break;
-        case BinaryOp::Shl: r = double(p << q); break;
-        case BinaryOp::Shr: r = double(p >> q); break;
-      }
-      out[i] = r;
-    }
-    return out;
-  }
-
-  void exec(const Stmt& s, const std::vector<int>& active) {
-    if (!s || active.empty()) return;
-    active_ = std::set<int>(active.begin(), active.end());
-    switch (s.kind()) {
-      case NodeKind::Seq:
-        for (auto& x : s.as<SeqNode>()->seq) exec(x, active);
-        break;
-      case NodeKind::BufferStore: {
-        auto* st = s.as<BufferStoreNode>();
-        int lanes = st->value.dtype().lanes;
-        std::vector<std::pair<double*, Vals>> writes;
-        for (int t : active) {
-          Vals v = eval(st->value, t);
-          writes.push_back({address(st->buffer, st->indices, lanes, t, true), v});
-        }
-        for (auto& [p, v] : writes) {
-          if (p) std::copy(v.begin(), v.end(), p);
-        }
-        break;
-      }
-      case NodeKind::IfThenElse: {
-        auto* n = s.as<IfThenElseNode>();
-        std::vector<int> yes, no;
-        for (int t : active) (eval(n->cond, t)[0] != 0 ? yes : no).push_back(t);
-        exec(n->then_case, yes);
-        exec(n->else_case, no);
-        break;
-      }
-      case NodeKind::For: {
-        auto* f = s.as<ForNode>();
-        int64_t lo = int64_t(eval(f->min, active[0])[0]), n = int64_t(eval(f->extent, active[0])[0]);
-        for (int64_t i = lo; i < lo + n; ++i) {
-          for (int t : active) env_[t][f->var.get()] = double(i);
-          exec(f->body, active);
-        }
-        break;
-      }
-      case NodeKind::LetStmt: {
-        auto* l = s.as<LetStmtNode>();
-        for (int t : active) env_[t][l->var.get()] = eval(l->value, t).at(0);
-        exec(l->body, active);
-        break;
-      }
-      case NodeKind::Evaluate: {
-        auto* call = s.as<EvaluateNode>()->value.as<CallNode>();
-        if (call && call->op == "atomic_add") {
-          auto* addr = call->args.at(0).as<BufferLoadNode>();
-          for (int t : active) {
-            double* p = address(addr->buffer, addr->indices, 1, t, true);
-            if (p) *p += eval(call->args.at(1), t)[0];
-          }
-        } else {
-          for (int t : active) eval(s.as<EvaluateNode>()->value, t);
-        }
-        break;
-      }
-      case NodeKind::Sync:
-        if (int(active.size()) != k_.threads) error("barrier reached by " + std::to_string(active.size()) + " threads");
-        ++epoch_;
-        break;
-      default: error(std::string("cannot run ") + node_kind_name(s.kind())); break;
-    }
-    active_ = std::set<int>(active.begin(), active.end());
   }
 
   const Kernel& k_;
-  std::unordered_map<const ExprNode*, int64_t> scalars_;
-  std::unordered_map<const BufferNode*, std::vector<double>> global_, shared_;
-  std::vector<std::unordered_map<const BufferNode*, std::vector<double>>> locals_;
-  std::vector<std::unordered_map<const ExprNode*, double>> env_;
-  std::unordered_map<const BufferNode*, std::vector<SharedUse>> races_;
-  std::set<int> active_;
-  int64_t epoch_ = 0;
-  std::vector<std::vector<Landing>> open_;                // per thread: issued, not committed
-  std::vector<std::deque<std::vector<Landing>>> committed_;  // per thread: commit groups in flight
+  VarValues dynamic_;
+  std::unordered_map<const BufferNode*, std::vector<double>> global_;
 };
 
 std::string joined(const std::vector<std::string>& v) {
@@ -981,6 +674,7 @@ TEST(Simulator, ReportsCopiesReadBeforeTheyLand) {
   auto errors = pk.run(k);
   ASSERT_FALSE(errors.empty());
   EXPECT_TRUE(joined(errors).find("unwritten") != std::string::npos ||
+              joined(errors).find("in flight") != std::string::npos ||
               joined(errors).find("never waited") != std::string::npos) << joined(errors);
 }
 

@@ -1,13 +1,18 @@
 // The runtime without a GPU: NVRTC compile-only, the kernel cache, hashing, and the driver's absence.
 // On a machine with a driver the last tests load and launch a kernel instead.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -280,6 +285,69 @@ TEST(Cache, DamagedEntriesAreRejectedAndRebuilt) {
   EXPECT_EQ(compile_cached(cache, kHalfKernel, "add_one.cu", opts, "build", &hit), good);
   EXPECT_TRUE(hit);
   EXPECT_EQ(cache.stats().disk_hits, 1u);
+}
+
+// Whatever sits at an entry's path that is not a regular file is a miss, read without ever
+// blocking; the store then replaces it where rename can (a FIFO, a link) and otherwise
+// leaves it (a directory), the memory cache working either way.
+TEST(Cache, UnusableEntriesAreMissesNeverBlocking) {
+  const std::vector<char> image = {'\x7f', 'E', 'L', 'F', 9};
+  struct Case {
+    const char* what;
+    std::function<void(const std::string&)> make;
+    bool replaced;  // a store can put a real entry in its place
+  };
+  const std::vector<Case> cases = {
+      {"an empty directory", [](const std::string& p) { fs::create_directory(p); }, false},
+      {"a directory with a file in it",
+       [](const std::string& p) {
+         fs::create_directory(p);
+         write_file(p + "/inside", "x");
+       },
+       false},
+      {"a FIFO", [](const std::string& p) { ASSERT_EQ(mkfifo(p.c_str(), 0644), 0); }, true},
+      {"a link to a FIFO",
+       [](const std::string& p) {
+         ASSERT_EQ(mkfifo((p + ".fifo").c_str(), 0644), 0);
+         fs::create_symlink(p + ".fifo", p);
+       },
+       true},
+      {"a link to a device", [](const std::string& p) { fs::create_symlink("/dev/zero", p); }, true},
+      {"a dangling link", [](const std::string& p) { fs::create_symlink(p + ".nowhere", p); }, true},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    const std::string key = hash_hex(c.what);
+    const std::string path = KernelCache(dir.path()).entry_path(key);
+    c.make(path);
+    KernelCache cache(dir.path());
+    auto looked_up = std::async(std::launch::async, [&] { return cache.lookup(key); });
+    if (looked_up.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK);  // releases a reader stuck in open()
+      looked_up.wait();
+      if (fd >= 0) ::close(fd);
+      FAIL() << c.what << ": the lookup blocked";
+    }
+    EXPECT_FALSE(looked_up.get().has_value()) << c.what;
+    EXPECT_EQ(cache.stats().misses, 1u) << c.what;
+    EXPECT_EQ(cache.stats().rejected, 0u) << c.what;
+    cache.store(key, image);
+    EXPECT_EQ(cache.lookup(key), image) << c.what;
+    EXPECT_TRUE(cache.disk_enabled()) << c.what;
+    KernelCache fresh(dir.path());
+    auto again = fresh.lookup(key);
+    if (c.replaced) {
+      EXPECT_EQ(again, image) << c.what;
+      EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(path))) << c.what;
+    } else {
+      EXPECT_FALSE(again.has_value()) << c.what;
+      EXPECT_TRUE(fs::is_directory(path)) << c.what;
+    }
+    // No temporary file is left behind by a store that could not publish.
+    for (auto& e : fs::directory_iterator(dir.path())) {
+      EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << c.what << ": " << e.path();
+    }
+  }
 }
 
 TEST(Cache, DisabledDiskWritesNothing) {

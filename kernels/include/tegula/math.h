@@ -4,7 +4,8 @@
 // half_t and bfloat16_t are computed in float and rounded once at the end: float
 // carries more than twice their precision, so the result is as good as a native 16-bit
 // routine would give, and often better (hexp is an approximation). abs, max, min and
-// fma have exact native 16-bit instructions on sm_80+, so those stay native.
+// fma have exact native 16-bit instructions on sm_80+, so those stay native. max and min
+// propagate NaN (see below).
 //
 // Every function is a template on the element type. Generated code says `using
 // namespace tegula;`, and CUDA declares max(float, float), exp(float), ... in the global
@@ -79,16 +80,32 @@ TEGULA_DEVICE T abs(T x) {
   }
 }
 
-// max/min follow fmaxf: if one operand is NaN the other is returned, so a NaN in a
-// masked-off lane cannot poison a reduction.
+// max/min propagate NaN, like torch.maximum / torch.amax: if either operand is NaN the
+// result is NaN (fmaxf would return the other operand and hide it). sm_80+ has the
+// .NaN forms of max/min for f32, f16 and bf16, one instruction like the plain ones; older
+// parts and double get a compare in front of fmax. Reductions never feed a masked-off lane
+// in: their identities are -inf / +inf, and padding is set to those before a max.
+namespace detail {
+template <typename T>
+TEGULA_DEVICE T nan_aware(T a, T b, T plain) {
+  return (a != a || b != b) ? T(a + b) : plain;  // a + b is the NaN operand's NaN
+}
+}  // namespace detail
+
 template <typename T>
 TEGULA_DEVICE T max(T a, T b) {
   if constexpr (detail::is_same<T, float>) {
-    return ::fmaxf(a, b);
+#if TEGULA_ARCH >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return detail::nan_aware(a, b, ::fmaxf(a, b));
+#endif
   } else if constexpr (detail::is_same<T, double>) {
-    return ::fmax(a, b);
+    return detail::nan_aware(a, b, ::fmax(a, b));
   } else if constexpr (detail::is_16bit_float<T>) {
-    return __hmax(a, b);
+    return __hmax_nan(a, b);
   } else {
     static_assert(detail::is_integer<T>, "max: T is not a number type");
     return a < b ? b : a;
@@ -98,11 +115,17 @@ TEGULA_DEVICE T max(T a, T b) {
 template <typename T>
 TEGULA_DEVICE T min(T a, T b) {
   if constexpr (detail::is_same<T, float>) {
-    return ::fminf(a, b);
+#if TEGULA_ARCH >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return detail::nan_aware(a, b, ::fminf(a, b));
+#endif
   } else if constexpr (detail::is_same<T, double>) {
-    return ::fmin(a, b);
+    return detail::nan_aware(a, b, ::fmin(a, b));
   } else if constexpr (detail::is_16bit_float<T>) {
-    return __hmin(a, b);
+    return __hmin_nan(a, b);
   } else {
     static_assert(detail::is_integer<T>, "min: T is not a number type");
     return b < a ? b : a;

@@ -336,7 +336,12 @@ class Parser(Evaluator):
         if self.builder.kernel is not None:
             raise self.error(stmt, "a prim_func has exactly one `with T.Kernel(...)`")
         default = ["bx", "by", "bz"][: len(spec.grid)]
-        names = default if item.optional_vars is None else self._loop_names(item.optional_vars, len(spec.grid))
+        target = item.optional_vars
+        count = len(target.elts) if isinstance(target, (ast.Tuple, ast.List)) else 1
+        if target is not None and count != len(spec.grid):
+            raise self.error(target, f"T.Kernel has {len(spec.grid)} grid dimension(s) but `as` names {count} "
+                             "block index(es): name one per dimension, e.g. `as (bx, by)` for a 2-D grid")
+        names = default if target is None else self._loop_names(target, len(spec.grid))
         block_vars = [PrimExpr.var(name) for name in names]
         thread_var = PrimExpr.var("tx")
         self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads)

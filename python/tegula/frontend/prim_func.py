@@ -98,7 +98,10 @@ _SOURCE_CACHE: dict = {}
 
 
 def _source_and_tree(fn):
-    key = fn.__code__
+    # Code objects compare equal across files (equality ignores co_filename): two kernels
+    # written alike at the same line of two modules would share one source, so errors
+    # would show the other file and postponed (string) annotations would be read there.
+    key = (fn.__code__, fn.__code__.co_filename)
     hit = _SOURCE_CACHE.get(key)
     if hit is None:
         source = _source_of(fn)

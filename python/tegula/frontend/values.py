@@ -113,12 +113,25 @@ _LINEAR_OPS = {
 
 _IDENTITIES = {"add": ("add", 0), "sub": ("sub", 0), "mul": ("mul", 1)}
 
+_BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _require_integers(op: str, *dtypes) -> None:
+    """Bitwise operators mean nothing on floating-point values (CUDA rejects them): a
+    user error at the operator, not code NVRTC refuses."""
+    for dtype in dtypes:
+        if dtype is not None and is_float(dtype):
+            raise TypeError(f"operator {op} needs integer (or bool) operands, got {dtype}; cast with "
+                            f"T.cast(x, \"int32\") first if the bits are meant")
+
 
 def binop(op: str, a, b):
     """a op b for PrimExprs and numbers. A linear integer result that turns out constant
     is returned as a Python int."""
     da = a.expr.dtype if isinstance(a, PrimExpr) else None
     db = b.expr.dtype if isinstance(b, PrimExpr) else None
+    if op in _BITWISE:
+        _require_integers(_BITWISE[op], da, db, *("float32" for v in (a, b) if isinstance(v, float)))
     lin = None
     combine = _LINEAR_OPS.get(op)
     if combine is not None and (da is None or is_int(da)) and (db is None or is_int(db)):
@@ -263,6 +276,7 @@ class PrimExpr:
     def __invert__(self):
         if self.expr.dtype == "bool":
             return PrimExpr(ir().not_(self.expr), self.reads, self.dyn)
+        _require_integers("~", self.expr.dtype)
         return binop("bitxor", self, -1)
 
     def __pow__(self, exponent):
@@ -279,12 +293,42 @@ class PrimExpr:
                         "use T.exp2/T.log2 for others")
 
 
+def _constant(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, PrimExpr) and is_int(value.expr.dtype):
+        return value.expr.const
+    return None
+
+
+def check_constant_bounds(buffer: "BufferValue", indices: list, extents: list | None = None) -> None:
+    """A constant index outside a shared, fragment or local buffer is the user's mistake,
+    found here at their line. (Global tensors are left alone: T.Parallel and T.copy mask
+    accesses past a tensor's edge.)"""
+    if buffer.scope == "global":
+        return
+    for dim, (index, size) in enumerate(zip(indices, buffer.shape)):
+        value = _constant(index)
+        if value is None or not isinstance(size, numbers.Integral):
+            continue
+        extent = 1 if extents is None else _constant(extents[dim])
+        if extent is None:
+            continue
+        if value < 0 or value + max(extent, 1) > size:
+            what = f"index {value}" if extent == 1 else f"region {value}:{value + extent}"
+            raise IndexError(f"{what} is out of bounds for dimension {dim} of {buffer.scope} buffer "
+                             f"'{buffer.name}' of shape ({', '.join(str(d) for d in buffer.shape)})")
+
+
 class LoadValue(PrimExpr):
     """`buf[i, j]` with scalar indices."""
 
     __slots__ = ("buffer", "indices")
 
     def __init__(self, buffer: "BufferValue", indices: list):
+        check_constant_bounds(buffer, indices)
         expr = ir().load(buffer.buf, [to_expr(i, "int32") for i in indices])
         super().__init__(expr, True, _dyn(*indices))
         self.buffer = buffer
@@ -366,6 +410,7 @@ class BufferValue:
         for dim in range(len(key), self.ndim):
             mins.append(0)
             extents.append(self.shape[dim])
+        check_constant_bounds(self, mins, extents)
         return RegionValue(self, mins, extents)
 
     def full_region(self) -> RegionValue:
@@ -398,6 +443,7 @@ def store(buffer: BufferValue, indices: list, value):
         _check_index(index, dim, buffer.name)
     if len(indices) != buffer.ndim:
         raise IndexError(f"buffer {buffer.name} has {buffer.ndim} dimension(s), got {len(indices)} indices")
+    check_constant_bounds(buffer, indices)
     if not (isinstance(value, (PrimExpr, VarBuffer)) or is_number(value)):
         raise TypeError(f"cannot store {type(value).__name__} {value!r} into buffer {buffer.name}")
     expr = cast_value(value, buffer.dtype).expr

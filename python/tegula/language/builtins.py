@@ -208,6 +208,9 @@ def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - T
     if not 1 <= len(blocks) <= 3:
         raise ArgError(None, f"T.Kernel takes 1 to 3 grid dimensions, got {len(blocks)}")
     grid = [_extent(b, "T.Kernel", i) for i, b in enumerate(blocks)]
+    for index, extent in enumerate(grid):
+        if isinstance(extent, numbers.Integral) and extent <= 0:
+            raise ArgError(index, f"T.Kernel: grid extents must be positive, got {extent} in grid dimension {index}")
     if threads is None:
         threads = 128  # TileLang's default
     if isinstance(threads, (list, tuple)):

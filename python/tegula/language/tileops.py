@@ -74,6 +74,32 @@ def clear(buffer):
     _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
 
 
+def _spanned(region) -> list | None:
+    """The extents of a region other than 1, or None where one is not a constant."""
+    out = []
+    for extent in region.extents:
+        if not isinstance(extent, numbers.Integral):
+            return None
+        if extent != 1:
+            out.append(int(extent))
+    return out
+
+
+def _check_reduce_shape(name: str, src, dst, dim: int) -> None:
+    # The result is the source without `dim`: (M, N) along 1 gives (M,), a 1-D source one
+    # element. Only extents other than 1 are compared, so (M, 1) and (1, M) serve too.
+    src_ext = list(src.extents)
+    if not all(isinstance(e, numbers.Integral) for e in src_ext):
+        return
+    want = [int(e) for d, e in enumerate(src_ext) if d != dim and e != 1]
+    got = _spanned(dst)
+    if got is not None and got != want:
+        want_text = ", ".join(map(str, want)) or "1"
+        got_text = ", ".join(str(e) for e in dst.extents)
+        raise ArgError("out", f"{name}: 'out' must have the shape of '{src.buffer.name}' without dimension {dim}, "
+                       f"({want_text}), got ({got_text})")
+
+
 def _reduce(kind: str):
     name = f"T.reduce_{kind}"
 
@@ -85,6 +111,7 @@ def _reduce(kind: str):
             raise ArgError("dim", f"{name}: dim must be an int in {-rank}..{rank - 1} for a {rank}-d "
                            f"buffer, got {dim!r}")
         attrs = {"kind": kind, "dim": int(dim) % rank, "clear": _flag(clear, name, "clear")}
+        _check_reduce_shape(name, region_of(buffer), region_of(out), int(dim) % rank)
         _emit(name, "reduce", [src, _region(out, name, "out")], [], attrs)
 
     reduce.__name__ = reduce.__qualname__ = f"reduce_{kind}"

@@ -73,7 +73,6 @@ def test_argument_errors():
     for fn, name in ((row_sum, "row_sum"), (row_max, "row_max")):
         assert_argument_error(lambda: fn(x.double()), rf"{name}: x must")
         assert_argument_error(lambda: fn(x.cpu()), rf"{name}: x must")
-        assert_argument_error(lambda: fn(x.t()), rf"{name}: x must")
         assert_argument_error(lambda: fn(randn((4, 10), torch.float16, 1)),
                               rf"{name}: the last dimension of x must be a positive multiple of 8")
         assert_argument_error(lambda: fn(x, out=poison((4, 1), torch.float16)),

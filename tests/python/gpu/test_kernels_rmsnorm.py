@@ -114,7 +114,6 @@ def test_argument_errors():
     x, w = _inputs((4, 64), torch.float16, "errors")
     assert_argument_error(lambda: rms_norm(x.double(), w), r"rms_norm: x must")
     assert_argument_error(lambda: rms_norm(x.cpu(), w), r"rms_norm: x must")
-    assert_argument_error(lambda: rms_norm(x.view(8, 32).t(), w), r"rms_norm: x must")
     assert_argument_error(lambda: rms_norm(x.tolist(), w), r"rms_norm: x must")
     assert_argument_error(lambda: rms_norm(x, w.float()), r"rms_norm: weight must")
     assert_argument_error(lambda: rms_norm(x, w.cpu()), r"rms_norm: weight must")

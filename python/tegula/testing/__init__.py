@@ -1,0 +1,133 @@
+"""Checking the compiler against itself on the CPU, no GPU needed.
+
+    kernel = my_kernel(256, 1024)                      # any target: nothing is launched
+    y = tegula.testing.reference(kernel, x)            # the program's meaning
+    y_sim = tegula.testing.simulate(kernel, x)         # what the lowered code computes
+
+Both take a compiled kernel and the call's arguments as a kernel call does (the `out_idx`
+outputs left out), as CPU tensors, and return the outputs the way the call would: None, one
+tensor, or a list. Tensors the kernel writes that are not `out_idx` outputs are written in
+place, as on the GPU.
+
+`reference` interprets the kernel as written: tile ops at tile level, every `T.Parallel`
+iteration one after another, every block one after another. It is independent of every
+pass, so it is the oracle for tests and a debugging aid: a wrong GPU result that
+`reference` shares is a wrong program; one it does not is a compiler bug.
+
+`simulate` runs the code after the last pass, every thread of every block (small shapes),
+with barriers, warp shuffles and cp.async groups modelled. It raises `SimulationError`
+when the run did something a GPU would hide or make flaky (an out-of-bounds access, a
+read of unwritten memory, a race between barriers). `simulate` agreeing with `reference`
+is the CPU-side proof that the passes kept the program's meaning.
+
+Outputs start poisoned (NaN for float dtypes, the dtype's minimum for integers), so an
+element the kernel never writes shows up.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..frontend.errors import from_native
+
+__all__ = ["reference", "simulate", "SimulationError", "poison"]
+
+
+class SimulationError(AssertionError):
+    """The simulated run did something a GPU run would hide or make flaky."""
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """Fills t with a value no correct kernel leaves in an output (in place; returns t)."""
+    if t.dtype.is_floating_point:
+        return t.fill_(float("nan"))
+    if t.dtype == torch.bool:
+        return t.fill_(True)
+    return t.fill_(torch.iinfo(t.dtype).min)
+
+
+def _prepare(kernel, args):
+    from ..jit import JITKernel
+
+    if not isinstance(kernel, JITKernel):
+        raise TypeError(f"expected a compiled kernel (a JITKernel), got {type(kernel).__name__}")
+    params = kernel.params
+    if len(args) != kernel.num_inputs:
+        names = ", ".join(p.name for p in params if not p.is_output)
+        raise ValueError(f"{kernel.prim_func.name}: expected {kernel.num_inputs} argument(s) ({names}), got {len(args)}")
+    given = iter(args)
+    full, dynamic = [], {}
+    for p in params:
+        if p.is_output:
+            full.append(None)
+            continue
+        value = next(given)
+        if p.is_scalar:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{kernel.prim_func.name}: argument '{p.name}' must be a number, got {type(value).__name__}")
+            full.append(value)
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{kernel.prim_func.name}: argument '{p.name}' must be a torch.Tensor, got {type(value).__name__}")
+        if value.dtype != p.dtype:
+            raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have dtype {p.dtype_name}, got {value.dtype}")
+        if value.dim() != len(p.shape):
+            raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have {len(p.shape)} dimensions, "
+                             f"got {value.dim()}")
+        for d, (want, got) in enumerate(zip(p.shape, value.shape)):
+            if want is not None and want != got:
+                raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have shape {p.shape}, "
+                                 f"got dimension {d} = {got}")
+        full.append(value)
+    # The outputs' dynamic sizes come from the inputs: the kernel's signature says which.
+    func = kernel.prim_func
+    for info, value in zip(func.params, full):
+        if isinstance(value, torch.Tensor):
+            for dim, size in zip(info.shape, value.shape):
+                if not isinstance(dim, int):
+                    dynamic[id(dim)] = size
+    outputs = []
+    for i, (p, info) in enumerate(zip(params, func.params)):
+        if not p.is_output:
+            continue
+        shape = [d if isinstance(d, int) else dynamic[id(d)] for d in info.shape]
+        out = poison(torch.empty(shape, dtype=p.dtype))
+        full[i] = out
+        outputs.append(out)
+    return full, outputs
+
+
+def _run(kernel, args, method):
+    full, outputs = _prepare(kernel, args)
+    wide = [v.detach().to("cpu", torch.float64).contiguous() if isinstance(v, torch.Tensor) else v for v in full]
+    from .. import env
+
+    C = env.native()
+    try:
+        result = getattr(kernel._lowered, method)(wide)
+    except C.CompileError as err:
+        raise from_native(err, kernel.prim_func.source) from None
+    for original, computed in zip(full, wide):
+        if isinstance(original, torch.Tensor):
+            original.copy_(computed.to(original.dtype).to(original.device))
+    if not outputs:
+        out = None
+    elif len(outputs) == 1:
+        out = outputs[0]
+    else:
+        out = outputs
+    return out, result
+
+
+def reference(kernel, *args):
+    """The kernel's outputs as the language defines them, computed on the CPU."""
+    return _run(kernel, args, "reference")[0]
+
+
+def simulate(kernel, *args, check: bool = True):
+    """The kernel's outputs as its lowered code computes them, thread by thread on the CPU.
+    With check (the default), raises SimulationError if the run accessed memory out of
+    bounds, read what was never written, raced, or misused a barrier or shuffle."""
+    out, errors = _run(kernel, args, "simulate")
+    if check and errors:
+        raise SimulationError(f"{kernel.prim_func.name}: the simulated run is not sound:\n  " + "\n  ".join(errors))
+    return out

@@ -1,0 +1,315 @@
+"""Differential fuzzing: random tile programs, checked three ways.
+
+    prog = fuzz.program_from_seed(7)              # or the hypothesis strategy fuzz.programs()
+    print(prog.source)                            # a module with one @tegula.jit kernel
+    fuzz.check(prog, seed=0)                      # compile, reference, simulate, compare
+
+A generated program is the Python source of a `@tegula.jit(out_idx=..., target=...)`
+function in the language plus the arguments it takes (shapes, dtypes, value ranges,
+scalars). `check` compiles it (lower + NVRTC, no GPU), runs `tegula.testing.reference`
+(the language's meaning) and `tegula.testing.simulate` (the lowered code) on the same
+fresh random inputs, outputs poisoned, and compares them with tolerances by dtype; on a
+GPU the real kernel is a third run (`run_gpu`, used by scripts/fuzz_gpu.py). An invalid
+program carries the line its mistake is on: compiling it must raise TegulaCompileError
+naming that line, and nothing else (no internal or NVRTC error, no crash).
+
+Coverage (fuzz_gen.py draws each with some probability):
+  * allocations in every scope: T.alloc_shared, T.alloc_fragment, T.alloc_local,
+    T.alloc_var; 1-D and 2-D tiles of 1..64 per side; blocks of 32..256 threads;
+  * T.copy between every pair of scopes (global, shared, fragment), corner form
+    `T.copy(X[by * bm, bx * bn], s)` and slice form, on tensors whose sizes are not
+    multiples of the tile (masked loads and stores), and masked T.Parallel loads;
+  * T.Parallel loops of elementwise math: + - * /, T.exp/exp2/log/sqrt/rsqrt/abs/max/min,
+    T.if_then_else, comparisons, casts among float32/float16/bfloat16/int32, integer
+    // % & | ^ ~ << >>, reading and writing fragments, shared tiles and globals;
+  * T.reduce_sum/max/min/abssum/absmax along either axis (and of 1-D tiles), with and
+    without clear; the reduced (replicated) fragment written and read in later loops;
+  * T.serial / range / T.Pipelined(num_stages=2..3) loops carrying accumulations (a
+    fragment, a reduction with clear=False, a T.alloc_var), reusing a shared tile;
+  * T.atomic_add of elements and of tiles into globals (integer-valued data, so sums are
+    exact in any order);
+  * T.gemm with fp16/bf16 operands and an fp32 accumulator, 32..64-wide tiles, either
+    operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
+  * scalar arguments (int32, float32) and T.dynamic sizes; 1-D and 2-D grids of several
+    blocks;
+  * invalid programs: constant indices out of bounds of shared/fragment/local buffers,
+    copies/reductions/gemms of mismatched shapes, bitwise operators on floats, a
+    T.Kernel grid that the `as` names do not match or that is not positive.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Arg", "Program", "Mismatch", "check", "check_invalid", "compare", "make_inputs", "program_from_seed",
+           "programs", "invalid_programs", "invalid_program_from_seed", "interpreters_available"]
+
+# Relative error ||out - ref|| / ||ref|| allowed for a program whose least precise value
+# is of this dtype (float16 / bfloat16 round every intermediate the GPU keeps in them).
+TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 4e-2, "int32": 0.0}
+
+
+@dataclass
+class Arg:
+    """One parameter. role: "in" (given), "out" (an out_idx output), "inout" (given,
+    written in place), "scalar". values: how inputs are drawn (see make_inputs)."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: tuple = ()
+    values: str = "signed"
+    scalar: float | int | None = None
+
+
+@dataclass
+class Program:
+    source: str
+    args: list
+    target: str
+    tolerance: float = 1e-5
+    error_line: int | None = None  # invalid programs: the line the error must name
+    error_kind: str = ""
+    features: set = field(default_factory=set)
+    name: str = "fuzz"
+
+    _counter = itertools.count()
+
+    def build(self, target: str | None = None):
+        """Exec the source as a module (registered in linecache, so the frontend can read
+        the kernel's source) and compile its kernel: a JITKernel, nothing launched.
+        `target` overrides the program's (a GPU run compiles for the GPU it runs on)."""
+        source = self.source
+        if target is not None:
+            source = source.replace(f'TARGET = "{self.target}"', f'TARGET = "{target}"', 1)
+        filename = f"<tegula-fuzz-{next(Program._counter)}-{self.name}>"
+        lines = source.splitlines(keepends=True)
+        linecache.cache[filename] = (len(source), None, lines, filename)
+        namespace = {"__name__": f"tegula_fuzz_{self.name}", "__file__": filename}
+        # dont_inherit: this module's `from __future__ import annotations` must not turn
+        # the program's annotations into strings.
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - our own generated source
+        self.filename = filename
+        return namespace["make"]()
+
+    def describe(self) -> str:
+        args = ", ".join(f"{a.name}:{a.role}:{a.dtype}{list(a.shape) if a.role != 'scalar' else '=' + str(a.scalar)}"
+                         for a in self.args)
+        return f"# target={self.target} tolerance={self.tolerance} args: {args}\n{self.source}"
+
+
+class Mismatch(AssertionError):
+    """Two runs of one program disagree (or one failed); the message shows the program."""
+
+
+# ---- inputs ----
+
+def _draw(arg: Arg, gen: torch.Generator) -> torch.Tensor:
+    dtype = getattr(torch, arg.dtype)
+    shape = tuple(arg.shape)
+    kind = arg.values
+    if kind == "zeros":
+        return torch.zeros(shape, dtype=dtype)
+    if kind == "ints":  # small integers: exact in every dtype and in any order of summation
+        return torch.randint(-8, 9, shape, generator=gen).to(dtype)
+    if dtype.is_floating_point:
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        lo, hi = (0.5, 2.0) if kind == "positive" else (-1.0, 1.0)
+        return (lo + (hi - lo) * u).to(dtype)
+    lo, hi = (1, 40) if kind == "positive" else (-40, 40)
+    return torch.randint(lo, hi + 1, shape, generator=gen).to(dtype)
+
+
+def make_inputs(program: Program, seed: int) -> list:
+    """The call's arguments (out_idx outputs left out), fresh for each seed."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for arg in program.args:
+        if arg.role == "out":
+            continue
+        out.append(arg.scalar if arg.role == "scalar" else _draw(arg, gen))
+    return out
+
+
+def _results(program: Program, inputs: list, returned) -> dict:
+    """name -> tensor of everything the kernel writes: outputs, and inout tensors."""
+    outs = [a for a in program.args if a.role == "out"]
+    if returned is None:
+        returned = []
+    elif isinstance(returned, torch.Tensor):
+        returned = [returned]
+    found = {a.name: t for a, t in zip(outs, returned)}
+    given = iter(inputs)
+    for arg in program.args:
+        if arg.role == "out":
+            continue
+        value = next(given)
+        if arg.role == "inout":
+            found[arg.name] = value
+    return found
+
+
+# ---- comparison ----
+
+def compare(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> str | None:
+    """None when b matches a (the reference): NaN exactly where a has NaN, and
+    ||b - a|| / ||a|| <= tolerance over the rest (exact equality at tolerance 0)."""
+    a64 = a.detach().cpu().to(torch.float64)
+    b64 = b.detach().cpu().to(torch.float64)
+    if a64.shape != b64.shape:
+        return f"shape {tuple(b64.shape)} != {tuple(a64.shape)}"
+    na, nb = torch.isnan(a64), torch.isnan(b64)
+    if not torch.equal(na, nb):
+        where = (na != nb).nonzero()[:4].tolist()
+        return f"NaN in {int(nb.sum())} elements where the reference has {int(na.sum())} (first differing {where})"
+    ok = ~na
+    inf_a, inf_b = torch.isinf(a64) & ok, torch.isinf(b64) & ok
+    if not torch.equal(a64[inf_a], b64[inf_a]) or not torch.equal(inf_a, inf_b):
+        return "infinities differ"
+    ok &= ~inf_a
+    x, y = a64[ok], b64[ok]
+    if tolerance == 0.0:
+        if not torch.equal(x, y):
+            where = (a64 != b64).logical_and(ok).nonzero()[:4].tolist()
+            return f"{int((x != y).sum())} elements differ (first at {where})"
+        return None
+    diff = (y - x).norm().item()
+    scale = x.norm().item()
+    err = diff / scale if scale > 0 else diff
+    if not err <= tolerance:
+        worst = int((y - x).abs().argmax()) if x.numel() else -1
+        return f"relative error {err:.3e} > {tolerance:.1e} (worst element {worst}: {y[worst]:.6g} vs {x[worst]:.6g})"
+    return None
+
+
+def _compare_all(program: Program, ref: dict, other: dict, what: str) -> None:
+    for name, expected in ref.items():
+        problem = compare(expected, other[name], program.tolerance)
+        if problem:
+            raise Mismatch(f"{what} differs from the reference in '{name}': {problem}\n{program.describe()}")
+
+
+# ---- the checks ----
+
+_INTERPRETERS = None
+
+
+def interpreters_available() -> bool:
+    """False while tegula.testing.reference/simulate are stubs ("not written yet")."""
+    global _INTERPRETERS
+    if _INTERPRETERS is None:
+        _INTERPRETERS = _probe()
+    return _INTERPRETERS
+
+
+def _probe() -> bool:
+    from .. import env
+
+    C = env.native()
+    prog = program_from_seed(0)
+    kernel = prog.build()
+    try:
+        from . import reference
+
+        reference(kernel, *make_inputs(prog, 0))
+    except C.InternalError as err:
+        if "not written yet" in str(err):
+            return False
+        raise
+    except Exception:  # noqa: BLE001 - a failure of a real interpreter is for check() to report
+        return True
+    return True
+
+
+def run_reference(program: Program, kernel, seed: int) -> dict:
+    from . import reference
+
+    inputs = make_inputs(program, seed)
+    return _results(program, inputs, reference(kernel, *inputs))
+
+
+def check(program: Program, seed: int = 0, interpret: bool | None = None) -> None:
+    """Compile (lower + cubin); then, when the interpreters exist, reference vs simulate.
+    Raises Mismatch (with the program) on any failure."""
+    from . import SimulationError, simulate
+
+    stage = "compile"
+    try:
+        kernel = program.build()
+        kernel.cubin()
+        if interpret is None:
+            interpret = interpreters_available()
+        if not interpret:
+            return
+        stage = "reference"
+        ref = run_reference(program, kernel, seed)
+        stage = "simulate"
+        inputs = make_inputs(program, seed)
+        sim = _results(program, inputs, simulate(kernel, *inputs))
+    except Mismatch:
+        raise
+    except SimulationError as err:
+        raise Mismatch(f"simulate: {err}\n{program.describe()}") from None
+    except Exception as err:  # noqa: BLE001 - every failure of a valid program is a finding
+        raise Mismatch(f"{stage} failed: {type(err).__module__}.{type(err).__name__}: {err}\n"
+                       f"{program.describe()}") from None
+    _compare_all(program, ref, sim, "simulate")
+
+
+def check_invalid(program: Program) -> None:
+    """An invalid program must fail to compile with TegulaCompileError at its line."""
+    from ..frontend.errors import TegulaCompileError
+
+    try:
+        kernel = program.build()
+        kernel.cubin()
+    except TegulaCompileError as err:
+        if err.line != program.error_line:
+            raise Mismatch(f"{program.error_kind}: error at line {err.line}, expected line {program.error_line}: "
+                           f"{err}\n{program.describe()}") from None
+        for bad in ("InternalError", "IR verification", "NVRTC", "nvrtc"):
+            if bad in err.message:
+                raise Mismatch(f"{program.error_kind}: the user's error shows an internal one: {err}\n"
+                               f"{program.describe()}") from None
+        return
+    except Exception as err:  # noqa: BLE001
+        raise Mismatch(f"{program.error_kind}: {type(err).__name__} instead of TegulaCompileError: {err}\n"
+                       f"{program.describe()}") from None
+    raise Mismatch(f"{program.error_kind}: the invalid program compiled\n{program.describe()}")
+
+
+# ---- generation (fuzz_gen.py) ----
+
+def program_from_seed(seed: int) -> Program:
+    from .fuzz_gen import RandomChooser, gen_valid
+
+    return gen_valid(RandomChooser(seed))
+
+
+def invalid_program_from_seed(seed: int) -> Program:
+    from .fuzz_gen import RandomChooser, gen_invalid
+
+    return gen_invalid(RandomChooser(seed))
+
+
+def programs():
+    """A hypothesis strategy of valid programs."""
+    from .fuzz_gen import strategy, gen_valid
+
+    return strategy(gen_valid)
+
+
+def invalid_programs():
+    """A hypothesis strategy of invalid programs."""
+    from .fuzz_gen import strategy, gen_invalid
+
+    return strategy(gen_invalid)
+
+
+def tolerance_for(dtypes) -> float:
+    """The loosest tolerance among the dtypes a program computes in."""
+    return max((TOLERANCE.get(d, 1e-5) for d in dtypes), default=1e-5)
+

@@ -1,0 +1,81 @@
+// tegula._C's side of tegula.testing: a call's arguments (float64 CPU tensors and Python
+// numbers, in parameter order) handed to the CPU interpreters of src/interp, and the
+// results copied back into the tensors.
+#include <torch/extension.h>
+
+#include "bindings/bindings.h"
+#include "interp/interp.h"
+#include "transform/pipeline.h"
+
+namespace tegula::bindings {
+
+namespace {
+
+struct Marshalled {
+  std::vector<std::vector<double>> storage;
+  std::vector<at::Tensor> tensors;
+  interp::CallArgs args;
+};
+
+Marshalled marshal(const ir::Kernel& k, const py::list& values) {
+  if (values.size() != k.params.size()) {
+    throw ArgumentError(k.name + ": the interpreter needs all " + std::to_string(k.params.size()) +
+                        " parameters, got " + std::to_string(values.size()));
+  }
+  Marshalled m;
+  size_t n = k.params.size();
+  m.storage.resize(n);
+  m.tensors.resize(n);
+  m.args.tensors.assign(n, nullptr);
+  m.args.shapes.resize(n);
+  m.args.scalars.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    py::handle v = values[i];
+    if (k.params[i].buffer) {
+      if (!THPVariable_Check(v.ptr())) throw ArgumentError(k.name + ": argument '" + k.params[i].name() + "' must be a tensor");
+      at::Tensor t = THPVariable_Unpack(v.ptr());
+      if (t.scalar_type() != at::kDouble || !t.is_contiguous() || t.is_cuda()) {
+        throw ArgumentError(k.name + ": argument '" + k.params[i].name() + "' must be a contiguous float64 CPU tensor here");
+      }
+      m.tensors[i] = t;
+      const double* p = t.data_ptr<double>();
+      m.storage[i].assign(p, p + t.numel());
+      m.args.tensors[i] = &m.storage[i];
+      m.args.shapes[i] = t.sizes().vec();
+    } else {
+      m.args.scalars[i] = v.cast<double>();
+    }
+  }
+  return m;
+}
+
+void unmarshal(Marshalled& m) {
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    if (!m.args.tensors[i]) continue;
+    std::copy(m.storage[i].begin(), m.storage[i].end(), m.tensors[i].data_ptr<double>());
+  }
+}
+
+}  // namespace
+
+void run_reference(const ir::Kernel& input, const py::list& values) {
+  Marshalled m = marshal(input, values);
+  {
+    py::gil_scoped_release release;
+    interp::run_reference(input, m.args);
+  }
+  unmarshal(m);
+}
+
+std::vector<std::string> run_simulator(const transform::Lowered& lowered, const py::list& values) {
+  Marshalled m = marshal(lowered.kernel, values);
+  std::vector<std::string> errors;
+  {
+    py::gil_scoped_release release;
+    errors = interp::simulate(lowered, m.args);
+  }
+  unmarshal(m);
+  return errors;
+}
+
+}  // namespace tegula::bindings

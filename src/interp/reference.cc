@@ -1,0 +1,368 @@
+// The reference semantics: the kernel as written, at tile level (see interp.h).
+//
+// One logical thread per block runs the tile program: blocks one after another, every
+// T.Parallel / T.Pipelined / T.serial iteration one after another, tile ops at tile level
+// (reference_ops.cc). Allocated buffers start as NaN in every block, so a read of an
+// unwritten element shows in the outputs. Arithmetic has the generated CUDA's meaning
+// (eval_binary / eval_intrinsic), every result rounded to its expression's dtype.
+#include <cmath>
+#include <limits>
+
+#include "interp/reference_impl.h"
+
+namespace tegula::interp {
+
+using namespace ir;
+
+namespace ref {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// A loop bound or shape as an integer; NaN means it was computed from an unwritten value.
+int64_t to_int(double v, const SourceLoc& loc, const char* what) {
+  user_assert(!std::isnan(v), loc) << what << " is not a number (it was computed from a value never written)";
+  return int64_t(v);
+}
+
+// A constant the generated code spells as a float literal (cast to 16 bits when needed).
+double float_constant(const FloatImmNode* n) {
+  if (n->dtype.bits == 64) return n->value;
+  return round_to_dtype(n->dtype, double(float(n->value)));
+}
+
+}  // namespace
+
+int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc) {
+  user_assert(!std::isnan(v), loc) << "index " << dim << " of '" << b.node->name
+                                   << "' is not a number (it was computed from a value never written)";
+  // Far past any edge; clamping keeps the conversion defined.
+  if (!(std::fabs(v) < 4e18)) return v > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  return int64_t(v);
+}
+
+double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
+  int64_t off = 0;
+  for (size_t d = 0; d < b.shape.size(); ++d) {
+    int64_t i = idx[d];
+    if (i < 0 || i >= b.shape[d]) {
+      if (b.global) return nullptr;
+      std::string at;
+      for (size_t e = 0; e < b.shape.size(); ++e) at += (e ? ", " : "") + std::to_string(idx[e]);
+      user_error(loc) << "index " << i << " of '" << b.node->name << "' is out of bounds for its shape "
+                      << shape_text(b.shape) << " (dimension " << d << " of the access " << b.node->name << "["
+                      << at << "])";
+    }
+    off = off * b.shape[d] + i;
+  }
+  return b.data + off;
+}
+
+int Compiler::declare_var(const ExprNode* var) {
+  auto [it, fresh] = vars_.emplace(var, int(vars_.size()));
+  return it->second;
+}
+
+int Compiler::declare_buffer(const Buffer& b) {
+  auto [it, fresh] = bufs_.emplace(b.get(), int(bufs_.size()));
+  return it->second;
+}
+
+int Compiler::var_slot(const ExprNode* var) const {
+  auto it = vars_.find(var);
+  return it == vars_.end() ? -1 : it->second;
+}
+
+int Compiler::buffer_slot(const Buffer& b, const SourceLoc& loc) const {
+  auto it = bufs_.find(b.get());
+  internal_assert(it != bufs_.end()) << "reference: buffer '" << b->name << "' at " << loc.str()
+                                     << " is neither a parameter nor an allocation of the kernel";
+  return it->second;
+}
+
+ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
+  const SourceLoc& loc = e->loc.known() ? e->loc : at;
+  switch (e.kind()) {
+    case NodeKind::IntImm: {
+      double v = double(e.as<IntImmNode>()->value);
+      return [v](Frame&) { return v; };
+    }
+    case NodeKind::FloatImm: {
+      double v = float_constant(e.as<FloatImmNode>());
+      return [v](Frame&) { return v; };
+    }
+    case NodeKind::Var: {
+      int slot = var_slot(e.get());
+      if (slot < 0) {
+        user_assert(!k_.thread_var || !e.same_as(k_.thread_var), at)
+            << "the reference cannot run programs that use the thread index ('" << e.as<VarNode>()->name
+            << "'): a tile program is one logical thread per block";
+        internal_error << "reference: variable '" << e.as<VarNode>()->name << "' used at " << at.str()
+                       << " has no value";
+      }
+      return [slot](Frame& f) { return f.vars[slot]; };
+    }
+    case NodeKind::Binary: return binary(e.as<BinaryNode>(), loc);
+    case NodeKind::Not: {
+      ExprFn a = expr(e.as<NotNode>()->a, loc);
+      return [a](Frame& f) { return a(f) == 0 ? 1.0 : 0.0; };
+    }
+    case NodeKind::Select: {
+      auto* s = e.as<SelectNode>();
+      ExprFn c = expr(s->cond, loc), t = expr(s->t, loc), x = expr(s->f, loc);
+      return [c, t, x](Frame& f) { return c(f) != 0 ? t(f) : x(f); };
+    }
+    case NodeKind::Cast: {
+      DataType t = e.dtype(), from = e.as<CastNode>()->value.dtype();
+      ExprFn v = expr(e.as<CastNode>()->value, loc);
+      return [t, from, v](Frame& f) { return cast_to_dtype(from, t, v(f)); };
+    }
+    case NodeKind::Call: {
+      auto* c = e.as<CallNode>();
+      DataType t = c->dtype;
+      std::vector<ExprFn> args;
+      for (auto& a : c->args) args.push_back(expr(a, loc));
+      double probe;
+      if (!eval_intrinsic(c->op, std::vector<double>(args.size(), 1.0), t, &probe)) {
+        internal_error << "reference: cannot interpret the call '" << c->op << "' at " << loc.str();
+      }
+      std::string name = c->op;
+      std::vector<double> scratch(args.size());
+      return [name, t, args, scratch](Frame& f) mutable {
+        std::vector<double>& v = scratch;  // a call's arguments never re-enter the same call
+        for (size_t i = 0; i < args.size(); ++i) v[i] = args[i](f);
+        double r = 0;
+        eval_intrinsic(name, v, t, &r);
+        return r;
+      };
+    }
+    case NodeKind::BufferLoad: return load(e.as<BufferLoadNode>(), loc);
+    default: break;
+  }
+  internal_error << "reference: cannot interpret the expression kind " << node_kind_name(e.kind()) << " at "
+                 << loc.str();
+  return {};
+}
+
+ExprFn Compiler::binary(const BinaryNode* b, const SourceLoc& loc) {
+  ExprFn x = expr(b->a, loc), y = expr(b->b, loc);
+  // && and || short-circuit in the generated code: `i < n && A[i] > 0` never reads A[n].
+  if (b->op == BinaryOp::And) return [x, y](Frame& f) { return x(f) != 0 && y(f) != 0 ? 1.0 : 0.0; };
+  if (b->op == BinaryOp::Or) return [x, y](Frame& f) { return x(f) != 0 || y(f) != 0 ? 1.0 : 0.0; };
+  BinaryOp op = b->op;
+  DataType operand = b->a.dtype(), result = b->dtype;
+  return [op, x, y, operand, result](Frame& f) {
+    double a = x(f);
+    return eval_binary(op, a, y(f), operand, result);
+  };
+}
+
+ExprFn Compiler::load(const BufferLoadNode* l, const SourceLoc& loc) {
+  internal_assert(l->dtype.lanes == 1) << "reference: a vector load of '" << l->buffer->name
+                                       << "' in a program as written";
+  internal_assert(l->indices.size() == l->buffer->shape.size() && l->indices.size() <= kMaxRank)
+      << "reference: " << l->indices.size() << " indices into '" << l->buffer->name << "'";
+  int slot = buffer_slot(l->buffer, loc);
+  std::vector<ExprFn> idx;
+  for (auto& i : l->indices) idx.push_back(expr(i, loc));
+  return [slot, idx, loc](Frame& f) {
+    Buf& b = f.bufs[slot];
+    int64_t at[kMaxRank];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
+    double* p = element(b, at, loc);
+    return p ? *p : 0.0;
+  };
+}
+
+StmtFn Compiler::store(const BufferStoreNode* s) {
+  const SourceLoc& loc = s->loc;
+  internal_assert(s->value.dtype().lanes == 1) << "reference: a vector store into '" << s->buffer->name
+                                               << "' in a program as written";
+  internal_assert(s->indices.size() == s->buffer->shape.size() && s->indices.size() <= kMaxRank)
+      << "reference: " << s->indices.size() << " indices into '" << s->buffer->name << "'";
+  int slot = buffer_slot(s->buffer, loc);
+  std::vector<ExprFn> idx;
+  for (auto& i : s->indices) idx.push_back(expr(i, loc));
+  ExprFn value = expr(s->value, loc);
+  DataType t = s->buffer->dtype;
+  return [slot, idx, value, loc, t](Frame& f) {
+    Buf& b = f.bufs[slot];
+    int64_t at[kMaxRank];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
+    double v = value(f);
+    if (double* p = element(b, at, loc)) *p = round_to_dtype(t, v);
+  };
+}
+
+StmtFn Compiler::loop(const ForNode* l) {
+  const SourceLoc& loc = l->loc;
+  ExprFn lo = expr(l->min, loc), n = expr(l->extent, loc);
+  int slot = declare_var(l->var.get());
+  StmtFn body = stmt(l->body);
+  // Every kind (parallel, pipelined, unrolled, vectorized) runs its iterations in order:
+  // the language makes T.Parallel iterations independent, the others are sequential.
+  return [lo, n, slot, body, loc](Frame& f) {
+    int64_t start = to_int(lo(f), loc, "the loop's start");
+    int64_t extent = to_int(n(f), loc, "the loop's extent");
+    for (int64_t i = 0; i < extent; ++i) {
+      f.vars[slot] = double(start + i);
+      body(f);
+    }
+  };
+}
+
+StmtFn Compiler::stmt(const Stmt& s) {
+  if (!s) return [](Frame&) {};
+  const SourceLoc& loc = s->loc;
+  switch (s.kind()) {
+    case NodeKind::Seq: {
+      std::vector<StmtFn> parts;
+      for (auto& x : s.as<SeqNode>()->seq) parts.push_back(stmt(x));
+      return [parts](Frame& f) {
+        for (auto& p : parts) p(f);
+      };
+    }
+    case NodeKind::Evaluate: {
+      const Expr& v = s.as<EvaluateNode>()->value;
+      auto* call = v.as<CallNode>();
+      if (call && call->op.rfind("print", 0) == 0) return [](Frame&) {};  // T.print has no effect on results
+      ExprFn e = expr(v, loc);
+      return [e](Frame& f) { e(f); };
+    }
+    case NodeKind::BufferStore: return store(s.as<BufferStoreNode>());
+    case NodeKind::For: return loop(s.as<ForNode>());
+    case NodeKind::IfThenElse: {
+      auto* i = s.as<IfThenElseNode>();
+      ExprFn c = expr(i->cond, loc);
+      StmtFn t = stmt(i->then_case), e = stmt(i->else_case);
+      return [c, t, e](Frame& f) {
+        if (c(f) != 0) t(f);
+        else e(f);
+      };
+    }
+    case NodeKind::LetStmt: {
+      auto* l = s.as<LetStmtNode>();
+      ExprFn v = expr(l->value, loc);
+      int slot = declare_var(l->var.get());
+      StmtFn body = stmt(l->body);
+      return [v, slot, body](Frame& f) {
+        f.vars[slot] = v(f);
+        body(f);
+      };
+    }
+    case NodeKind::TileOp: return compile_tile_op(s.as<TileOpNode>(), *this);
+    case NodeKind::Sync: return [](Frame&) {};  // one logical thread: nothing to wait for
+    default: break;
+  }
+  internal_error << "reference: cannot interpret the statement kind " << node_kind_name(s.kind()) << " at "
+                 << loc.str();
+  return {};
+}
+
+RegionFn Compiler::region(const BufferRegion& r, const SourceLoc& at) {
+  internal_assert(r.mins.size() == r.buffer->shape.size() && r.extents.size() == r.mins.size() &&
+                  r.mins.size() <= kMaxRank)
+      << "reference: a region of '" << r.buffer->name << "' with " << r.mins.size() << " dimensions";
+  RegionFn out;
+  out.buf = buffer_slot(r.buffer, at);
+  for (size_t d = 0; d < r.mins.size(); ++d) {
+    out.mins.push_back(expr(r.mins[d], at));
+    out.extents.push_back(expr(r.extents[d], at));
+    out.unit.push_back(is_const_int(r.extents[d], 1));
+  }
+  return out;
+}
+
+RegionVal eval_region(const RegionFn& r, Frame& f, const SourceLoc& loc) {
+  RegionVal v;
+  v.b = &f.bufs[r.buf];
+  v.rank = r.mins.size();
+  for (size_t d = 0; d < v.rank; ++d) {
+    v.min[d] = to_index(r.mins[d](f), *v.b, d, loc);
+    v.ext[d] = to_int(r.extents[d](f), loc, "a region's extent");
+    user_assert(v.ext[d] >= 0, loc) << "the region of '" << v.b->node->name << "' has extent " << v.ext[d]
+                                    << " in dimension " << d;
+  }
+  return v;
+}
+
+}  // namespace ref
+
+void run_reference(const Kernel& k, CallArgs& args) {
+  using namespace ref;
+  auto values = bind_call_values(k, args);
+  Compiler c(k);
+  for (auto& [var, v] : values) c.declare_var(var);
+  for (auto& p : k.params) {
+    if (p.buffer) c.declare_buffer(p.buffer);
+    else c.declare_var(p.var.get());
+  }
+  for (auto& b : k.allocs) c.declare_buffer(b);
+  for (auto& v : k.block_vars) c.declare_var(v.get());
+  internal_assert(!k.grid.empty() && k.grid.size() <= 3 && k.grid.size() == k.block_vars.size())
+      << "reference: a grid of " << k.grid.size() << " dimensions";
+
+  // Shapes and the grid are functions of the signature alone.
+  std::vector<ExprFn> grid;
+  for (auto& g : k.grid) grid.push_back(c.expr(g, k.loc));
+  std::vector<std::vector<ExprFn>> shapes;
+  for (auto& b : k.allocs) {
+    shapes.emplace_back();
+    for (auto& d : b->shape) shapes.back().push_back(c.expr(d, b->loc));
+  }
+  StmtFn body = c.stmt(k.body);
+
+  Frame f;
+  f.vars.assign(c.num_vars(), kNaN);
+  f.bufs.resize(c.num_bufs());
+  for (auto& [var, v] : values) {
+    f.vars[c.var_slot(var)] = v;
+  }
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    const Param& p = k.params[i];
+    if (!p.buffer) continue;
+    Buf& b = f.bufs[c.buffer_slot(p.buffer, p.buffer->loc)];
+    b.node = p.buffer.get();
+    b.data = args.tensors[i]->data();
+    b.shape = args.shapes[i];
+    b.global = true;
+  }
+  std::vector<std::vector<double>> storage(k.allocs.size());
+  for (size_t i = 0; i < k.allocs.size(); ++i) {
+    const Buffer& a = k.allocs[i];
+    Buf& b = f.bufs[c.buffer_slot(a, a->loc)];
+    b.node = a.get();
+    int64_t n = 1;
+    for (auto& d : shapes[i]) {
+      int64_t e = to_int(d(f), a->loc, "a dimension of the buffer's shape");
+      user_assert(e >= 0, a->loc) << "the shape of '" << a->name << "' has a negative dimension " << e;
+      b.shape.push_back(e);
+      n *= e;
+    }
+    storage[i].resize(size_t(n));
+    b.data = storage[i].data();
+  }
+  int64_t extent[3] = {1, 1, 1};
+  for (size_t d = 0; d < grid.size(); ++d) extent[d] = to_int(grid[d](f), k.loc, "the grid's extent");
+  int slot[3] = {-1, -1, -1};
+  for (size_t d = 0; d < k.block_vars.size(); ++d) slot[d] = c.var_slot(k.block_vars[d].get());
+  for (int64_t z = 0; z < extent[2]; ++z) {
+    for (int64_t y = 0; y < extent[1]; ++y) {
+      for (int64_t x = 0; x < extent[0]; ++x) {
+        int64_t at[3] = {x, y, z};
+        for (size_t d = 0; d < grid.size(); ++d) f.vars[slot[d]] = double(at[d]);
+        for (auto& s : storage) std::fill(s.begin(), s.end(), kNaN);
+        body(f);
+      }
+    }
+  }
+}
+
+}  // namespace tegula::interp

@@ -1,0 +1,92 @@
+// Internals of the reference interpreter, shared by reference.cc (statements and
+// expressions) and reference_ops.cc (tile ops).
+//
+// A kernel is compiled once per call into closures over numbered slots: every Var gets a
+// slot in Frame::vars and every buffer one in Frame::bufs, so running an element loop
+// does no hashing and no allocation. Values are doubles holding what the IR's dtype holds
+// (see interp.h); an unwritten element of an allocated buffer is NaN.
+#pragma once
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "interp/interp.h"
+#include "support/error.h"
+
+namespace tegula::interp::ref {
+
+constexpr size_t kMaxRank = 8;
+
+struct Buf {
+  const ir::BufferNode* node = nullptr;
+  double* data = nullptr;
+  std::vector<int64_t> shape;
+  bool global = false;
+};
+
+struct Frame {
+  std::vector<double> vars;
+  std::vector<Buf> bufs;
+};
+
+using ExprFn = std::function<double(Frame&)>;
+using StmtFn = std::function<void(Frame&)>;
+
+// An index value as an integer. A NaN index (computed from an unwritten value) is the
+// user's error at loc.
+int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc);
+// The element at idx (one entry per dimension of b). Past a global tensor's edge the
+// access is masked, as the language's element loops mask it: nullptr (a load gives 0, a
+// store is skipped). Outside a shared, fragment or local buffer it has no meaning:
+// UserError at loc.
+double* element(Buf& b, const int64_t* idx, const SourceLoc& loc);
+
+// A tile op's region: its buffer's slot, and per dimension min and extent. `unit` says
+// which extents are the constant 1, which decides corner form and the dimensions a copy
+// pairs, as the language defines them statically.
+struct RegionFn {
+  int buf = -1;
+  std::vector<ExprFn> mins, extents;
+  std::vector<bool> unit;
+};
+// A region evaluated for one execution.
+struct RegionVal {
+  Buf* b = nullptr;
+  size_t rank = 0;
+  int64_t min[kMaxRank] = {}, ext[kMaxRank] = {};
+};
+
+class Compiler {
+ public:
+  explicit Compiler(const ir::Kernel& k) : k_(k) {}
+  // Slots of the call's signature (parameters, dynamic dims) and the block indices.
+  int declare_var(const ir::ExprNode* var);
+  int declare_buffer(const ir::Buffer& b);
+  int var_slot(const ir::ExprNode* var) const;  // -1 when unbound
+  int buffer_slot(const ir::Buffer& b, const SourceLoc& loc) const;
+  size_t num_vars() const { return vars_.size(); }
+  size_t num_bufs() const { return bufs_.size(); }
+
+  // `at` is the location of the enclosing statement, for errors about a Var (a Var's own
+  // location is where it was declared).
+  ExprFn expr(const ir::Expr& e, const SourceLoc& at);
+  StmtFn stmt(const ir::Stmt& s);
+  RegionFn region(const ir::BufferRegion& r, const SourceLoc& at);
+
+ private:
+  ExprFn binary(const ir::BinaryNode* b, const SourceLoc& at);
+  ExprFn load(const ir::BufferLoadNode* l, const SourceLoc& at);
+  StmtFn store(const ir::BufferStoreNode* s);
+  StmtFn loop(const ir::ForNode* f);
+
+  const ir::Kernel& k_;
+  std::unordered_map<const ir::ExprNode*, int> vars_;
+  std::unordered_map<const ir::BufferNode*, int> bufs_;
+};
+
+RegionVal eval_region(const RegionFn& r, Frame& f, const SourceLoc& loc);
+// The statement a tile op is (copy, fill, reduce, gemm, atomic_add; annotations do
+// nothing).
+StmtFn compile_tile_op(const ir::TileOpNode* op, Compiler& c);
+
+}  // namespace tegula::interp::ref

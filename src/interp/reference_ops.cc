@@ -1,0 +1,312 @@
+// The tile ops at tile level, for the reference interpreter (reference.cc).
+//
+// Each op reads its regions as the language defines them (docs/internals.md):
+//   copy        elementwise over the regions' non-unit dimensions, paired in order; a
+//               corner-form side (every extent 1) spans the other side's extents on its
+//               trailing dimensions. T.copy(X[bx, 0], x) with x of shape (1, N) copies
+//               X[bx, 0:N]. The value is rounded to the destination's dtype.
+//   fill        every element of the region.
+//   reduce      dst (read row-major, the reduced dimension left out) = the reduction of
+//               src along dim, combined with dst's old value when clear=0.
+//   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double.
+//   atomic_add  an element (scalar value) or a region added elementwise.
+// Global accesses past a tensor's edge read 0 and are skipped (element()); any other
+// out-of-bounds access is the user's error at the op's line.
+#include <cmath>
+#include <limits>
+
+#include "interp/reference_impl.h"
+
+namespace tegula::interp::ref {
+
+using namespace ir;
+
+namespace {
+
+std::string extents_text(const RegionVal& r, const std::vector<size_t>& dims) {
+  std::string out = "(";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(r.ext[dims[i]]);
+  return out + (dims.size() == 1 ? ",)" : ")");
+}
+
+std::vector<size_t> non_unit_dims(const RegionFn& r) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < r.unit.size(); ++d) {
+    if (!r.unit[d]) dims.push_back(d);
+  }
+  return dims;
+}
+
+bool all_unit(const RegionFn& r) { return non_unit_dims(r).empty(); }
+
+// Calls f(offsets) for every point of the box `ext[dims[0]] x ext[dims[1]] x ...`, the
+// last dimension fastest; offsets[i] is the position along dims[i].
+template <typename F>
+void for_each_point(const int64_t* ext, const std::vector<size_t>& dims, F f) {
+  int64_t at[kMaxRank] = {};
+  for (size_t i : dims) {
+    if (ext[i] <= 0) return;
+  }
+  while (true) {
+    f(static_cast<const int64_t*>(at));
+    size_t i = dims.size();
+    while (true) {
+      if (i == 0) return;  // every dimension wrapped round: done
+      --i;
+      if (++at[i] < ext[dims[i]]) break;
+      at[i] = 0;
+    }
+  }
+}
+
+// A corner-form region that takes the other side's non-unit extents, on its trailing
+// dimensions (what T.copy(X[bx, 0], x) means).
+void widen(RegionVal& corner, std::vector<size_t>& corner_dims, const RegionVal& other,
+           const std::vector<size_t>& other_dims, const char* op, const SourceLoc& loc) {
+  user_assert(other_dims.size() <= corner.rank, loc)
+      << op << ": '" << corner.b->node->name << "' has rank " << corner.rank << " but the other side spans "
+      << other_dims.size() << " dimensions";
+  corner_dims.clear();
+  for (size_t k = 0; k < other_dims.size(); ++k) {
+    size_t d = corner.rank - other_dims.size() + k;
+    corner.ext[d] = other.ext[other_dims[k]];
+    corner_dims.push_back(d);
+  }
+}
+
+// The two sides of an elementwise op (copy, atomic_add), paired dimension by dimension.
+struct Pairing {
+  RegionVal src, dst;
+  std::vector<size_t> sdims, ddims;
+};
+
+Pairing pair_regions(const RegionFn& src, const RegionFn& dst, bool widen_src, Frame& f, const char* op,
+                     const SourceLoc& loc) {
+  Pairing p{eval_region(src, f, loc), eval_region(dst, f, loc), non_unit_dims(src), non_unit_dims(dst)};
+  bool sc = p.sdims.empty(), dc = p.ddims.empty();
+  if (widen_src && sc && !dc) widen(p.src, p.sdims, p.dst, p.ddims, op, loc);
+  if (dc && !sc) widen(p.dst, p.ddims, p.src, p.sdims, op, loc);
+  bool same = p.sdims.size() == p.ddims.size();
+  for (size_t i = 0; same && i < p.sdims.size(); ++i) same = p.src.ext[p.sdims[i]] == p.dst.ext[p.ddims[i]];
+  user_assert(same, loc) << op << ": the source region of '" << p.src.b->node->name << "' spans "
+                         << extents_text(p.src, p.sdims) << " but the destination region of '"
+                         << p.dst.b->node->name << "' spans " << extents_text(p.dst, p.ddims);
+  return p;
+}
+
+// Runs f(src element or null, dst element or null) for every pair of a pairing.
+template <typename F>
+void for_each_pair(Pairing& p, const SourceLoc& loc, F f) {
+  int64_t si[kMaxRank], di[kMaxRank];
+  for_each_point(p.src.ext, p.sdims, [&](const int64_t* at) {
+    std::copy(p.src.min, p.src.min + p.src.rank, si);
+    std::copy(p.dst.min, p.dst.min + p.dst.rank, di);
+    for (size_t k = 0; k < p.sdims.size(); ++k) {
+      si[p.sdims[k]] += at[k];
+      di[p.ddims[k]] += at[k];
+    }
+    f(element(*p.src.b, si, loc), element(*p.dst.b, di, loc));
+  });
+}
+
+StmtFn copy(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 2, loc) << "T.copy takes a source and a destination";
+  RegionFn src = c.region(op->regions[0], loc), dst = c.region(op->regions[1], loc);
+  DataType t = op->regions[1].buffer->dtype;
+  return [src, dst, loc, t](Frame& f) {
+    Pairing p = pair_regions(src, dst, true, f, "T.copy", loc);
+    for_each_pair(p, loc, [&](double* s, double* d) {
+      if (d) *d = round_to_dtype(t, s ? *s : 0.0);
+    });
+  };
+}
+
+StmtFn fill(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 1 && op->args.size() == 1, loc) << "T.fill takes a buffer and a value";
+  RegionFn dst = c.region(op->regions[0], loc);
+  ExprFn value = c.expr(op->args[0], loc);
+  DataType t = op->regions[0].buffer->dtype;
+  std::vector<size_t> all(dst.mins.size());
+  for (size_t d = 0; d < all.size(); ++d) all[d] = d;
+  return [dst, value, loc, t, all](Frame& f) {
+    RegionVal r = eval_region(dst, f, loc);
+    double v = round_to_dtype(t, value(f));
+    int64_t idx[kMaxRank];
+    for_each_point(r.ext, all, [&](const int64_t* at) {
+      for (size_t d = 0; d < r.rank; ++d) idx[d] = r.min[d] + at[d];
+      if (double* p = element(*r.b, idx, loc)) *p = v;
+    });
+  };
+}
+
+StmtFn atomic_add(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(!op->regions.empty(), loc) << "T.atomic_add takes a destination and a value";
+  RegionFn dst = c.region(op->regions[0], loc);
+  DataType t = op->regions[0].buffer->dtype;
+  if (op->regions.size() == 1) {
+    user_assert(op->args.size() == 1, loc) << "T.atomic_add takes a destination and a value";
+    user_assert(all_unit(dst), loc) << "T.atomic_add: a scalar value is added to one element; '"
+                                    << op->regions[0].buffer->name << "' is given as a region";
+    ExprFn value = c.expr(op->args[0], loc);
+    return [dst, value, loc, t](Frame& f) {
+      RegionVal r = eval_region(dst, f, loc);
+      double v = round_to_dtype(t, value(f));
+      if (double* p = element(*r.b, r.min, loc)) *p = round_to_dtype(t, *p + v);
+    };
+  }
+  RegionFn src = c.region(op->regions[1], loc);
+  return [src, dst, loc, t](Frame& f) {
+    Pairing p = pair_regions(src, dst, false, f, "T.atomic_add", loc);
+    for_each_pair(p, loc, [&](double* s, double* d) {
+      if (d) *d = round_to_dtype(t, *d + round_to_dtype(t, s ? *s : 0.0));
+    });
+  };
+}
+
+StmtFn reduce(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 2, loc) << "T.reduce takes a source and a destination";
+  std::string kind = op->attr_str("kind", "sum");
+  bool sum = kind == "sum" || kind == "abssum", take_abs = kind == "abssum" || kind == "absmax";
+  bool is_max = kind == "max" || kind == "absmax";
+  user_assert(sum || is_max || kind == "min", loc)
+      << "unknown reduction '" << kind << "' (expected max, min, sum, abssum or absmax)";
+  bool clear = op->attr_int("clear", 1) != 0;
+  size_t dim = size_t(op->attr_int("dim", 0));
+  user_assert(dim < op->regions[0].mins.size(), loc)
+      << "T.reduce: dim " << dim << " of the " << op->regions[0].mins.size() << "-d '"
+      << op->regions[0].buffer->name << "'";
+  RegionFn src = c.region(op->regions[0], loc), dst = c.region(op->regions[1], loc);
+  DataType t = op->regions[1].buffer->dtype;
+  double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  // absmax starts from 0, as |x| >= 0 (and so do the generated reductions).
+  double identity = sum || take_abs ? 0.0 : is_max ? -inf : inf;
+  // max and min propagate NaN, as torch.amax does.
+  auto combine = [sum, is_max, nan](double a, double b) {
+    if (sum) return a + b;
+    if (std::isnan(a) || std::isnan(b)) return nan;
+    return is_max ? std::max(a, b) : std::min(a, b);
+  };
+  return [src, dst, loc, t, dim, clear, identity, take_abs, combine](Frame& f) {
+    RegionVal s = eval_region(src, f, loc), d = eval_region(dst, f, loc);
+    std::vector<size_t> sall(s.rank), dall(d.rank);
+    int64_t rows = 1, count = 1;
+    for (size_t i = 0; i < s.rank; ++i) {
+      sall[i] = i;
+      if (i != dim) rows *= s.ext[i];
+    }
+    for (size_t i = 0; i < d.rank; ++i) dall[i] = i, count *= d.ext[i];
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < s.rank; ++i) {
+      if (i != dim) kept.push_back(i);
+    }
+    user_assert(rows == count, loc) << "T.reduce: '" << d.b->node->name << "' must hold " << rows
+                                    << " elements (the region of '" << s.b->node->name << "' without dimension "
+                                    << dim << " spans " << extents_text(s, kept) << "), its region holds " << count;
+    std::vector<double> acc(size_t(rows), identity);
+    int64_t idx[kMaxRank];
+    for_each_point(s.ext, sall, [&](const int64_t* at) {
+      int64_t row = 0;
+      for (size_t i = 0; i < s.rank; ++i) {
+        idx[i] = s.min[i] + at[i];
+        if (i != dim) row = row * s.ext[i] + at[i];
+      }
+      double* p = element(*s.b, idx, loc);
+      double v = round_to_dtype(t, p ? *p : 0.0);
+      acc[size_t(row)] = combine(acc[size_t(row)], take_abs ? std::fabs(v) : v);
+    });
+    int64_t row = 0;
+    for_each_point(d.ext, dall, [&](const int64_t* at) {
+      for (size_t i = 0; i < d.rank; ++i) idx[i] = d.min[i] + at[i];
+      double r = round_to_dtype(t, acc[size_t(row++)]);
+      double* p = element(*d.b, idx, loc);
+      if (!p) return;
+      *p = clear ? r : round_to_dtype(t, combine(*p, r));
+    });
+  };
+}
+
+// A gemm operand: the region's last two dimensions, every other extent 1.
+struct Matrix {
+  RegionVal r;
+  int64_t rows, cols;
+};
+
+Matrix matrix(const RegionFn& fn, Frame& f, const char* name, const SourceLoc& loc) {
+  Matrix m{eval_region(fn, f, loc), 0, 0};
+  user_assert(m.r.rank >= 2, loc) << "T.gemm: " << name << " ('" << m.r.b->node->name << "') must be a 2-D tile";
+  for (size_t d = 0; d + 2 < m.r.rank; ++d) {
+    user_assert(m.r.ext[d] == 1, loc) << "T.gemm: " << name << " ('" << m.r.b->node->name
+                                      << "') must be a 2-D tile: its region spans " << m.r.ext[d]
+                                      << " in dimension " << d;
+  }
+  m.rows = m.r.ext[m.r.rank - 2];
+  m.cols = m.r.ext[m.r.rank - 1];
+  return m;
+}
+
+// Element (i, j) of an operand's region, 0 past a global tensor's edge.
+double matrix_at(Matrix& m, int64_t i, int64_t j, const SourceLoc& loc) {
+  int64_t idx[kMaxRank];
+  std::copy(m.r.min, m.r.min + m.r.rank, idx);
+  idx[m.r.rank - 2] += i;
+  idx[m.r.rank - 1] += j;
+  double* p = element(*m.r.b, idx, loc);
+  return p ? *p : 0.0;
+}
+
+StmtFn gemm(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 3, loc) << "T.gemm takes A, B and C";
+  RegionFn a = c.region(op->regions[0], loc), b = c.region(op->regions[1], loc), cc = c.region(op->regions[2], loc);
+  bool ta = op->attr_int("transpose_A", 0) != 0, tb = op->attr_int("transpose_B", 0) != 0;
+  bool clear = op->attr_int("clear_accum", 0) != 0;
+  DataType t = op->regions[2].buffer->dtype;
+  return [a, b, cc, ta, tb, clear, t, loc](Frame& f) {
+    Matrix A = matrix(a, f, "A", loc), B = matrix(b, f, "B", loc), C = matrix(cc, f, "C", loc);
+    int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
+    int64_t KB = tb ? B.cols : B.rows, N = tb ? B.rows : B.cols;
+    user_assert(KB == K && C.rows == M && C.cols == N, loc)
+        << "T.gemm: shapes do not agree: A gives " << M << "x" << K << ", B gives " << KB << "x" << N << ", C is "
+        << C.rows << "x" << C.cols;
+    // op(A) row-major and op(B) column-major, so the inner loop walks both contiguously.
+    std::vector<double> av(size_t(M * K)), bv(size_t(K * N));
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t k = 0; k < K; ++k) av[size_t(i * K + k)] = ta ? matrix_at(A, k, i, loc) : matrix_at(A, i, k, loc);
+    }
+    for (int64_t j = 0; j < N; ++j) {
+      for (int64_t k = 0; k < K; ++k) bv[size_t(j * K + k)] = tb ? matrix_at(B, j, k, loc) : matrix_at(B, k, j, loc);
+    }
+    int64_t idx[kMaxRank];
+    std::copy(C.r.min, C.r.min + C.r.rank, idx);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += av[size_t(i * K + k)] * bv[size_t(j * K + k)];
+        idx[C.r.rank - 2] = C.r.min[C.r.rank - 2] + i;
+        idx[C.r.rank - 1] = C.r.min[C.r.rank - 1] + j;
+        double* p = element(*C.r.b, idx, loc);
+        if (p) *p = round_to_dtype(t, clear ? s : *p + s);
+      }
+    }
+  };
+}
+
+}  // namespace
+
+StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
+  if (op->op == "copy") return copy(op, c);
+  if (op->op == "fill") return fill(op, c);
+  if (op->op == "reduce") return reduce(op, c);
+  if (op->op == "gemm") return gemm(op, c);
+  if (op->op == "atomic_add") return atomic_add(op, c);
+  // Layout and rasterisation hints: no effect on the values computed.
+  if (op->op == "annotate_layout" || op->op == "use_swizzle") return [](Frame&) {};
+  internal_error << "reference: cannot interpret the tile op '" << op->op << "' at " << op->loc.str();
+  return {};
+}
+
+}  // namespace tegula::interp::ref

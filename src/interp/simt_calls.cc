@@ -1,0 +1,390 @@
+// The SIMT simulator's calls: intrinsics, warp shuffles, atomics, cp.async groups, and the
+// tensor-core calls, which the warps of a block execute together and which are run here
+// at tile level (see simt_machine.h for the model).
+//
+// Tensor cores. gemm_{ss,rs}(M, N, K, WM, WN, TA, TB, CLEAR; A, B, C) (mma.sync) and
+// wgmma_{ss,rs}(M, N, K, WGM, WGN, TA, TB, CLEAR; A, B, C) name each operand by its first
+// element. A shared operand is the logical tile at that element (M x K, or K x M with TA;
+// K x N, or N x K with TB): the IR's shared buffers are logical, swizzling exists only in
+// printed addresses. A register operand (C, and A of _rs) is read through the layout the
+// device library fixes, the accumulator of layout/mma.h, which must also be the layout the
+// passes gave the fragment the registers replaced (else the rest of the kernel reads other
+// elements than the instruction wrote: reported). D = C + A B is computed in double and
+// rounded to C's type. mma.sync is synchronous; a wgmma reads its operands at issue and
+// writes C at the wgmma_wait that retires its group (one group per call).
+#include <algorithm>
+
+#include "interp/simt_machine.h"
+#include "ir/printer.h"
+#include "layout/mma.h"
+
+namespace tegula::interp::simt {
+
+using namespace ir;
+
+namespace {
+
+constexpr int kCollective = -3;  // the thread id of a block-wide call's accesses
+
+struct MmaCall {
+  int64_t m, n, k, wm, wn;
+  bool ta, tb, clear, wgmma, regs_a;
+  const BufferLoadNode *a, *b, *c;
+};
+
+}  // namespace
+
+Vals Machine::call(const CallNode* op, const Threads& ts) {
+  const std::string& f = op->op;
+  size_t n = ts.size();
+  if (f == "shfl_xor") {
+    Vals v = eval(op->args.at(0), ts), mask = eval(op->args.at(1), ts);
+    require_defined(mask, ts, "shuffles with");
+    std::vector<int> pos(threads_, -1);
+    for (size_t i = 0; i < n; ++i) pos[ts[i]] = int(i);
+    Vals out{v.lanes, std::vector<double>(v.v.size(), 0.0)};
+    for (size_t i = 0; i < n; ++i) {
+      int t = ts[i], partner = t ^ int(mask.at(i));
+      if (partner < 0 || partner >= threads_ || (partner >> 5) != (t >> 5) || pos[partner] < 0) {
+        error("shfl_xor from thread " + std::to_string(t) + " to inactive or foreign lane " + std::to_string(partner));
+        continue;
+      }
+      for (int l = 0; l < v.lanes; ++l) {
+        int lv = v.lanes == 1 ? 0 : l;
+        out.v[i * v.lanes + l] = v.at(pos[partner], lv);
+        if (v.undef_at(pos[partner], lv)) out.set_undef(i * v.lanes + l);
+      }
+    }
+    return out;
+  }
+  if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
+  std::vector<Vals> args;
+  for (const Expr& a : op->args) args.push_back(eval(a, ts));
+  Vals out{1, std::vector<double>(n, 0.0)};
+  std::vector<double> xs(args.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t a = 0; a < args.size(); ++a) {
+      xs[a] = args[a].at(i);
+      if (args[a].undef_at(i)) out.set_undef(i);
+    }
+    if (!eval_intrinsic(f, xs, op->dtype.element(), &out.v[i])) cannot("the call '" + f + "'");
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ cp.async
+
+namespace {
+
+// The storage and flat element of an address argument (a BufferLoad), per thread.
+struct Address {
+  Storage* st;
+  std::vector<int64_t> flat;  // -1: out of bounds (reported)
+};
+
+}  // namespace
+
+static Address address_of(Machine& m, const Expr& arg, int lanes, const Threads& ts, const std::string& what) {
+  auto* ld = arg.as<BufferLoadNode>();
+  if (!ld) m.cannot(what + " whose address is not a buffer element");
+  Address a{m.storage(ld->buffer), std::vector<int64_t>(ts.size(), -1)};
+  std::vector<Vals> idx = m.eval_indices(ld->indices, ts);
+  for (size_t i = 0; i < ts.size(); ++i) a.flat[i] = m.flat_index(a.st, idx, i, lanes, ts[i]);
+  return a;
+}
+
+static void land(Machine& m, const Landing& l, int t) {
+  for (size_t v = 0; v < l.vals.size(); ++v) {
+    --l.dst->async_pending[l.flat + v];
+    m.write_element(l.dst, l.flat + int64_t(v), t, l.vals[v]);
+  }
+}
+
+// cp.async of 16 bytes: read at issue, landing at the wait that retires its group; a
+// false predicate fills zeros (the src-size 0 form).
+static void issue_async_copy(Machine& m, const CallNode* op, const Threads& ts) {
+  auto* dst_load = op->args.at(0).as<BufferLoadNode>();
+  if (!dst_load || dst_load->buffer->scope != Scope::Shared) m.cannot("a cp_async into anything but shared memory");
+  int lanes = 16 / dst_load->buffer->dtype.bytes();
+  Vals pred = m.eval(op->args.at(2), ts);
+  m.require_defined(pred, ts, "predicates a cp.async on");
+  Address dst = address_of(m, op->args.at(0), lanes, ts, "a cp_async");
+  Threads reading;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (pred.at(i) != 0) reading.push_back(ts[i]);
+  }
+  Address src = address_of(m, op->args.at(1), lanes, reading, "a cp_async");
+  size_t r = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    int t = ts[i];
+    std::vector<double> vals(lanes, 0.0);
+    if (pred.at(i) != 0) {
+      int64_t s = src.flat[r++];
+      if (s < 0) continue;
+      for (int l = 0; l < lanes; ++l) vals[l] = m.read_element(src.st, s + l, t);
+    }
+    if (dst.flat[i] < 0) continue;
+    for (int l = 0; l < lanes; ++l) {
+      int64_t e = dst.flat[i] + l;
+      // The copy may land any time until its wait: it must not overtake earlier readers.
+      m.track(dst.st, e, t, true);
+      if (dst.st->mma_reading[e]) {
+        m.error("thread " + std::to_string(t) + " issues a cp.async into " + m.element_name(dst.st, e) +
+                " while a wgmma reading it is in flight");
+      }
+      ++dst.st->async_pending[e];
+    }
+    m.open_[t].push_back({dst.st, dst.flat[i], std::move(vals)});
+  }
+}
+
+// ------------------------------------------------------------------ tensor cores
+
+static MmaCall parse_mma(Machine& m, const CallNode* op) {
+  MmaCall c{};
+  if (op->args.size() != 11) m.cannot("a " + op->op + " call with " + std::to_string(op->args.size()) + " arguments");
+  int64_t v[8];
+  for (int i = 0; i < 8; ++i) {
+    const int64_t* x = as_const_int(op->args[i]);
+    if (!x) m.cannot("a " + op->op + " call whose shape argument " + std::to_string(i) + " is not a constant");
+    v[i] = *x;
+  }
+  c.m = v[0], c.n = v[1], c.k = v[2], c.wm = v[3], c.wn = v[4];
+  c.ta = v[5] != 0, c.tb = v[6] != 0, c.clear = v[7] != 0;
+  c.wgmma = op->op.rfind("wgmma", 0) == 0;
+  c.regs_a = op->op.back() == 's' && op->op[op->op.size() - 2] == 'r';
+  c.a = op->args[8].as<BufferLoadNode>();
+  c.b = op->args[9].as<BufferLoadNode>();
+  c.c = op->args[10].as<BufferLoadNode>();
+  if (!c.a || !c.b || !c.c) m.cannot("a " + op->op + " call whose operands are not buffer elements");
+  return c;
+}
+
+// The uniform value of a load's indices (an operand's first element).
+static std::vector<int64_t> origin(Machine& m, const BufferLoadNode* ld, const Threads& ts) {
+  std::vector<int64_t> out;
+  for (const Vals& v : m.eval_indices(ld->indices, ts)) {
+    for (size_t i = 1; i < ts.size(); ++i) {
+      if (v.at(i) != v.at(0)) m.cannot("a tensor-core operand '" + ld->buffer->name + "' whose origin differs between threads");
+    }
+    out.push_back(int64_t(v.at(0)));
+  }
+  return out;
+}
+
+// rows x cols of a shared operand, row-major, from the element the load names; transposed
+// (the buffer holds cols x rows) with `trans`.
+static std::vector<double> shared_tile(Machine& m, const BufferLoadNode* ld, int64_t rows, int64_t cols, bool trans,
+                                       const Threads& ts, std::vector<std::pair<Storage*, int64_t>>* reads) {
+  Storage* st = m.storage(ld->buffer);
+  if (ld->buffer->scope != Scope::Shared || st->shape.size() != 2) {
+    m.cannot("a tensor-core operand '" + ld->buffer->name + "' that is not a 2-D shared buffer");
+  }
+  std::vector<int64_t> o = origin(m, ld, ts);
+  int64_t sr = trans ? cols : rows, sc = trans ? rows : cols;  // as stored
+  std::vector<double> out(rows * cols, 0.0);
+  if (o[0] < 0 || o[1] < 0 || o[0] + sr > st->shape[0] || o[1] + sc > st->shape[1]) {
+    m.error("tensor-core operand " + ld->buffer->name + "[" + std::to_string(o[0]) + ":+" + std::to_string(sr) + ", " +
+            std::to_string(o[1]) + ":+" + std::to_string(sc) + "] out of bounds");
+    return out;
+  }
+  for (int64_t r = 0; r < sr; ++r) {
+    for (int64_t c = 0; c < sc; ++c) {
+      int64_t flat = (o[0] + r) * st->shape[1] + o[1] + c;
+      double v = m.read_element(st, flat, kCollective);
+      if (trans) out[c * cols + r] = v;
+      else out[r * cols + c] = v;
+      if (reads) reads->push_back({st, flat});
+    }
+  }
+  return out;
+}
+
+// The register array of an operand and its layout as the instruction holds it, checked
+// against what the passes decided for the fragment the registers replaced.
+static Storage* operand_registers(Machine& m, const BufferLoadNode* ld, const layout::FragmentPtr& want,
+                                  const std::string& op, int64_t* base) {
+  Storage* st = m.storage(ld->buffer);
+  if (ld->buffer->scope != Scope::Local) m.cannot("a " + op + " register operand in " + scope_name(ld->buffer->scope) + " memory");
+  const int64_t* b = ld->indices.size() == 1 ? as_const_int(ld->indices[0]) : nullptr;
+  if (!b) m.cannot("a " + op + " register operand at a non-constant register");
+  *base = *b;
+  if (want->threads() != m.threads_) {
+    m.cannot("a " + op + " over " + std::to_string(want->threads()) + " threads in a block of " + std::to_string(m.threads_));
+  }
+  if (*base < 0 || *base + want->slots() > st->size) {
+    m.error(op + ": registers " + ld->buffer->name + "[" + std::to_string(*base) + ":+" + std::to_string(want->slots()) +
+            "] out of bounds (size " + std::to_string(st->size) + ")");
+    return nullptr;
+  }
+  auto it = m.layouts_.find(ld->buffer.get());
+  if (it != m.layouts_.end() && !it->second->same_as(*want)) {
+    m.error(op + ": the registers of '" + ld->buffer->name + "' are laid out as " + it->second->describe() +
+            ", the instruction uses " + want->describe());
+  }
+  return st;
+}
+
+// Every (thread, slot) of a layout with the element it holds.
+template <typename F>
+static void for_each_slot(const layout::Fragment& L, F f) {
+  int64_t c[2];
+  for (int t = 0; t < L.threads(); ++t) {
+    for (int s = 0; s < L.slots(); ++s) {
+      if (L.coords(t, s, c)) f(t, s, c[0], c[1]);
+    }
+  }
+}
+
+static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, const layout::Fragment& L) {
+  int64_t cols = L.shape()[1];
+  std::vector<double> out(L.num_elements(), 0.0);
+  for_each_slot(L, [&](int t, int s, int64_t i, int64_t j) { out[i * cols + j] = m.read_element(st, base + s, t); });
+  return out;
+}
+
+static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
+  MmaCall c = parse_mma(m, op);
+  if (int(ts.size()) != m.threads_) {
+    m.error(op->op + " reached by " + std::to_string(ts.size()) + " of " + std::to_string(m.threads_) + " threads");
+    return;
+  }
+  auto layout_of = [&](int operand, int64_t rows, int64_t cols, int64_t wn) {
+    auto& L = m.mma_layouts_[{op, operand}];
+    if (!L) {
+      L = c.wgmma ? layout::make_mma_accumulator(rows, cols, int(4 * c.wm), int(wn), 4)
+                  : layout::make_mma_accumulator(rows, cols, int(c.wm), int(wn));
+    }
+    return L;
+  };
+  layout::FragmentPtr lc = layout_of(0, c.m, c.n, c.wn);
+  int64_t cbase = 0;
+  Storage* acc = operand_registers(m, c.c, lc, op->op, &cbase);
+  if (!acc) return;
+  std::vector<std::pair<Storage*, int64_t>> reads;
+  std::vector<double> A, B;
+  Storage* regs_a = nullptr;
+  if (c.regs_a) {
+    layout::FragmentPtr la = layout_of(1, c.m, c.k, 1);
+    int64_t abase = 0;
+    regs_a = operand_registers(m, c.a, la, op->op, &abase);
+    if (!regs_a) return;
+    A = register_tile(m, regs_a, abase, *la);
+  } else {
+    A = shared_tile(m, c.a, c.m, c.k, c.ta, ts, c.wgmma ? &reads : nullptr);
+  }
+  B = shared_tile(m, c.b, c.k, c.n, c.tb, ts, c.wgmma ? &reads : nullptr);
+  // C: zero with CLEAR; else the latest group in flight on these registers (wgmma chains
+  // on one accumulator in issue order), else the registers.
+  std::vector<double> C(c.m * c.n, 0.0);
+  if (!c.clear) {
+    const WgmmaGroup* chained = nullptr;
+    for (auto& g : m.wgmma_) {
+      if (g.acc == acc && g.base == cbase) chained = &g;
+    }
+    C = chained ? chained->result : register_tile(m, acc, cbase, *lc);
+  }
+  DataType ct = c.c->buffer->dtype.element();
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double s = C[i * c.n + j];
+      for (int64_t k = 0; k < c.k; ++k) s += A[i * c.k + k] * B[k * c.n + j];
+      C[i * c.n + j] = round_to_dtype(ct, s);
+    }
+  }
+  if (!c.wgmma) {
+    for_each_slot(*lc, [&](int t, int s, int64_t i, int64_t j) { m.write_element(acc, cbase + s, t, C[i * c.n + j]); });
+    return;
+  }
+  for (auto& [st, flat] : reads) ++st->mma_reading[flat];
+  ++acc->mma_accumulating;
+  if (regs_a) ++regs_a->mma_sourcing;
+  m.wgmma_.push_back({acc, cbase, lc, std::move(C), regs_a, std::move(reads)});
+}
+
+static void retire_wgmma(Machine& m) {
+  WgmmaGroup g = std::move(m.wgmma_.front());
+  m.wgmma_.pop_front();
+  for (auto& [st, flat] : g.reads) --st->mma_reading[flat];
+  --g.acc->mma_accumulating;
+  if (g.regs_a) --g.regs_a->mma_sourcing;
+  int64_t cols = g.layout->shape()[1];
+  // Written past the in-flight checks: a later group chained on these registers may still
+  // be running, and will overwrite them when it retires.
+  Storage* st = g.acc;
+  for_each_slot(*g.layout, [&](int t, int s, int64_t i, int64_t j) {
+    int64_t p = int64_t(t) * st->size + g.base + s;
+    st->data[p] = g.result[i * cols + j];
+    st->written[p] = 1;
+  });
+}
+
+// ------------------------------------------------------------------ statements
+
+bool Machine::call_statement(const CallNode* op, const Threads& ts) {
+  const std::string& f = op->op;
+  if (f == "cp_async") {
+    issue_async_copy(*this, op, ts);
+  } else if (f == "cp_async_commit") {
+    for (int t : ts) {
+      committed_[t].push_back(std::move(open_[t]));
+      open_[t].clear();
+    }
+  } else if (f == "cp_async_wait") {
+    Vals keep = eval(op->args.at(0), ts);
+    require_defined(keep, ts, "waits for");
+    for (size_t i = 0; i < ts.size(); ++i) {
+      int t = ts[i];
+      while (committed_[t].size() > size_t(keep.at(i))) {
+        std::vector<Landing> group = std::move(committed_[t].front());
+        committed_[t].pop_front();
+        for (const Landing& l : group) land(*this, l, t);
+      }
+    }
+  } else if (f == "atomic_add") {
+    Address a = address_of(*this, op->args.at(0), 1, ts, "an atomic_add");
+    Vals v = eval(op->args.at(1), ts);
+    require_defined(v, ts, "adds atomically");
+    Storage* st = a.st;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      int64_t e = a.flat[i];
+      if (e < 0) continue;
+      // Atomics on one element do not race with each other: no tracking between them.
+      int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
+      if (st->buf->scope != Scope::Global && !st->written[p]) {
+        error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + element_name(st, e));
+      }
+      st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
+      if (st->buf->scope != Scope::Global) st->written[p] = 1;
+    }
+  } else if (f == "gemm_ss" || f == "gemm_rs" || f == "wgmma_ss" || f == "wgmma_rs") {
+    tensor_core(*this, op, ts);
+  } else if (f == "wgmma_wait") {
+    if (int(ts.size()) != threads_) {
+      error("wgmma_wait reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads");
+    }
+    const int64_t* keep = op->args.size() == 2 ? as_const_int(op->args[1]) : nullptr;
+    if (!keep) cannot("a wgmma_wait whose count is not a constant");
+    while (int64_t(wgmma_.size()) > *keep) retire_wgmma(*this);
+  } else if (f.rfind("print", 0) == 0) {
+    // Printing has no effect on the kernel's results.
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void Machine::end_block() {
+  for (int t = 0; t < threads_; ++t) {
+    if (!open_[t].empty() || !committed_[t].empty()) {
+      error("thread " + std::to_string(t) + " ends with cp.async copies never waited for");
+      break;
+    }
+  }
+  if (!wgmma_.empty()) {
+    error("the block ends with " + std::to_string(wgmma_.size()) + " wgmma group(s) never waited for");
+    wgmma_.clear();
+  }
+}
+
+}  // namespace tegula::interp::simt

@@ -1,0 +1,154 @@
+// The SIMT simulator's machine, shared by its implementation files (simt.cc: blocks,
+// statements and expressions; simt_calls.cc: warp, asynchronous and tensor-core calls).
+//
+// Execution model. A block's threads run in lockstep, statement by statement: a statement
+// is evaluated for every active thread before any thread's effect lands (a store evaluates
+// its value in all threads first, as a warp does, so shfl_xor sees its partner's value from
+// before the exchange). Expressions are evaluated for a set of threads at once (Vals holds
+// one value per thread and lane), so the cost of walking the IR is paid once per statement,
+// not once per thread. The two sides of a divergent `if`, of a select and of a
+// short-circuiting && / || run on their own threads only, as the printed C does.
+//
+// What a GPU run would hide and the machine reports: out-of-bounds accesses; reads of
+// registers or shared memory never written (tracked by flags, so a computed NaN is no
+// false alarm); two threads touching one shared element between two barriers with a write
+// among them; barriers or collective calls reached by part of the block; shuffles with an
+// inactive or foreign partner; cp.async data read before a wait retired it, or never
+// waited for; accumulators touched, or shared operands overwritten, while a wgmma using
+// them is in flight.
+#pragma once
+#include <deque>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "interp/simt.h"
+
+namespace tegula::interp::simt {
+
+using Threads = std::vector<int>;
+
+// One value per (thread of the evaluated set, lane): v[i * lanes + lane]. undef marks the
+// values computed from registers never written (empty: none): a thread may read such a
+// register harmlessly (a combine step on a thread that holds no element), so the report
+// waits until the value reaches memory, an address or a branch, as memcheck tools do.
+struct Vals {
+  int lanes = 1;
+  std::vector<double> v;
+  std::vector<uint8_t> undef;
+  double at(size_t i, int lane = 0) const { return lanes == 1 ? v[i] : v[i * lanes + lane]; }
+  bool undef_at(size_t i, int lane = 0) const {
+    return !undef.empty() && (lanes == 1 ? undef[i] : undef[i * lanes + lane]);
+  }
+  void set_undef(size_t k) {
+    if (undef.empty()) undef.assign(v.size(), 0);
+    undef[k] = 1;
+  }
+};
+
+// Thrown to stop a run: too many reports, or something the machine cannot execute.
+struct Abort {};
+
+struct SharedUse {
+  int64_t write_epoch = -1, read_epoch = -1;
+  int writer = -1, reader = -1;  // reader -2: several threads; writer/reader -3: a collective call
+};
+
+// The storage of one buffer: a global tensor (the call's), a shared buffer (per block), or
+// a register array (per thread: data[t * size + i]).
+struct Storage {
+  const ir::BufferNode* buf = nullptr;
+  std::vector<int64_t> shape;
+  int64_t size = 0;                 // elements (of one thread, for registers)
+  double* data = nullptr;           // global: the tensor's; else own.data()
+  std::vector<double> own;
+  std::vector<uint8_t> written;     // shared and registers
+  std::vector<SharedUse> uses;      // shared: who touched each element since the last barrier
+  std::vector<int> async_pending;   // shared: cp.async copies in flight into each element
+  std::vector<int> mma_reading;     // shared: wgmma groups in flight reading each element
+  int mma_accumulating = 0;         // registers: wgmma groups in flight accumulating here
+  int mma_sourcing = 0;             // registers: wgmma groups in flight reading A from here
+};
+
+// One cp.async: its bytes, read at issue, land when a wait retires their group.
+struct Landing {
+  Storage* dst;
+  int64_t flat;
+  std::vector<double> vals;
+};
+
+// One wgmma group in flight: the accumulator it will write at the wait.
+struct WgmmaGroup {
+  Storage* acc;
+  int64_t base;
+  layout::FragmentPtr layout;
+  std::vector<double> result;          // M x N, row-major
+  Storage* regs_a = nullptr;           // A's registers (wgmma_rs)
+  std::vector<std::pair<Storage*, int64_t>> reads;  // shared elements it reads
+};
+
+class Machine {
+ public:
+  Machine(const ir::Kernel& k, const RegisterLayouts& layouts, CallArgs& args);
+  std::vector<std::string> run();
+
+  // ---- simt.cc
+  void error(const std::string& what);
+  [[noreturn]] void cannot(const std::string& what);
+  Vals eval(const ir::Expr& e, const Threads& ts);
+  void exec(const ir::Stmt& s, const Threads& ts);
+  Storage* storage(const ir::Buffer& b);
+  // The flat element index of an access of `lanes` elements by the i-th thread of ts, or -1
+  // (and a report) when out of bounds.
+  int64_t flat_index(Storage* st, const std::vector<Vals>& idx, size_t i, int lanes, int t);
+  std::vector<Vals> eval_indices(const std::vector<ir::Expr>& idx, const Threads& ts);
+  void track(Storage* st, int64_t flat, int t, bool write);
+  // Every read of shared memory or registers goes through here: flags and in-flight checks.
+  // An unwritten register is reported at once, or marked in *undef when given.
+  double read_element(Storage* st, int64_t flat, int t, bool* undef = nullptr);
+  // undef: the value was computed from unwritten registers (reported unless the
+  // destination is a register, which then stays unwritten).
+  void write_element(Storage* st, int64_t flat, int t, double v, bool undef = false);
+  // Reports the first thread whose value in v is undefined, as `what` (e.g. "branches on").
+  void require_defined(const Vals& v, const Threads& ts, const std::string& what);
+  std::string thread_name(int t) const;
+  std::string element_name(const Storage* st, int64_t flat) const;
+
+  // ---- simt_calls.cc
+  Vals call(const ir::CallNode* op, const Threads& ts);
+  // Calls with an effect (cp.async, atomics, tensor cores, waits); false when `op` is
+  // an ordinary expression call.
+  bool call_statement(const ir::CallNode* op, const Threads& ts);
+  void end_block();
+
+  const ir::Kernel& k_;
+  const RegisterLayouts& layouts_;
+  CallArgs& args_;
+  int threads_ = 0;
+  std::vector<std::string> errors_;
+  bool stopped_ = false;
+  std::string block_name_;
+  std::unordered_map<const ir::BufferNode*, std::unique_ptr<Storage>> storage_;
+  std::unordered_map<const ir::ExprNode*, std::vector<double>> vars_;  // per thread
+  std::unordered_map<const ir::ExprNode*, std::vector<uint8_t>> var_undef_;  // lets of undefined values
+  std::unordered_map<const ir::ExprNode*, double> scalars_;             // the call's
+  int64_t epoch_ = 0;                                                   // barriers so far
+  std::vector<std::vector<Landing>> open_;                  // per thread: issued, uncommitted
+  std::vector<std::deque<std::vector<Landing>>> committed_;  // per thread: groups in flight
+  std::deque<WgmmaGroup> wgmma_;                             // the block's groups in flight
+  std::map<std::pair<const ir::CallNode*, int>, layout::FragmentPtr> mma_layouts_;  // per call: C, A
+
+ private:
+  void run_block(const std::vector<int64_t>& block_index);
+  void bind_block_vars(const std::vector<int64_t>& block_index);
+  Vals load(const ir::BufferLoadNode* op, const Threads& ts);
+  Vals binary(const ir::BinaryNode* op, const Threads& ts);
+  Vals select(const ir::Expr& cond, const ir::Expr& t, const ir::Expr& f, const Threads& ts);
+  void store(const ir::BufferStoreNode* op, const Threads& ts);
+  void loop(const ir::ForNode* op, const Threads& ts);
+};
+
+}  // namespace tegula::interp::simt

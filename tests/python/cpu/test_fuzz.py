@@ -1,0 +1,95 @@
+"""Differential fuzzing on the CPU (no GPU): generated programs compile (lower + NVRTC),
+and, where tegula.testing's interpreters are built, the lowered code simulated thread by
+thread computes what the reference interpreter says the program means. Invalid programs
+fail with TegulaCompileError at the line of their mistake. The generator is
+tegula.testing.fuzz; a failure shows the whole program, shrunk by hypothesis."""
+import os
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+
+tegula = pytest.importorskip("tegula")
+pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+
+from tegula.testing import fuzz  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SETTINGS = dict(derandomize=True, deadline=None, database=None, print_blob=False,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.explicit, Phase.generate, Phase.shrink])
+_SEEN = {"valid": 0, "invalid": 0}
+
+
+@settings(max_examples=320, **SETTINGS)
+@given(fuzz.programs())
+def test_generated_programs_compile_and_agree(program):
+    _SEEN["valid"] += 1
+    # Fresh inputs per program, the same ones every run.
+    fuzz.check(program, seed=zlib.crc32(program.source.encode()))
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(fuzz.invalid_programs())
+def test_invalid_programs_fail_at_their_line(program):
+    _SEEN["invalid"] += 1
+    fuzz.check_invalid(program)
+
+
+def test_enough_programs_were_checked():
+    # Runs after the two above in file order; on its own it has nothing to count.
+    if not any(_SEEN.values()):
+        pytest.skip("run with the fuzz tests above")
+    for kind, need in (("valid", 300), ("invalid", 50)):
+        assert _SEEN[kind] == 0 or _SEEN[kind] >= need, _SEEN
+
+
+def test_generator_covers_the_language():
+    features = set()
+    for seed in range(400):
+        features |= fuzz.program_from_seed(seed).features
+    wanted = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy_tile_tile", "parallel_math",
+              "read_replicated", "write_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
+              "loop_range", "atomic_element", "atomic_tile", "gemm_a_registers", "scalar_int32", "scalar_float32",
+              "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div"]
+    missing = [w for w in wanted if w not in features]
+    assert not missing, missing
+    assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
+    for kind in ("sum", "max", "min", "abssum", "absmax"):
+        assert any(f.startswith(f"reduce_{kind}_") for f in features), kind
+
+
+def test_programs_are_reproducible():
+    assert fuzz.program_from_seed(11).source == fuzz.program_from_seed(11).source
+    p = fuzz.program_from_seed(11)
+    a, b = fuzz.make_inputs(p, 3), fuzz.make_inputs(p, 3)
+    assert all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+
+
+def test_compare_catches_what_it_must():
+    ref = torch.tensor([1.0, 2.0, float("nan")])
+    assert fuzz.compare(ref, ref.clone(), 1e-5) is None
+    assert "NaN" in fuzz.compare(ref, torch.tensor([1.0, float("nan"), float("nan")]), 1e-5)
+    assert "NaN" in fuzz.compare(ref, torch.tensor([1.0, 2.0, 3.0]), 1e-5)
+    assert "relative error" in fuzz.compare(ref, torch.tensor([1.0, 2.1, float("nan")]), 1e-5)
+    ints = torch.tensor([3, -4], dtype=torch.int32)
+    assert fuzz.compare(ints, torch.tensor([3, -5], dtype=torch.int32), 0.0) is not None
+
+
+def test_check_invalid_rejects_a_valid_program():
+    program = fuzz.program_from_seed(5)
+    program.error_line, program.error_kind = 1, "not_really_invalid"
+    with pytest.raises(fuzz.Mismatch, match="compiled"):
+        fuzz.check_invalid(program)
+
+
+def test_gpu_script_dry_run(tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fuzz_gpu.py"), "--dry-run", "--count", "4",
+                          "--workers", "2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("fuzz_gpu: programs=4 mismatches=0 errors=0 seconds="), out.stdout + out.stderr
+    assert out.returncode == 0

@@ -1,0 +1,337 @@
+"""The smallest programs of every bug the differential fuzzer (tegula.testing.fuzz) found,
+each pinned to the behaviour its fix gives: a valid program compiles (and, where the
+interpreters are built, simulates to what the reference computes; on a GPU, to what
+torch computes), an invalid one fails with TegulaCompileError at the offending line."""
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+
+tegula = pytest.importorskip("tegula")
+from tegula.testing import fuzz  # noqa: E402
+
+HEADER = "import tegula\nimport tegula.language as T\n\n"
+
+
+def _load(tmp_path, body: str, name="prog"):
+    """Writes a module (a real file, so error lines are file lines) and returns it."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    spec = importlib.util.spec_from_file_location(f"fuzz_regression_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path.read_text().splitlines()
+
+
+def _line_of(lines, marker: str) -> int:
+    hits = [i + 1 for i, line in enumerate(lines) if marker in line]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+def _expect_error(tmp_path, body: str, marker: str, words: str):
+    module, lines = _load(tmp_path, body)
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        module.make().cubin()
+    err = info.value
+    assert err.line == _line_of(lines, marker), str(err)
+    assert words in err.message, err.message
+    for internal in ("InternalError", "IR verification", "NVRTC"):
+        assert internal not in err.message
+
+
+ELEMENTWISE = """
+@tegula.jit(out_idx=[1], target="sm_80")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((64, 64), "{dtype}"), O: T.Tensor((64, 64), "{dtype}")):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            tile = T.alloc_{scope}((32, 32), "{dtype}")
+            T.copy(X[by * 32, bx * 32], tile)
+            for i, j in T.Parallel(32, 32):
+                tile[i, j] = {expr}  # here
+            T.copy(tile, O[by * 32, bx * 32])
+    return main
+"""
+
+
+# Bug: `~x`, `x | y` (and & ^ << >>) on float/bf16 values reached NVRTC, which rejected the
+# generated code. Rule: bitwise operators need integer or bool operands (values.binop).
+@pytest.mark.parametrize("dtype,expr", [("float32", "~tile[i, j]"), ("bfloat16", "tile[i, j] | tile[i, j]"),
+                                        ("float16", "tile[i, j] ^ 1"), ("float32", "tile[i, j] << 1")])
+def test_bitwise_operator_on_floats_is_a_user_error(tmp_path, dtype, expr):
+    body = ELEMENTWISE.format(dtype=dtype, scope="fragment", expr=expr)
+    _expect_error(tmp_path, body, "# here", "needs integer")
+
+
+def test_bitwise_operators_on_integers_still_compile(tmp_path):
+    body = ELEMENTWISE.format(dtype="int32", scope="fragment", expr="(~tile[i, j] | 3) ^ (tile[i, j] >> 1)")
+    module, _ = _load(tmp_path, body)
+    assert "^" in module.make().get_kernel_source()
+
+
+# Bug: a constant index past the end of a shared, fragment or local buffer was accepted
+# (shared, local: out-of-bounds accesses at run time) or ended in an internal IR
+# verification error (fragment). Rule: constant indices into non-global buffers are
+# checked against the shape where the access is written (values.check_constant_bounds).
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+@pytest.mark.parametrize("expr", ["tile[i, 32]", "tile[32, j] + 1.0"])
+def test_constant_index_out_of_bounds_is_a_user_error(tmp_path, scope, expr):
+    body = ELEMENTWISE.format(dtype="float32", scope=scope, expr=expr)
+    _expect_error(tmp_path, body, "# here", "out of bounds")
+
+
+def test_constant_store_out_of_bounds_of_local_is_a_user_error(tmp_path):
+    body = """
+    @tegula.jit(out_idx=[1], target="sm_80")
+    def make():
+        @T.prim_func
+        def main(X: T.Tensor((4,), "float32"), O: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                acc = T.alloc_local((4,), "float32")
+                for t in T.serial(4):
+                    acc[t] = X[t]
+                acc[4] = 0.0  # here
+                for t in T.serial(4):
+                    O[t] = acc[t]
+        return main
+    """
+    _expect_error(tmp_path, body, "# here", "out of bounds")
+
+
+# Bug: a reduction into an output of the wrong shape but the right number of elements
+# was accepted. Rule: the output's extents (those other than 1) are the source's
+# without the reduced dimension (tileops._check_reduce_shape).
+def test_reduce_output_of_the_wrong_shape_is_a_user_error(tmp_path):
+    body = """
+    @tegula.jit(out_idx=[1], target="sm_80")
+    def make():
+        @T.prim_func
+        def main(X: T.Tensor((64, 32), "float32"), O: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                x = T.alloc_fragment((64, 32), "float32")
+                r = T.alloc_fragment((32, 2), "float32")
+                T.copy(X, x)
+                T.reduce_sum(x, r, dim=1)  # here
+        return main
+    """
+    _expect_error(tmp_path, body, "# here", "without dimension 1")
+
+
+# Bug: T.Kernel(0, ...) (a grid extent that is not positive) was accepted. Rule: constant
+# grid extents must be positive (builtins.Kernel). And a grid the `as` names do not match
+# is reported as such, at the names.
+@pytest.mark.parametrize("header,words", [("T.Kernel(64 - 64, threads=32) as bx", "must be positive"),
+                                          ("T.Kernel(2, 2, threads=32) as bx", "grid dimension"),
+                                          ("T.Kernel(2, threads=32) as (bx, by)", "grid dimension")])
+def test_bad_grids_are_user_errors(tmp_path, header, words):
+    body = f"""
+    @tegula.jit(out_idx=[1], target="sm_80")
+    def make():
+        @T.prim_func
+        def main(X: T.Tensor((64,), "float32"), O: T.Tensor((64,), "float32")):
+            with {header}:  # here
+                for i in T.Parallel(32):
+                    O[i] = X[i]
+        return main
+    """
+    _expect_error(tmp_path, body, "# here", words)
+
+
+# Bug: T.copy between two fragments of one shape with a unit dimension ((1, 32) into
+# (1, 32)) indexed the source without the unit dimension's loop variable, so layout
+# inference could not give the copy's loop the source's layout and reported a conflict
+# on a valid program. Rule: regions of the same shape are both indexed by every loop
+# variable (ops/copy.cc).
+FRAGMENT_COPY = """
+@tegula.jit(out_idx=[1], target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((3, 96), "bfloat16"), O: T.Tensor((3, 96), "float32")):
+        with T.Kernel(3, 3, threads=64) as (bx, by):
+            a = T.alloc_fragment((1, 32), "float32")
+            b = T.alloc_fragment((1, 32), "float32")
+            T.copy(X[by, bx * 32], a)
+            T.copy(a, b)
+            for i, j in T.Parallel(1, 32):
+                b[i, j] = b[i, j] * 2.0
+            T.copy(b, O[by, bx * 32])
+    return main
+"""
+
+# Bug: T.atomic_add(dst, fragment) of an (N, 1) fragment looped over the squeezed extent
+# only, so the fragment was indexed with a constant and the loop could not take its
+# layout: a layout conflict on a valid program. Rule: the loop runs over every dimension
+# of the source (ops/atomic_add.cc).
+ATOMIC_TILE = """
+@tegula.jit(target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((69, 1), "float32"), S: T.Tensor((69, 1), "float32")):
+        with T.Kernel(1, 3, threads=256) as (bx, by):
+            x = T.alloc_fragment((32, 1), "float32")
+            T.copy(X[by * 32:by * 32 + 32, 0:1], x)
+            T.atomic_add(S[by * 32:by * 32 + 32, 0:1], x)
+            T.atomic_add(S[by * 32:by * 32 + 32, 0:1], x)
+    return main
+"""
+
+
+def _torch_fragment_copy(x):
+    return x.float() * 2.0
+
+
+def _run_both(kernel, *args):
+    if not fuzz.interpreters_available():
+        return
+    from tegula.testing import reference, simulate
+
+    ref = reference(kernel, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    sim = simulate(kernel, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    return ref, sim
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_copy_between_fragments_with_a_unit_dimension(tmp_path, target):
+    module, _ = _load(tmp_path, FRAGMENT_COPY.format(target=target))
+    kernel = module.make()
+    assert kernel.cubin()[:4] == b"\x7fELF"
+    x = torch.randn(3, 96).to(torch.bfloat16)
+    both = _run_both(kernel, x)
+    if both is not None:
+        ref, sim = both
+        torch.testing.assert_close(ref, _torch_fragment_copy(x))
+        torch.testing.assert_close(sim, ref)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_atomic_add_of_a_fragment_with_a_unit_dimension(tmp_path, target):
+    module, _ = _load(tmp_path, ATOMIC_TILE.format(target=target))
+    kernel = module.make()
+    assert kernel.cubin()[:4] == b"\x7fELF"
+    if fuzz.interpreters_available():
+        from tegula.testing import reference, simulate
+
+        x = torch.randint(-8, 9, (69, 1)).float()
+        s_ref, s_sim = torch.ones(69, 1), torch.ones(69, 1)
+        reference(kernel, x, s_ref)
+        simulate(kernel, x, s_sim)
+        torch.testing.assert_close(s_ref, 1 + 2 * x)
+        torch.testing.assert_close(s_sim, s_ref)
+
+
+@pytest.mark.gpu
+def test_fragment_copy_and_tile_atomic_on_gpu(tmp_path):
+    from tegula import env
+
+    target = env.resolve_target("auto")[0]
+    module, _ = _load(tmp_path, FRAGMENT_COPY.format(target=target), "copy")
+    x = torch.randn(3, 96, device="cuda").to(torch.bfloat16)
+    out = torch.full((3, 96), float("nan"), device="cuda")
+    module.make().launch(x, out)
+    torch.testing.assert_close(out, _torch_fragment_copy(x))
+    module, _ = _load(tmp_path, ATOMIC_TILE.format(target=target), "atomic")
+    x = torch.randint(-8, 9, (69, 1), device="cuda").float()
+    s = torch.ones(69, 1, device="cuda")
+    module.make().launch(x, s)
+    torch.testing.assert_close(s, 1 + 2 * x)
+
+
+# Bug (a miscompile): the result of a 1-D reduction is a one-element fragment held, as
+# a copy, by every thread that took part; a `for q in T.Parallel(1): red[0] = ...` loop
+# ran on thread 0 only, so the other copies kept the old value and the elements they
+# went on to compute were wrong. Rule: a one-iteration loop over a one-element fragment
+# runs with that fragment's (replicated) layout (transform/layout_inference.cc).
+REPLICATED_WRITE = """
+@tegula.jit(out_idx=[1, 2], target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((32,), "float32"), R: T.Tensor((1,), "float32"), O: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((32,), "float32")
+            T.copy(X[0], x)
+            red = T.alloc_fragment((1,), "float32")
+            T.fill(red, 0.5)
+            T.reduce_sum(x, red, dim=-1, clear=False)
+            for q in T.Parallel(1):
+                red[0] = red[0] * 2 + 0.5
+            for j in T.Parallel(32):
+                x[j] = x[j] - red[0]
+            for q in T.Parallel(1):
+                R[bx] = red[0]
+            T.copy(x, O[0])
+    return main
+"""
+
+
+def _replicated_write_expected(x):
+    r = (0.5 + x.double().sum()) * 2 + 0.5
+    return r.reshape(1), x.double() - r
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_write_to_a_one_element_reduction_reaches_every_copy(tmp_path, target):
+    module, _ = _load(tmp_path, REPLICATED_WRITE.format(target=target))
+    kernel = module.make()
+    kernel.cubin()
+    final = kernel.get_ir("final")
+    assert "if tx < 1:\n        red[0] = red[0]" not in final  # not one thread alone
+    if fuzz.interpreters_available():
+        from tegula.testing import reference, simulate
+
+        x = torch.randn(32)
+        r_want, o_want = _replicated_write_expected(x)
+        r_ref, o_ref = reference(kernel, x)
+        r_sim, o_sim = simulate(kernel, x)
+        torch.testing.assert_close(r_ref.double(), r_want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(o_ref.double(), o_want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(o_sim, o_ref)
+        torch.testing.assert_close(r_sim, r_ref)
+
+
+@pytest.mark.gpu
+def test_write_to_a_one_element_reduction_on_gpu(tmp_path):
+    from tegula import env
+
+    module, _ = _load(tmp_path, REPLICATED_WRITE.format(target=env.resolve_target("auto")[0]))
+    kernel = module.make()
+    x = torch.randn(32, device="cuda")
+    r = torch.full((1,), float("nan"), device="cuda")
+    o = torch.full((32,), float("nan"), device="cuda")
+    kernel.launch(x, r, o)
+    r_want, o_want = _replicated_write_expected(x.cpu())
+    torch.testing.assert_close(r.cpu().double(), r_want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(o.cpu().double(), o_want, rtol=1e-5, atol=1e-5)
+
+
+# Bug: the frontend cached a kernel's source by its code object, and code objects of two
+# files compare equal when the kernels are written alike at the same line; the second
+# file's kernel was parsed with the first one's text, so postponed (string) annotations
+# gave it the other file's dtypes, silently. Rule: the cache key includes the file.
+def test_alike_kernels_in_two_files_keep_their_own_source(tmp_path):
+    text = textwrap.dedent("""\
+        from __future__ import annotations
+
+        import tegula
+        import tegula.language as T
+
+
+        @tegula.jit(out_idx=[1], target="sm_80")
+        def make():
+            @T.prim_func
+            def main(X: T.Tensor((32,), "{dtype}"), O: T.Tensor((32,), "float32")):
+                with T.Kernel(1, threads=32) as bx:
+                    for i in T.Parallel(32):
+                        O[i] = X[i]
+            return main
+        """)
+    dtypes = {}
+    for dtype in ("float32", "float16"):
+        path = tmp_path / f"alike_{dtype}.py"
+        path.write_text(text.format(dtype=dtype))
+        spec = importlib.util.spec_from_file_location(f"fuzz_alike_{dtype}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        dtypes[dtype] = module.make().params[0].dtype_name
+    assert dtypes == {"float32": "float32", "float16": "float16"}
