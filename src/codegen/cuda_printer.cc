@@ -328,7 +328,9 @@ class Printer {
       case BinaryOp::Max: return (ints ? "max(" : "tegula::max(") + x + ", " + y + ")";
       case BinaryOp::FloorDiv:
       case BinaryOp::FloorMod: {
-        bool plain = !ints || (an_.bound(b->a).lo >= 0 && an_.bound(b->b).lo > 0);
+        // C's / and % are the floor forms only for integers known non-negative; on
+        // floats / does not floor and % does not compile.
+        bool plain = ints && an_.bound(b->a).lo >= 0 && an_.bound(b->b).lo > 0;
         bool div = b->op == BinaryOp::FloorDiv;
         if (plain) return "(" + x + (div ? " / " : " % ") + y + ")";
         return std::string(div ? "floordiv(" : "floormod(") + x + ", " + y + ")";

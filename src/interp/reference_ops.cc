@@ -61,8 +61,19 @@ void for_each_point(const int64_t* ext, const std::vector<size_t>& dims, F f) {
 
 // A corner-form region that takes the other side's non-unit extents, on its trailing
 // dimensions (what T.copy(X[bx, 0], x) means).
+// TileLang's rule: the other side's extents, trailing dimensions aligned and unit ones
+// included; only an other side of higher rank is squeezed first.
 void widen(RegionVal& corner, std::vector<size_t>& corner_dims, const RegionVal& other,
            const std::vector<size_t>& other_dims, const char* op, const SourceLoc& loc) {
+  if (other.rank <= corner.rank) {
+    size_t shift = corner.rank - other.rank;
+    corner_dims.clear();
+    for (size_t k = 0; k < other.rank; ++k) {
+      corner.ext[shift + k] = other.ext[k];
+      if (other.ext[k] != 1) corner_dims.push_back(shift + k);
+    }
+    return;
+  }
   user_assert(other_dims.size() <= corner.rank, loc)
       << op << ": '" << corner.b->node->name << "' has rank " << corner.rank << " but the other side spans "
       << other_dims.size() << " dimensions";

@@ -57,6 +57,18 @@ class Verifier : public IRVisitor {
     }
     IRVisitor::visit_Binary(op);
   }
+  // A cp.async whose predicate is false copies nothing (it zero-fills its destination),
+  // so its source address may lie anywhere: a pipeline's prologue forms the address of an
+  // iteration the loop may not have.
+  void visit_Call(const CallNode* op) override {
+    if (op->op == "cp_async" && op->args.size() == 3 && is_const_int(op->args[2], 0)) {
+      visit(op->args[0]);
+      auto* src = op->args[1].as<BufferLoadNode>();
+      if (src) known_buffer(src->buffer, access_text(src->buffer, src->indices));
+      return;
+    }
+    IRVisitor::visit_Call(op);
+  }
   void visit_BufferLoad(const BufferLoadNode* op) override {
     std::string text = access_text(op->buffer, op->indices);
     access(op->buffer, op->indices, op->dtype.lanes, text);

@@ -26,9 +26,17 @@ bool all_ones(const BufferRegion& r) {
   return true;
 }
 
-// Gives a corner-form region the other side's extents, trailing dimensions aligned.
+// Gives a corner-form region the other side's extents, trailing dimensions aligned, unit
+// dimensions included (TileLang's rule): T.copy(X[r, c], x) with x of shape (32, 1) reads
+// a column of X. Only when the other side has more dimensions than the corner are its unit
+// dimensions dropped first.
 BufferRegion widen(const BufferRegion& corner, const BufferRegion& other, const SourceLoc& loc) {
   BufferRegion r = corner;
+  if (other.extents.size() <= r.extents.size()) {
+    size_t shift = r.extents.size() - other.extents.size();
+    for (size_t k = 0; k < other.extents.size(); ++k) r.extents[shift + k] = other.extents[k];
+    return r;
+  }
   std::vector<int> dims;
   std::vector<int64_t> sq = squeeze(other.extents, &dims);
   size_t rank = r.extents.size();

@@ -284,27 +284,31 @@ def check_invalid(program: Program) -> None:
 # ---- generation (fuzz_gen.py) ----
 
 def program_from_seed(seed: int) -> Program:
-    from .fuzz_gen import RandomChooser, gen_valid
+    from .fuzz_families import gen_valid
+    from .fuzz_gen import RandomChooser
 
     return gen_valid(RandomChooser(seed))
 
 
 def invalid_program_from_seed(seed: int) -> Program:
-    from .fuzz_gen import RandomChooser, gen_invalid
+    from .fuzz_families import gen_invalid
+    from .fuzz_gen import RandomChooser
 
     return gen_invalid(RandomChooser(seed))
 
 
 def programs():
     """A hypothesis strategy of valid programs."""
-    from .fuzz_gen import strategy, gen_valid
+    from .fuzz_families import gen_valid
+    from .fuzz_gen import strategy
 
     return strategy(gen_valid)
 
 
 def invalid_programs():
     """A hypothesis strategy of invalid programs."""
-    from .fuzz_gen import strategy, gen_invalid
+    from .fuzz_families import gen_invalid
+    from .fuzz_gen import strategy
 
     return strategy(gen_invalid)
 

@@ -5,7 +5,7 @@ kernel's line), the generated code for sizes past 32 bits (64-bit index arithmet
 folded past 65535 blocks in y), what the launcher will demand of each tensor (alignment,
 from vector and cp.async accesses), the argument checks that run before any tensor is
 touched (arity, scalars: type and range), and the disk cache facing entries it cannot use.
-tests/python/gpu/test_doors.py launches the same doors.
+tests/python/gpu/test_doors_gpu.py launches the same doors.
 """
 import importlib
 import inspect
@@ -369,3 +369,16 @@ def test_unusable_cache_entries_are_rebuilt_without_blocking(tmp_path):
                           text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split("\n")[:len(kinds)] == [f"ok {k}" for k in kinds], done.stdout
+
+
+def test_panel_rasterised_gemm_with_a_dynamic_row_count_folds_too():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import lang_kernels
+
+    program = lang_kernels.gemm_relu_program(T.dynamic("m"), 256, 128, 128, 128, 32)
+    kernel = tegula.compile(program, target="sm_80")
+    src = kernel.get_kernel_source()
+    # The panel arithmetic reads the logical row-tile count, not the launch's gridDim.y.
+    assert "const int tegula_lin = tegula_by * gridDim.x + blockIdx.x;" in src, src[:1500]
+    assert "(int)gridDim.y" not in src and "(int)(" in src, src[:1500]
+    assert kernel.cubin()[:4] == b"\x7fELF"

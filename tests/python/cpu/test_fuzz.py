@@ -1,8 +1,9 @@
 """Differential fuzzing on the CPU (no GPU): generated programs compile (lower + NVRTC),
 and, where tegula.testing's interpreters are built, the lowered code simulated thread by
 thread computes what the reference interpreter says the program means. Invalid programs
-fail with TegulaCompileError at the line of their mistake. The generator is
-tegula.testing.fuzz; a failure shows the whole program, shrunk by hypothesis."""
+fail with TegulaCompileError at the line of their mistake (test_invalid_programs.py).
+The generator is tegula.testing.fuzz; a failure shows the whole program, shrunk by
+hypothesis."""
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SETTINGS = dict(derandomize=True, deadline=None, database=None, print_blob=False,
                 suppress_health_check=list(HealthCheck),
                 phases=[Phase.explicit, Phase.generate, Phase.shrink])
-_SEEN = {"valid": 0, "invalid": 0}
+_SEEN = {"valid": 0}
 
 
 @settings(max_examples=320, **SETTINGS)
@@ -32,19 +33,11 @@ def test_generated_programs_compile_and_agree(program):
     fuzz.check(program, seed=zlib.crc32(program.source.encode()))
 
 
-@settings(max_examples=80, **SETTINGS)
-@given(fuzz.invalid_programs())
-def test_invalid_programs_fail_at_their_line(program):
-    _SEEN["invalid"] += 1
-    fuzz.check_invalid(program)
-
-
 def test_enough_programs_were_checked():
-    # Runs after the two above in file order; on its own it has nothing to count.
-    if not any(_SEEN.values()):
-        pytest.skip("run with the fuzz tests above")
-    for kind, need in (("valid", 300), ("invalid", 50)):
-        assert _SEEN[kind] == 0 or _SEEN[kind] >= need, _SEEN
+    # Runs after the test above in file order; on its own it has nothing to count.
+    if not _SEEN["valid"]:
+        pytest.skip("run with the fuzz test above")
+    assert _SEEN["valid"] >= 300, _SEEN
 
 
 def test_generator_covers_the_language():

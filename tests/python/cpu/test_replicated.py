@@ -1,7 +1,7 @@
 """Writes to replicated fragments (reduction outputs) inside later loops, on the CPU: the
 reference interpreter gives the program's meaning, and the simulator of the lowered code
 must agree with it and with torch. The same programs run on the GPU in
-gpu/test_replicated.py."""
+gpu/test_replicated_gpu.py."""
 import zlib
 
 import pytest
