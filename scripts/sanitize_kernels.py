@@ -56,6 +56,7 @@ def shipped_cases():
         yield f"softmax {rows}x{hidden}", lambda x=x: close(K.softmax(x), torch.softmax(x.float(), -1), 1e-2)
         yield f"row_sum {rows}x{hidden}", lambda x=x: close(K.row_sum(x), x.float().sum(-1), 1e-2)
         yield f"row_max {rows}x{hidden}", lambda x=x: close(K.row_max(x), x.float().amax(-1), 1e-2)
+        yield f"row_min {rows}x{hidden}", lambda x=x: close(K.row_min(x), x.float().amin(-1), 1e-2)
         yield f"add {rows}x{hidden}", lambda x=x, w=w: close(K.add(x, w), x.float() + w.float(), 1e-2)
         yield f"transpose {rows}x{hidden}", lambda x=x: close(K.transpose(x), x.t(), 0)
     for m, n, k in ((128, 128, 64), (100, 72, 40)):
@@ -100,19 +101,25 @@ def language_cases():
         yield f"math_mix {m}x{n}", lambda x=x, m=m, n=n: close(
             lk.math_mix(m, n)(x), lk.math_mix_reference(x), 1e-3)
         yield f"staged_copy {m}x{n}", lambda x=x, m=m, n=n: close(
-            lk.staged_copy(m, n)(x.half()), x.half(), 0)
+            lk.staged_copy(m, n)(x.half()), 2 * x.half().float() + 1, 1e-3)
         xb = randn(2, m, n, dtype=torch.float32)
         yield f"batched_row_stats 2x{m}x{n}", lambda xb=xb, m=m, n=n: lk.batched_row_stats(2, m, n)(xb)
         yield f"swizzled_transpose {m}x{n}", lambda x=x, m=m, n=n: close(
             tegula.compile(lk.swizzled_transpose_program(m, n), out_idx=[-1])(x.half()), x.half().t(), 0)
     for n in (1024, 1000):
         x, y = randn(n, dtype=torch.float32), randn(n, dtype=torch.float32)
-        yield f"scaled_add {n}", lambda x=x, y=y, n=n: close(lk.scaled_add(128)(x, y, 0.5), x + 0.5 * y, 1e-5)
+        yield f"scaled_add {n}", lambda x=x, y=y, n=n: close(lk.scaled_add(128)(x, y, 0.5), 0.5 * x + y, 1e-5)
     for m, n, k in ((128, 128, 64), (100, 72, 40)):
         a, b = randn(m, k), randn(k, n)
         kernel = tegula.compile(lk.gemm_relu_program(m, n, k, 64, 64, 32), out_idx=[-1])
         yield f"gemm_relu {m}x{n}x{k}", lambda a=a, b=b, kernel=kernel: close(
             kernel(a, b), torch.relu(a.float() @ b.float()), 1e-2)
+    for m, n, k, ta, tb in ((128, 128, 64, False, True), (100, 72, 40, True, False)):
+        a = randn(k, m) if ta else randn(m, k)
+        b = randn(n, k) if tb else randn(k, n)
+        kernel = tegula.compile(lk.gemm_variant_program(m, n, k, transpose_A=ta, transpose_B=tb), out_idx=[-1])
+        yield f"gemm_variant {m}x{n}x{k} tA={ta} tB={tb}", lambda a=a, b=b, ta=ta, tb=tb, kernel=kernel: close(
+            kernel(a, b), (a.t() if ta else a).float() @ (b.t() if tb else b).float(), 1e-2)
     for name, (make, inputs, ref) in rp.CASES.items():
         def run(make=make, inputs=inputs, ref=ref):
             gen = torch.Generator().manual_seed(0)

@@ -343,8 +343,16 @@ def gen_gemm(k: Kernel) -> None:
 FAMILIES = [(gen_elementwise, 5), (gen_accumulate, 2), (gen_serial_var, 1), (gen_atomic, 1), (gen_gemm, 2)]
 
 
+def all_families() -> list:
+    """(family, weight) of every module of families: this one, control flow and scopes
+    (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py)."""
+    from . import fuzz_families_control, fuzz_families_tc
+
+    return FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES
+
+
 def gen_valid(c) -> Program:
-    table = [f for f, w in FAMILIES for _ in range(w)]
+    table = [f for f, w in all_families() for _ in range(w)]
     family = c.choice(table)
     k = Kernel(c, c.choice(["sm_80", "sm_90a"]))
     family(k)

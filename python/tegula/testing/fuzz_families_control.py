@@ -1,0 +1,6 @@
+"""More families of valid programs for tegula.testing.fuzz: control flow, scopes, grids and casts.
+Each family is a function of a fuzz_gen.Kernel, listed in FAMILIES with its weight
+(fuzz_families.all_families() adds them to the others)."""
+from __future__ import annotations
+
+FAMILIES: list = []
