@@ -48,10 +48,22 @@ class Copy : public TileOp {
       const int64_t* b = as_const_int(dst.extents[d]);
       same_shape = a && b && *a == *b;
     }
+    // Part of a fragment (f[4:8, :]): the loop runs over the whole fragment, indexed by
+    // its variables alone so that it takes the fragment's layout, and moves the elements
+    // inside the region only.
+    bool part_of_fragment = anchor.buffer->scope == Scope::Fragment && !is_whole(anchor);
+    if (part_of_fragment) extents = anchor.buffer->shape;
     return make_parallel_nest(
         extents,
-        [&](const std::vector<Expr>& v) {
+        [&](const std::vector<Expr>& loop_vars) {
+          std::vector<Expr> v = loop_vars;  // positions relative to the regions' mins
+          if (part_of_fragment) {
+            for (size_t d = 0; d < v.size(); ++d) {
+              if (!is_const_int(anchor.mins[d], 0)) v[d] = loop_vars[d] - anchor.mins[d];
+            }
+          }
           auto index = [&](const BufferRegion& r, const std::vector<int>& dims, bool is_anchor) {
+            if (is_anchor && part_of_fragment) return loop_vars;
             std::vector<Expr> idx = r.mins;
             if (is_anchor || same_shape) {
               for (size_t d = 0; d < idx.size(); ++d) idx[d] = offset(idx[d], v[d]);
@@ -61,7 +73,8 @@ class Copy : public TileOp {
             return idx;
           };
           Expr value = make_load(src.buffer, index(src, sdims, !anchor_dst), loc);
-          return make_store(dst.buffer, index(dst, ddims, anchor_dst), value, loc);
+          Stmt s = make_store(dst.buffer, index(dst, ddims, anchor_dst), value, loc);
+          return part_of_fragment ? make_if(inside(anchor, loop_vars), s, {}, loc) : s;
         },
         loc);
   }

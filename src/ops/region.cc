@@ -48,6 +48,23 @@ BufferRegion widen(const BufferRegion& corner, const BufferRegion& other, const 
   return r;
 }
 
+bool is_whole(const BufferRegion& r) { return !inside(r, r.mins); }
+
+Expr inside(const BufferRegion& r, const std::vector<Expr>& v) {
+  Expr cond;
+  auto add = [&](Expr c) { cond = cond ? (cond && c) : c; };
+  for (size_t d = 0; d < v.size(); ++d) {
+    const int64_t* ext = as_const_int(r.extents[d]);
+    const int64_t* whole = as_const_int(r.buffer->shape[d]);
+    bool from_zero = is_const_int(r.mins[d], 0);
+    if (!from_zero) add(make_binary(BinaryOp::GE, v[d], r.mins[d]));
+    if (!(from_zero && ext && whole && *ext == *whole)) {
+      add(make_binary(BinaryOp::LT, v[d], offset(r.mins[d], r.extents[d])));
+    }
+  }
+  return cond;
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "(";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));

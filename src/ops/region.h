@@ -17,5 +17,10 @@ ir::BufferRegion widen(const ir::BufferRegion& corner, const ir::BufferRegion& o
 // variable itself as the index.
 ir::Expr offset(const ir::Expr& min, const ir::Expr& v);
 std::string shape_str(const std::vector<int64_t>& s);
+// True when r spans all of its buffer.
+bool is_whole(const ir::BufferRegion& r);
+// The condition that position v (one index per dimension of r's buffer) lies inside r;
+// null when every position of the buffer does.
+ir::Expr inside(const ir::BufferRegion& r, const std::vector<ir::Expr>& v);
 
 }  // namespace tegula::ops

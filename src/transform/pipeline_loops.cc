@@ -15,8 +15,9 @@
 // loads S - 2 stages ahead (S >= 4): see the comment at split_async_issue's use)
 //   wait for all; barrier
 // Each staged buffer becomes S copies stacked along its first dimension. Loops of any
-// other shape (one stage, or compute that writes a staged buffer) keep their order, each
-// run of copies completed before the unit after it.
+// other shape (one stage, or compute that writes a staged buffer, or a unit mixing copies
+// with compute, such as a nested K loop) keep their order, each run of copies completed
+// before the statement after it, at whatever depth the run stands.
 // Copies before a loop (partition_loops makes those ahead of a pipelined loop cp.async)
 // are committed as a group after each run; the group is waited for at once unless the
 // next unit touching shared memory is a staged loop, whose first wait then covers it:
@@ -157,6 +158,47 @@ Stmt with_pending(const Stmt& wait, int pending) {
   return make_evaluate(make_call(c->op, {c->args[0], make_int(pending)}, c->dtype, c->loc), wait->loc);
 }
 
+// Completes each run of copy units nested inside a unit that also reads what they fill
+// (a K loop of copies and a gemm inside the pipelined loop): commit and wait right after
+// the run, at whatever depth it stands, so the reads after it see the tile. A staged loop
+// nested inside is left as built: its own waits order its copies.
+class CompleteNestedCopies : public IRMutator {
+ public:
+  explicit CompleteNestedCopies(const std::set<const StmtNode*>& staged) : staged_(staged) {}
+  using IRMutator::mutate;
+  Stmt mutate(const Stmt& s) override { return staged_.count(s.get()) ? s : IRMutator::mutate(s); }
+  Stmt complete(const Stmt& s) {
+    if (!has_async_copy(s) || !is_copy_unit(s)) return mutate(s);
+    return make_seq({s, call("cp_async_commit"), call("cp_async_wait", {make_int(0)})});
+  }
+  Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < op->seq.size(); ++i) {
+      const Stmt& s = op->seq[i];
+      bool copy = has_async_copy(s) && is_copy_unit(s);
+      out.push_back(copy ? s : mutate(s));
+      bool next_copy = i + 1 < op->seq.size() && has_async_copy(op->seq[i + 1]) && is_copy_unit(op->seq[i + 1]);
+      if (copy && !next_copy) {
+        out.push_back(call("cp_async_commit"));
+        out.push_back(call("cp_async_wait", {make_int(0)}));
+      }
+    }
+    return make_seq(out, op->loc);
+  }
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    return make_for(op->var, op->min, op->extent, op->for_kind, complete(op->body), op->num_stages, op->loc);
+  }
+  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
+    return make_if(op->cond, complete(op->then_case), op->else_case ? complete(op->else_case) : Stmt(), op->loc);
+  }
+  Stmt mutate_LetStmt(const Stmt& self, const LetStmtNode* op) override {
+    return make_let(op->var, op->value, complete(op->body), op->loc);
+  }
+
+ private:
+  const std::set<const StmtNode*>& staged_;
+};
+
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
@@ -210,8 +252,11 @@ class Pipeliner : public IRMutator {
       // Keep the order; complete each run of copies before the unit that follows it.
       std::vector<Stmt> body;
       for (size_t i = 0; i < units.size(); ++i) {
-        body.push_back(units[i]);
-        bool next_async = i + 1 < units.size() && has_async_copy(units[i + 1]);
+        // A unit that mixes copies with reads of them completes its copies inside (and,
+        // for any copy no smaller statement holds alone, after it).
+        bool mixed = has_async_copy(units[i]) && !is_copy[i];
+        body.push_back(mixed ? CompleteNestedCopies(staged_loops_).mutate(units[i]) : units[i]);
+        bool next_async = i + 1 < units.size() && has_async_copy(units[i + 1]) && is_copy[i + 1];
         if (has_async_copy(units[i]) && !next_async) {
           body.push_back(call("cp_async_commit"));
           body.push_back(call("cp_async_wait", {make_int(0)}));

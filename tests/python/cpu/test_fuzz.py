@@ -42,15 +42,27 @@ def test_enough_programs_were_checked():
 
 def test_generator_covers_the_language():
     features = set()
-    for seed in range(400):
+    for seed in range(1000):  # cheap (generation only); more families share the seeds
         features |= fuzz.program_from_seed(seed).features
     wanted = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy_tile_tile", "parallel_math",
               "read_replicated", "write_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
               "loop_range", "atomic_element", "atomic_tile", "gemm_a_registers", "scalar_int32", "scalar_float32",
               "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div"]
+    # tensor-core programs (fuzz_families_tc.py)
+    wanted += ["attention_causal", "attention_mask", "attention_online_max", "attention_p_registers",
+               "attention_p_shared", "attention_pipelined", "attention_sm_90a", "chain_h_registers", "chain_h_shared",
+               "chain_inner_k_loop", "tc_split_k_atomic", "tc_two_accumulators", "tc_bias_fragment"]
+    # control flow, scopes, grids and casts (fuzz_families_control.py)
+    wanted += ["mask_select_nested", "branch_on_scalar", "tile_ops_under_branch", "serial_in_parallel",
+               "local_in_parallel", "loop_in_loop_parallel", "grid3d", "dynamic_2d", "copy_changes_dtype",
+               "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
+               "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",
+               "shared_loop_tree", "shared_loop_chunks", "shared_reduce"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
+    for policy in ("Square", "FullRow", "FullCol"):
+        assert any(f.startswith(f"tc_{policy}_") for f in features), policy
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         assert any(f.startswith(f"reduce_{kind}_") for f in features), kind
 

@@ -439,3 +439,167 @@ def test_corner_copy_takes_the_other_sides_unit_dimensions(tmp_path):
     x = torch.randn(64, 48)
     for run in (tegula.testing.reference, tegula.testing.simulate):
         assert torch.equal(run(kernel, x), x[:, 5:6]), run.__name__
+
+
+# Bug (a miscompile): copies in a loop nested inside a T.Pipelined loop (a K loop under a
+# loop over hidden chunks, as a fused MLP writes) became cp.async, but the pipelined loop,
+# which could not stage them, committed and waited for them only after the whole nested
+# loop: the gemm inside read the tiles while they were still in flight. Rule: a unit of a
+# pipelined loop that mixes copies with their reads completes each run of copies right
+# after it, at whatever depth (transform/pipeline_loops.cc).
+NESTED_K_LOOP = """
+@tegula.jit(out_idx=[2], target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((80, 72), "float16"), W: T.Tensor((72, 64), "float16"), Y: T.Tensor((80, 64), "float32")):
+        with T.Kernel(2, threads=128) as bx:
+            X_shared = T.alloc_shared((64, 32), "float16")
+            W_shared = T.alloc_shared((32, 32), "float16")
+            H = T.alloc_fragment((64, 32), "float32")
+            for h in T.Pipelined(2, num_stages=2):
+                T.clear(H)
+                for ko in T.serial(T.ceildiv(72, 32)):
+                    T.copy(X[bx * 64, ko * 32], X_shared)
+                    T.copy(W[ko * 32, h * 32], W_shared)
+                    T.gemm(X_shared, W_shared, H)
+                T.copy(H, Y[bx * 64, h * 32])
+    return main
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_copies_in_a_loop_nested_in_a_pipelined_loop_complete_before_the_gemm(tmp_path, target):
+    module, _ = _load(tmp_path, NESTED_K_LOOP.format(target=target))
+    kernel = module.make()
+    kernel.cubin()
+    if fuzz.interpreters_available():
+        from tegula.testing import reference, simulate
+
+        gen = torch.Generator().manual_seed(1)
+        x = (torch.rand(80, 72, generator=gen) * 2 - 1).half()
+        w = (torch.rand(72, 64, generator=gen) * 2 - 1).half()
+        want = x.double() @ w.double()
+        ref = reference(kernel, x, w)
+        torch.testing.assert_close(ref.double(), want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(simulate(kernel, x, w), ref)
+
+
+@pytest.mark.gpu
+def test_copies_in_a_loop_nested_in_a_pipelined_loop_on_gpu(tmp_path):
+    from tegula import env
+
+    module, _ = _load(tmp_path, NESTED_K_LOOP.format(target=env.resolve_target("auto")[0]))
+    x = (torch.rand(80, 72, device="cuda") * 2 - 1).half()
+    w = (torch.rand(72, 64, device="cuda") * 2 - 1).half()
+    y = torch.full((80, 64), float("nan"), device="cuda")
+    module.make().launch(x, w, y)
+    torch.testing.assert_close(y.double(), x.double() @ w.double(), rtol=1e-4, atol=1e-4)
+
+
+# Bug (a miscompile): T.fill / T.clear of a T.alloc_local buffer was partitioned like a
+# T.Parallel loop over the block, so thread 0 alone filled its copy and the other threads
+# computed with registers nobody wrote. Rule: a local buffer is each thread's own, and
+# every thread fills all of it, as TileLang's fill of a "local" buffer does (ops/fill.cc).
+LOCAL_FILL = """
+@tegula.jit(out_idx=[1], target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((70, 3), "float32"), O: T.Tensor((70, 3), "float32")):
+        with T.Kernel(T.ceildiv(70, 32), threads=64) as bx:
+            x = T.alloc_fragment((32, 3), "float32")
+            T.copy(X[bx * 32, 0], x)
+            bias = T.alloc_local((2,), "float32")
+            T.fill(bias, 2)
+            for i, j in T.Parallel(32, 3):
+                x[i, j] = x[i, j] * bias[1] + bias[0]
+            T.copy(x, O[bx * 32, 0])
+    return main
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_fill_of_a_local_buffer_fills_every_threads_copy(tmp_path, target):
+    module, _ = _load(tmp_path, LOCAL_FILL.format(target=target))
+    kernel = module.make()
+    kernel.cubin()
+    x = torch.randn(70, 3)
+    both = _run_both(kernel, x)
+    if both is not None:
+        ref, sim = both
+        torch.testing.assert_close(ref, x * 2 + 2)
+        torch.testing.assert_close(sim, ref)
+
+
+# Bug (a miscompile): a T.Parallel loop over part of a fragment (`for i, j in
+# T.Parallel(4, 8)` on a (16, 8) tile, or the loop T.fill(f[0:1, :], v) expands to)
+# took the fragment's layout, which spans the whole tile, so it wrote every element.
+# And T.fill / T.copy into a part of a fragment at an offset (f[12:16, 2:5]) were refused
+# with a layout conflict. Rules: a loop indexing fragments by exactly its variables over
+# less than their shape runs over the whole shape, masked (transform/layout_inference.cc,
+# PadToFragment); a fill or copy of part of a fragment loops over the whole fragment and
+# moves the elements inside the region only (ops/fill.cc, ops/copy.cc).
+PART_OF_FRAGMENT = """
+@tegula.jit(out_idx=[1], target="{target}")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((37, 8), "float32"), O: T.Tensor((37, 8), "float32")):
+        with T.Kernel(T.ceildiv(37, 16), threads=64) as bx:
+            f = T.alloc_fragment((16, 8), "float32")
+            g = T.alloc_fragment((16, 8), "float32")
+            T.copy(X[bx * 16, 0], f)
+            T.copy(f, g)
+            T.fill(f[0:1, :], 2)
+            T.clear(f[12:16, 2:5])
+            for i, j in T.Parallel(4, 8):
+                f[i, j] = f[i, j] + 1
+            T.copy(X[bx * 16 + 4, 0], g[8:12, :])
+            for i, j in T.Parallel(16, 8):
+                f[i, j] = f[i, j] + g[i, j]
+            T.copy(f, O[bx * 16, 0])
+    return main
+"""
+
+
+def _part_of_fragment_expected(x):
+    padded = torch.zeros(64, 8, dtype=torch.float64)
+    padded[:37] = x.double()
+    out = []
+    for b in range(3):
+        f = padded[16 * b:16 * b + 16].clone()
+        g = f.clone()
+        f[0, :] = 2
+        f[12:16, 2:5] = 0
+        f[0:4, :] += 1
+        g[8:12] = padded[16 * b + 4:16 * b + 8]
+        out.append(f + g)
+    return torch.cat(out)[:37]
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_loops_fills_and_copies_over_part_of_a_fragment(tmp_path, target):
+    module, _ = _load(tmp_path, PART_OF_FRAGMENT.format(target=target))
+    kernel = module.make()
+    kernel.cubin()
+    x = torch.randn(37, 8)
+    both = _run_both(kernel, x)
+    if both is not None:
+        ref, sim = both
+        torch.testing.assert_close(ref.double(), _part_of_fragment_expected(x))
+        torch.testing.assert_close(sim, ref)
+
+
+@pytest.mark.gpu
+def test_local_fill_and_part_of_a_fragment_on_gpu(tmp_path):
+    from tegula import env
+
+    target = env.resolve_target("auto")[0]
+    module, _ = _load(tmp_path, LOCAL_FILL.format(target=target), "local_fill")
+    x = torch.randn(70, 3, device="cuda")
+    out = torch.full((70, 3), float("nan"), device="cuda")
+    module.make().launch(x, out)
+    torch.testing.assert_close(out, x * 2 + 2)
+    module, _ = _load(tmp_path, PART_OF_FRAGMENT.format(target=target), "part")
+    x = torch.randn(37, 8, device="cuda")
+    out = torch.full((37, 8), float("nan"), device="cuda")
+    module.make().launch(x, out)
+    torch.testing.assert_close(out.cpu().double(), _part_of_fragment_expected(x.cpu()))

@@ -4,6 +4,8 @@ launched. Outputs start poisoned (NaN), so an element the program never writes f
 import pytest
 import torch
 
+import replicated_programs
+
 import tegula
 import tegula.language as T
 
@@ -42,22 +44,8 @@ def assert_close(out, ref, rtol, what="output"):
 
 # ---- the program whose GPU code gets Y wrong: the reference must not ----
 
-@tegula.jit(out_idx=[-2, -1], target="sm_90a")
-def center(M, N, threads=128):
-    @T.prim_func
-    def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32")):
-        with T.Kernel(M, threads=threads) as bx:
-            x = T.alloc_fragment((1, N), "float32")
-            s = T.alloc_fragment((1,), "float32")
-            T.copy(X[bx, 0], x)
-            T.reduce_sum(x, s, dim=1)
-            for i in T.Parallel(1):
-                s[i] = s[i] / N
-                S[bx + i] = s[i]
-            for i, j in T.Parallel(1, N):
-                x[i, j] = x[i, j] - s[i]
-            T.copy(x, Y[bx, 0])
-    return main
+def center(M, N):
+    return replicated_programs.center(M, N, target="sm_90a")
 
 
 @pytest.mark.parametrize("M,N", [(4, 64), (7, 100)])

@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+import replicated_programs
+
 import tegula
 import tegula.language as T
 import tegula.testing as tt
@@ -140,25 +142,9 @@ def test_serial_loop_into_a_variable():
 
 def test_center_rows_through_a_replicated_fragment():
     # A write to a replicated fragment inside a T.Parallel(1) loop must reach every copy.
-    @jit("sm_90a", out_idx=(-2, -1))
-    def center(M, N, threads=128):
-        @T.prim_func
-        def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32")):
-            with T.Kernel(M, threads=threads) as bx:
-                x = T.alloc_fragment((1, N), "float32")
-                s = T.alloc_fragment((1,), "float32")
-                T.copy(X[bx, 0], x)
-                T.reduce_sum(x, s, dim=1)
-                for i in T.Parallel(1):
-                    s[i] = s[i] / N
-                    S[bx + i] = s[i]
-                for i, j in T.Parallel(1, N):
-                    x[i, j] = x[i, j] - s[i]
-                T.copy(x, Y[bx, 0])
-        return main
 
     x = torch.randn(4, 256)
-    y, s = tt.simulate(center(4, 256), x)
+    y, s = tt.simulate(replicated_programs.center(4, 256, target="sm_90a"), x)
     mean = x.double().mean(1)
     close(s, mean, torch.float32)
     close(y, x.double() - mean[:, None], torch.float32)
