@@ -354,6 +354,18 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
       if (st->buf->scope != Scope::Global && !st->written[p]) {
         error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + element_name(st, e));
       }
+      if (st->buf->scope == Scope::Shared) {
+        // An atomic is a write: it races with plain accesses of other threads since the
+        // last barrier (and they with it), though not with other atomics.
+        constexpr int kAtomic = -4;
+        SharedUse& u = st->uses[e];
+        if ((u.write_epoch == epoch_ && u.writer != kAtomic && u.writer != ts[i]) ||
+            (u.read_epoch == epoch_ && u.reader != ts[i])) {
+          error("race on " + element_name(st, e) + ": " + thread_name(ts[i]) +
+                " adds atomically to it after a plain access by another thread, with no barrier between");
+        }
+        u.write_epoch = epoch_, u.writer = kAtomic;
+      }
       st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
       if (st->buf->scope != Scope::Global) st->written[p] = 1;
     }

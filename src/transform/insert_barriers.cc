@@ -41,6 +41,11 @@ Touch touched(const Stmt& s) {
     if (auto* c = e.as<CallNode>()) {
       // cp.async writes its destination (its first argument, an element of the buffer).
       if (c->op == "cp_async") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+      // So does an atomic add into shared memory (its address is its first argument).
+      if (c->op == "atomic_add") {
+        auto* addr = c->args[0].as<BufferLoadNode>();
+        if (addr && addr->buffer->scope == Scope::Shared) t.writes.insert(addr->buffer.get());
+      }
     }
   });
   return t;

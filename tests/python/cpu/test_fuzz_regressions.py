@@ -603,3 +603,37 @@ def test_local_fill_and_part_of_a_fragment_on_gpu(tmp_path):
     out = torch.full((37, 8), float("nan"), device="cuda")
     module.make().launch(x, out)
     torch.testing.assert_close(out.cpu().double(), _part_of_fragment_expected(x.cpu()))
+
+
+SHARED_HISTOGRAM = """
+@tegula.jit(out_idx=[1], target="sm_80")
+def make():
+    @T.prim_func
+    def main(X: T.Tensor((32, 32), "int32"), H: T.Tensor((2, 17), "float32")):
+        with T.Kernel(2, threads=128) as bx:
+            hist = T.alloc_shared((17,), "float32")
+            T.clear(hist)
+            for i, j in T.Parallel(32, 16):
+                T.atomic_add(hist[X[i, bx * 16 + j] + 8], X[i, bx * 16 + j] * X[i, bx * 16 + j])
+            for q in T.Parallel(17):
+                H[bx, q] = hist[q]
+    return main
+"""
+
+
+def test_atomic_adds_into_shared_memory_are_fenced_before_they_are_read(tmp_path):
+    # Found on the GPU (the simulator did not yet count atomics as writes): an atomic add
+    # into a shared tile is a write, so a barrier must separate it from the reads after it.
+    module, _ = _load(tmp_path, SHARED_HISTOGRAM)
+    kernel = module.make()
+    lines = kernel.get_ir("final").splitlines()
+    last_atomic = max(i for i, line in enumerate(lines) if "atomic_add(hist" in line)
+    first_read = min(i for i, line in enumerate(lines) if "= hist[" in line)
+    assert any("sync_threads" in line for line in lines[last_atomic:first_read]), "\n".join(lines)
+    x = torch.randint(-8, 9, (32, 32), dtype=torch.int32)
+    want = torch.zeros(2, 17, dtype=torch.float64)
+    for b in range(2):
+        v = x[:, b * 16:(b + 1) * 16].flatten().long()
+        want[b].index_add_(0, v + 8, (v * v).double())
+    assert torch.equal(tegula.testing.reference(kernel, x).double(), want)
+    assert torch.equal(tegula.testing.simulate(kernel, x).double(), want)
