@@ -27,7 +27,7 @@ def shipped(name):
     return importlib.import_module("tegula.kernels." + name)
 
 
-def close(out, ref, dtype):
+def assert_near(out, ref, dtype):
     """out (any dtype) against a float64 reference, within what `dtype` can hold."""
     tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}[dtype]
     torch.testing.assert_close(out.double(), ref.double(), rtol=tol, atol=tol)
@@ -57,28 +57,28 @@ def test_elementwise_casts_and_selects(target):
     x = torch.randn(37, 70, dtype=torch.float16)
     y = tt.simulate(program(37, 70), x)
     v = (x.float() * 3.0 + 0.25).double()
-    close(y, torch.where(v > 0, torch.exp(-v), torch.trunc(v)), torch.bfloat16)
+    assert_near(y, torch.where(v > 0, torch.exp(-v), torch.trunc(v)), torch.bfloat16)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_math_intrinsics(target):
     x = torch.randn(64, 128)
     y = tt.simulate(lk.math_mix(64, 128, target=target), x)
-    close(y, lk.math_mix_reference(x.double()), torch.float32)
+    assert_near(y, lk.math_mix_reference(x.double()), torch.float32)
 
 
 @pytest.mark.parametrize("M,N", [(128, 128), (100, 72), (5, 9)])
 def test_staged_copy_with_ragged_edges(M, N):
     x = torch.randn(M, N, dtype=torch.float16)
     y = tt.simulate(lk.staged_copy(M, N, target="sm_90a"), x)
-    close(y, x.double() * 2 + 1, torch.float16)
+    assert_near(y, x.double() * 2 + 1, torch.float16)
 
 
 @pytest.mark.parametrize("n", [1, 100, 256, 300])
 def test_dynamic_length_and_scalar_argument(n):
     k = lk.scaled_add(128, target="sm_90a")
     x, y = torch.randn(n), torch.randn(n)
-    close(tt.simulate(k, x, y, 0.75), 0.75 * x.double() + y.double(), torch.float32)
+    assert_near(tt.simulate(k, x, y, 0.75), 0.75 * x.double() + y.double(), torch.float32)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -99,7 +99,7 @@ def test_row_statistics_on_a_3d_grid(target):
     o = tt.simulate(lk.batched_row_stats(2, 3, 200, target=target), x)
     xd = x.double()
     ref = torch.stack([xd.amin(-1), xd.abs().amax(-1), 100 + xd.abs().sum(-1)], -1)
-    close(o, ref, torch.float32)
+    assert_near(o, ref, torch.float32)
 
 
 @pytest.mark.parametrize("M,N", [(64, 48), (37, 96)])
@@ -122,14 +122,14 @@ def test_column_reduction(M, N):
         return f
 
     x = torch.randn(M, N)
-    close(tt.simulate(program(M, N), x), x.double().sum(0), torch.float32)
+    assert_near(tt.simulate(program(M, N), x), x.double().sum(0), torch.float32)
 
 
 def test_column_sums_through_atomics():
     x = torch.randn(50, 64)
     s = torch.zeros(64)
     tt.simulate(lk.column_sums(50, 64, target="sm_90a"), x, s)
-    close(s, x.double().sum(0), torch.float32)
+    assert_near(s, x.double().sum(0), torch.float32)
 
 
 def test_serial_loop_into_a_variable():
@@ -137,7 +137,7 @@ def test_serial_loop_into_a_variable():
     y = torch.full((6,), float("nan"))
     tt.simulate(lk.serial_row_sums(6, 40, target="sm_80"), x, y)
     sign = torch.tensor([1.0, -1.0] * 3, dtype=torch.float64)
-    close(y, x.double().sum(1) * sign, torch.float32)
+    assert_near(y, x.double().sum(1) * sign, torch.float32)
 
 
 def test_center_rows_through_a_replicated_fragment():
@@ -146,8 +146,8 @@ def test_center_rows_through_a_replicated_fragment():
     x = torch.randn(4, 256)
     y, s = tt.simulate(replicated_programs.center(4, 256, target="sm_90a"), x)
     mean = x.double().mean(1)
-    close(s, mean, torch.float32)
-    close(y, x.double() - mean[:, None], torch.float32)
+    assert_near(s, mean, torch.float32)
+    assert_near(y, x.double() - mean[:, None], torch.float32)
 
 
 # ------------------------------------------------------------------ shipped row kernels
@@ -162,13 +162,13 @@ def test_shipped_row_kernels(target, n, dtype):
     xd, wd, bd = x.double(), w.double(), b.double()
 
     k = jit(target)(shipped("softmax").softmax_program)(n, name, plan.blk_m, plan.threads, plan.n_pad)
-    close(tt.simulate(k, x), torch.softmax(xd, -1), dtype)
+    assert_near(tt.simulate(k, x), torch.softmax(xd, -1), dtype)
 
     k = jit(target)(shipped("rmsnorm").rms_norm_program)(n, name, 1e-6, False, plan.blk_m, plan.threads, plan.n_pad)
-    close(tt.simulate(k, x, w), xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd, dtype)
+    assert_near(tt.simulate(k, x, w), xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * wd, dtype)
 
     k = jit(target)(shipped("layernorm").layer_norm_program)(n, name, 1e-5, plan.blk_m, plan.threads, plan.n_pad)
-    close(tt.simulate(k, x, w, b), torch.nn.functional.layer_norm(xd, (n,), wd, bd, 1e-5), dtype)
+    assert_near(tt.simulate(k, x, w, b), torch.nn.functional.layer_norm(xd, (n,), wd, bd, 1e-5), dtype)
 
 
 def test_softmax_dynamic_rows_share_one_compilation():
@@ -176,7 +176,7 @@ def test_softmax_dynamic_rows_share_one_compilation():
     k = jit("sm_90a")(shipped("softmax").softmax_program)(64, "float16", plan.blk_m, plan.threads, plan.n_pad)
     for rows in (1, 7, 33):
         x = torch.randn(rows, 64, dtype=torch.float16)
-        close(tt.simulate(k, x), torch.softmax(x.double(), -1), torch.float16)
+        assert_near(tt.simulate(k, x), torch.softmax(x.double(), -1), torch.float16)
 
 
 # ------------------------------------------------------------------ tensor cores
@@ -193,7 +193,7 @@ def test_pipelined_gemm(target, M, N, K, stages):
     # panel and a partial one; a block mapped twice would leave poisoned tiles.
     k = jit(target)(shipped("gemm").matmul_program)(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=stages)
     a, b, bias = torch.randn(M, K).half(), torch.randn(K, N).half(), torch.randn(N).half()
-    close(tt.simulate(k, a, b, bias), gemm_reference(a, b), torch.float16)
+    assert_near(tt.simulate(k, a, b, bias), gemm_reference(a, b), torch.float16)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -211,14 +211,14 @@ def test_gemm_operand_layouts(target, variant):
     if variant.get("accum_dtype") == "float16":  # rounded after every block_K step
         torch.testing.assert_close(out.double(), ref, rtol=4e-3, atol=3e-2)
     else:
-        close(out, ref, torch.float16)
+        assert_near(out, ref, torch.float16)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_gemm_relu_bfloat16(target):
     k = jit(target)(lk.gemm_relu_program)(64, 128, 64, 64, 64, 32, dtype="bfloat16", num_stages=2)
     a, b = torch.randn(64, 64).bfloat16(), torch.randn(64, 128).bfloat16()
-    close(tt.simulate(k, a, b), gemm_reference(a, b).clamp(min=0), torch.bfloat16)
+    assert_near(tt.simulate(k, a, b), gemm_reference(a, b).clamp(min=0), torch.bfloat16)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -236,8 +236,8 @@ def test_flash_attention(target, causal, seq_q, seq_kv):
     s = qd @ kd.transpose(-1, -2) / math.sqrt(D)
     if causal:  # query i sees keys j <= i + seq_kv - seq_q
         s = s.masked_fill(torch.ones(seq_q, seq_kv).triu(seq_kv - seq_q + 1).bool(), float("-inf"))
-    close(o, (torch.softmax(s, -1) @ vd).transpose(1, 2), torch.float16)
-    close(lse, torch.logsumexp(s, -1), torch.float16)
+    assert_near(o, (torch.softmax(s, -1) @ vd).transpose(1, 2), torch.float16)
+    assert_near(lse, torch.logsumexp(s, -1), torch.float16)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -255,7 +255,7 @@ def test_flash_decoding_split_and_combine(target):
         kb = k[b, :n].double().repeat_interleave(H // HKV, 1).transpose(0, 1)
         vb = v[b, :n].double().repeat_interleave(H // HKV, 1).transpose(0, 1)
         s = (q[b].double()[:, None, :] @ kb.transpose(-1, -2))[:, 0] / math.sqrt(D)
-        close(out[b], (torch.softmax(s, -1)[:, None, :] @ vb)[:, 0], torch.float16)
+        assert_near(out[b], (torch.softmax(s, -1)[:, None, :] @ vb)[:, 0], torch.float16)
 
 
 # ------------------------------------------------------------------ what must be reported
