@@ -30,7 +30,7 @@ def _line_of(lines, marker: str) -> int:
     return hits[0]
 
 
-def _expect_error(tmp_path, body: str, marker: str, words: str):
+def _assert_user_error(tmp_path, body: str, marker: str, words: str):
     module, lines = _load(tmp_path, body)
     with pytest.raises(tegula.TegulaCompileError) as info:
         module.make().cubin()
@@ -62,7 +62,7 @@ def make():
                                         ("float16", "tile[i, j] ^ 1"), ("float32", "tile[i, j] << 1")])
 def test_bitwise_operator_on_floats_is_a_user_error(tmp_path, dtype, expr):
     body = ELEMENTWISE.format(dtype=dtype, scope="fragment", expr=expr)
-    _expect_error(tmp_path, body, "# here", "needs integer")
+    _assert_user_error(tmp_path, body, "# here", "needs integer")
 
 
 def test_bitwise_operators_on_integers_still_compile(tmp_path):
@@ -79,7 +79,7 @@ def test_bitwise_operators_on_integers_still_compile(tmp_path):
 @pytest.mark.parametrize("expr", ["tile[i, 32]", "tile[32, j] + 1.0"])
 def test_constant_index_out_of_bounds_is_a_user_error(tmp_path, scope, expr):
     body = ELEMENTWISE.format(dtype="float32", scope=scope, expr=expr)
-    _expect_error(tmp_path, body, "# here", "out of bounds")
+    _assert_user_error(tmp_path, body, "# here", "out of bounds")
 
 
 def test_constant_store_out_of_bounds_of_local_is_a_user_error(tmp_path):
@@ -97,7 +97,7 @@ def test_constant_store_out_of_bounds_of_local_is_a_user_error(tmp_path):
                     O[t] = acc[t]
         return main
     """
-    _expect_error(tmp_path, body, "# here", "out of bounds")
+    _assert_user_error(tmp_path, body, "# here", "out of bounds")
 
 
 # Bug: a reduction into an output of the wrong shape but the right number of elements
@@ -116,7 +116,7 @@ def test_reduce_output_of_the_wrong_shape_is_a_user_error(tmp_path):
                 T.reduce_sum(x, r, dim=1)  # here
         return main
     """
-    _expect_error(tmp_path, body, "# here", "without dimension 1")
+    _assert_user_error(tmp_path, body, "# here", "without dimension 1")
 
 
 # Bug: T.Kernel(0, ...) (a grid extent that is not positive) was accepted. Rule: constant
@@ -136,7 +136,7 @@ def test_bad_grids_are_user_errors(tmp_path, header, words):
                     O[i] = X[i]
         return main
     """
-    _expect_error(tmp_path, body, "# here", words)
+    _assert_user_error(tmp_path, body, "# here", words)
 
 
 # Bug: T.copy between two fragments of one shape with a unit dimension ((1, 32) into
