@@ -9,6 +9,9 @@
     kernel = matmul(1024, 1024, 1024)     # parsed, lowered, cached per argument tuple
     C = kernel(A, B)                      # out_idx: outputs are allocated and returned
 
+The eager form (tegula/eager.py) writes the kernel body as the decorated function itself:
+`C = matmul(A, B, block_M=128)` compiles on first use and launches.
+
 Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
 arguments, allocates the outputs and launches (see JITKernel.__call__).
 """
@@ -81,9 +84,11 @@ class JITKernel:
         self.options = options  # what _C.lower was given
         C = env.native()
         try:
-            self._lowered = C.lower(func.kernel, self.target, options)
+            # One lowered kernel per `with T.Kernel` block, launched in order by one call.
+            self._lowered_all = [C.lower(k, self.target, options) for k in func.kernels]
         except C.CompileError as err:
             raise from_native(err, func.source) from None
+        self._lowered = self._lowered_all[0]
         self._program = None
         self._call = self._first_call
         self._setup_params()
@@ -125,7 +130,8 @@ class JITKernel:
             raise RuntimeError(
                 f"kernel {self.prim_func.name} was compiled for {self.target} only because no GPU was found "
                 "(target='auto'); it cannot be launched. Set TEGULA_TARGET or compile where a GPU is visible.")
-        self._program = self._lowered.build(self.out_idx)
+        C = env.native()
+        self._program = C.build_program(self._lowered_all, self.out_idx, len(self.prim_func.workspaces))
         return self._program
 
     def _first_call(self, *args):
@@ -146,16 +152,29 @@ class JITKernel:
         """Every parameter given (outputs included), on an explicit CUDA stream handle."""
         (self._program or self._build()).launch(list(args), stream)
 
-    def cubin(self) -> bytes:
-        """The compiled binary (through the cache), without loading it: works with no GPU."""
-        return self._lowered.compile()
+    def cubin(self, index: int = 0) -> bytes:
+        """The compiled binary of kernel `index` (through the cache), without loading it:
+        works with no GPU."""
+        return self._lowered_all[index].compile()
+
+    @property
+    def num_kernels(self) -> int:
+        """How many `with T.Kernel` blocks one call launches."""
+        return len(self._lowered_all)
 
     # ---- inspection ----
     def get_kernel_source(self) -> str:
-        return self._lowered.source
+        """The CUDA source: for a prim_func of several `with T.Kernel` blocks, each
+        kernel's source in launch order."""
+        if len(self._lowered_all) == 1:
+            return self._lowered.source
+        return "\n".join(f"// ---- kernel {i} of {len(self._lowered_all)} (launched in this order) ----\n{l.source}"
+                         for i, l in enumerate(self._lowered_all))
 
     def get_ir(self, stage: str = "final") -> str:
-        return self._lowered.ir(stage)
+        if len(self._lowered_all) == 1:
+            return self._lowered.ir(stage)
+        return "\n".join(f"# ==== kernel {i} ====\n{l.ir(stage)}" for i, l in enumerate(self._lowered_all))
 
     @property
     def stages(self) -> list[str]:
@@ -243,7 +262,8 @@ class JITFunction:
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
         execution_backend=None, compile_flags=None):
     """`@tegula.jit` or `@tegula.jit(out_idx=[-1], ...)` on a function that returns a
-    T.prim_func (or directly on a prim_func, which compiles it at once)."""
+    T.prim_func (or directly on a prim_func, which compiles it at once), or on a function
+    that is itself the kernel body (the eager form, see tegula/eager.py)."""
     settings = dict(out_idx=out_idx, target=target, pass_configs=pass_configs, verbose=verbose,
                     debug_root_path=debug_root_path, execution_backend=execution_backend,
                     compile_flags=compile_flags)
@@ -251,6 +271,10 @@ def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=Fa
     def decorate(fn):
         if isinstance(fn, PrimFunc):
             return JITKernel(fn, **settings)
+        from . import eager  # imports this module
+
+        if eager.is_eager(fn):
+            return eager.EagerJITFunction(fn, settings)
         return JITFunction(fn, settings)
 
     return decorate if func is None else decorate(func)

@@ -143,55 +143,81 @@ struct LoweredKernel {
     }
   }
 
-  std::shared_ptr<Program> build(const std::vector<int>& out_idx) {
-    std::vector<char> image = compile_image();
+  Launch launch_spec() {
     const ir::Kernel& k = lowered.kernel;
-    auto vec = required_alignment(k);
-    std::vector<ParamSpec> specs;
-    int np = int(k.params.size());
-    for (int i = 0; i < np; ++i) {
-      const ir::Param& p = k.params[i];
-      ParamSpec s;
-      s.name = p.name();
-      if (p.buffer) {
-        s.dtype = p.buffer->dtype;
-        s.scalar_type = scalar_type(s.dtype);
-        for (auto& d : p.buffer->shape) {
-          const int64_t* v = ir::as_const_int(d);
-          int var = -1;
-          for (size_t j = 0; !v && j < k.dynamic_vars.size(); ++j) {
-            if (k.dynamic_vars[j].same_as(d)) var = int(j);
-          }
-          if (!v && var < 0) {
-            throw py::value_error("parameter '" + s.name + "': shape entries must be constants or T.dynamic variables");
-          }
-          s.dims.push_back(v ? *v : -1);
-          s.dim_var.push_back(var);
-        }
-        auto it = vec.find(p.buffer.get());
-        s.align_bytes = it == vec.end() ? 0 : it->second;
-      } else {
-        s.is_tensor = false;
-        s.dtype = p.var.dtype();
-        s.var = p.var;
-      }
-      specs.push_back(std::move(s));
-    }
-    for (int i : out_idx) {
-      int j = i < 0 ? i + np : i;
-      if (j < 0 || j >= np || !specs[j].is_tensor) {
-        throw py::value_error("out_idx " + std::to_string(i) + " does not name a tensor parameter of " + k.name);
-      }
-      specs[j].is_output = true;
-    }
-    GridRules rules;
-    rules.fold = codegen::folds_grid(k);
-    rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
-    return std::make_shared<Program>(k.name, source.entry, std::move(image), std::move(specs),
-                                     int(k.dynamic_vars.size()), k.grid, k.dynamic_vars, k.threads,
-                                     int(k.smem_bytes), std::move(rules));
+    Launch l;
+    l.image = compile_image();
+    l.entry = source.entry;
+    l.grid = k.grid;
+    l.threads = k.threads;
+    l.smem_bytes = int(k.smem_bytes);
+    l.rules.fold = codegen::folds_grid(k);
+    l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
+    return l;
   }
 };
+
+// The program of one prim_func: its kernels (one per `with T.Kernel`, launched in order)
+// over one argument list, the parameters then `num_workspaces` T.alloc_global buffers.
+std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<LoweredKernel>>& kernels,
+                                       const std::vector<int>& out_idx, int num_workspaces) {
+  internal_assert(!kernels.empty()) << "build_program needs a kernel";
+  const ir::Kernel& k = kernels[0]->lowered.kernel;
+  std::map<int, int> align;  // param index -> bytes, over every kernel
+  for (auto& lk : kernels) {
+    const ir::Kernel& kk = lk->lowered.kernel;
+    auto vec = required_alignment(kk);
+    for (size_t i = 0; i < kk.params.size(); ++i) {
+      if (!kk.params[i].buffer) continue;
+      auto it = vec.find(kk.params[i].buffer.get());
+      if (it != vec.end()) align[int(i)] = std::max(align[int(i)], it->second);
+    }
+  }
+  std::vector<ParamSpec> specs;
+  int np = int(k.params.size());
+  int nuser = np - num_workspaces;
+  for (int i = 0; i < np; ++i) {
+    const ir::Param& p = k.params[i];
+    ParamSpec s;
+    s.name = p.name();
+    s.is_workspace = i >= nuser;
+    if (p.buffer) {
+      s.dtype = p.buffer->dtype;
+      s.scalar_type = scalar_type(s.dtype);
+      for (auto& d : p.buffer->shape) {
+        const int64_t* v = ir::as_const_int(d);
+        int var = -1;
+        for (size_t j = 0; !v && j < k.dynamic_vars.size(); ++j) {
+          if (k.dynamic_vars[j].same_as(d)) var = int(j);
+        }
+        if (!v && var < 0) {
+          throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name +
+                                "': shape entries must be constants or T.dynamic variables");
+        }
+        s.dims.push_back(v ? *v : -1);
+        s.dim_var.push_back(var);
+      }
+      auto it = align.find(i);
+      s.align_bytes = it == align.end() ? 0 : it->second;
+    } else {
+      s.is_tensor = false;
+      s.dtype = p.var.dtype();
+      s.var = p.var;
+    }
+    specs.push_back(std::move(s));
+  }
+  for (int i : out_idx) {
+    int j = i < 0 ? i + nuser : i;
+    if (j < 0 || j >= nuser || !specs[j].is_tensor) {
+      throw py::value_error("out_idx " + std::to_string(i) + " does not name a tensor parameter of " + k.name);
+    }
+    specs[j].is_output = true;
+  }
+  std::vector<Launch> launches;
+  for (auto& lk : kernels) launches.push_back(lk->launch_spec());
+  return std::make_shared<Program>(k.name, std::move(specs), int(k.dynamic_vars.size()), k.dynamic_vars,
+                                   std::move(launches));
+}
 
 transform::Options parse_options(const py::dict& d) {
   transform::Options o;
@@ -241,7 +267,9 @@ void init_compile(py::module_& m) {
         std::vector<char> image = l.compile_image();
         return py::bytes(image.data(), image.size());
       }, "Compiles to a cubin (through the cache) without loading it; works without a GPU.")
-      .def("build", &LoweredKernel::build, py::arg("out_idx") = std::vector<int>{})
+      .def("build", [](std::shared_ptr<LoweredKernel> l, const std::vector<int>& out_idx) {
+        return build_program({l}, out_idx, 0);
+      }, py::arg("out_idx") = std::vector<int>{})
       .def("reference", [](const LoweredKernel& l, const py::list& args) {
         run_reference(l.lowered.stages.front().second, args);
       }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
@@ -260,6 +288,7 @@ void init_compile(py::module_& m) {
     return l;
   }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
 
+  m.def("build_program", &build_program, py::arg("kernels"), py::arg("out_idx"), py::arg("num_workspaces"));
   m.def("set_device_library", &set_device_library, py::arg("include_dir"));
   m.def("nvrtc_version", &runtime::nvrtc_version);
   m.def("driver_available", &runtime::driver_available);

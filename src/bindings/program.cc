@@ -40,23 +40,32 @@ constexpr int64_t kMaxGridYZ = 65535;
 
 }  // namespace
 
-Program::Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
-                 int num_dynamic, std::vector<ir::Expr> grid, std::vector<ir::Expr> dynamic_vars, int threads,
-                 int smem_bytes, GridRules rules)
-    : kernel_name_(std::move(kernel_name)), entry_(std::move(entry)), image_(std::move(image)),
-      params_(std::move(params)), num_dynamic_(num_dynamic), grid_(std::move(grid)),
-      dynamic_vars_(std::move(dynamic_vars)), threads_(threads), smem_bytes_(smem_bytes), rules_(std::move(rules)) {
-  for (auto& p : params_) num_outputs_ += p.is_output;
-  bool all_const = true;
-  for (auto& g : grid_) {
-    const int64_t* v = ir::as_const_int(g);
-    if (v) const_grid_.push_back(*v);
-    else all_const = false;
+Program::Program(std::string kernel_name, std::vector<ParamSpec> params, int num_dynamic,
+                 std::vector<ir::Expr> dynamic_vars, std::vector<Launch> launches)
+    : kernel_name_(std::move(kernel_name)), params_(std::move(params)), num_dynamic_(num_dynamic),
+      dynamic_vars_(std::move(dynamic_vars)) {
+  for (auto& p : params_) {
+    num_outputs_ += p.is_output;
+    num_workspaces_ += p.is_workspace;
   }
-  if (!all_const) const_grid_.clear();
-  rules_.dyn_multiple.resize(num_dynamic_, 1);
+  dyn_multiple_.assign(num_dynamic_, 1);
+  internal_assert(!launches.empty()) << "a program has at least one kernel";
+  for (auto& l : launches) {
+    Kernel k;
+    internal_assert(l.grid.size() >= 1 && l.grid.size() <= 3) << "a grid has 1 to 3 extents";
+    bool all_const = true;
+    for (auto& g : l.grid) {
+      const int64_t* v = ir::as_const_int(g);
+      if (v) k.const_grid.push_back(*v);
+      else all_const = false;
+    }
+    if (!all_const) k.const_grid.clear();
+    l.rules.dyn_multiple.resize(num_dynamic_, 1);
+    for (int v = 0; v < num_dynamic_; ++v) dyn_multiple_[v] = std::max(dyn_multiple_[v], l.rules.dyn_multiple[v]);
+    k.launch = std::move(l);
+    kernels_.push_back(std::move(k));
+  }
   internal_assert(params_.size() + num_dynamic_ <= size_t(kMaxArgs)) << "too many kernel parameters";
-  internal_assert(grid_.size() >= 1 && grid_.size() <= 3) << "a grid has 1 to 3 extents";
 }
 
 void Program::bad(const ParamSpec& p, const std::string& what) const {
@@ -87,7 +96,7 @@ at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dy
                      ". Make that dimension a compile-time constant (the kernel is then compiled with 64-bit "
                      "indexing) or split the tensor");
         }
-        int mult = rules_.dyn_multiple[p.dim_var[d]];
+        int mult = dyn_multiple_[p.dim_var[d]];
         if (mult > 1 && got % mult != 0) {
           bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + ", not a multiple of " +
                      std::to_string(mult) + ": the kernel was compiled with tl.dynamic_alignment=" +
@@ -189,30 +198,52 @@ void Program::check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) co
   Py_XDECREF(num);
 }
 
-const Program::Loaded& Program::loaded_for(int device) {
-  for (auto& l : loaded_) {
+const Program::Loaded& Program::loaded_for(Kernel& k, int device) {
+  for (auto& l : k.loaded) {
     if (l.device == device) return l;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& l : loaded_) {
+  for (auto& l : k.loaded) {
     if (l.device == device) return l;
   }
   Loaded l;
   l.device = device;
-  l.module = std::make_unique<runtime::Module>(image_, device);
-  l.fn = l.module->function(entry_, smem_bytes_);
-  loaded_.push_back(std::move(l));
-  return loaded_.back();
+  l.module = std::make_unique<runtime::Module>(k.launch.image, device);
+  l.fn = l.module->function(k.launch.entry, k.launch.smem_bytes);
+  k.loaded.push_back(std::move(l));
+  return k.loaded.back();
+}
+
+// Outputs (returned through outs) or workspaces, on the inputs' device, sized from the
+// dynamic sizes the inputs gave.
+void Program::allocate(Args& tensors, const int64_t* dyn, int device, bool workspaces, py::object* outs,
+                       int* nout) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSpec& p = params_[i];
+    if (workspaces ? !p.is_workspace : !p.is_output) continue;
+    c10::SmallVector<int64_t, 6> shape(p.dims.size());
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      if (p.dim_var[d] >= 0) {
+        int64_t v = dyn[p.dim_var[d]];
+        if (v < 0) bad(p, "has a dynamic dimension that no input tensor determines");
+        shape[d] = v;
+      } else {
+        shape[d] = p.dims[d];
+      }
+    }
+    tensors[i] = at::empty(shape, at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device));
+    if (outs) outs[(*nout)++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i]));
+  }
 }
 
 py::object Program::call(const py::args& inputs) {
-  size_t expected = params_.size() - num_outputs_;
+  size_t expected = params_.size() - num_outputs_ - num_workspaces_;
   if (inputs.size() != expected) {
     Text os;
     os << kernel_name_ << ": expected " << expected << " argument(s) (";
     bool first = true;
     for (auto& p : params_) {
-      if (p.is_output) continue;
+      if (p.is_output || p.is_workspace) continue;
       os << (first ? "" : ", ") << p.name;
       first = false;
     }
@@ -228,7 +259,7 @@ py::object Program::call(const py::args& inputs) {
   size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
-    if (p.is_output) continue;
+    if (p.is_output || p.is_workspace) continue;
     py::handle obj = inputs[next++];
     if (p.is_tensor) tensors[i] = check_tensor(p, obj, dyn, &device);
     else check_scalar(p, obj, &scalars[i]);
@@ -238,22 +269,8 @@ py::object Program::call(const py::args& inputs) {
   }
   py::object outs[kMaxArgs];
   int nout = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamSpec& p = params_[i];
-    if (!p.is_output) continue;
-    std::vector<int64_t> shape(p.dims.size());
-    for (size_t d = 0; d < p.dims.size(); ++d) {
-      if (p.dim_var[d] >= 0) {
-        int64_t v = dyn[p.dim_var[d]];
-        if (v < 0) bad(p, "has a dynamic dimension that no input tensor determines");
-        shape[d] = v;
-      } else {
-        shape[d] = p.dims[d];
-      }
-    }
-    tensors[i] = at::empty(shape, at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device));
-    outs[nout++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i]));
-  }
+  allocate(tensors, dyn, device, false, outs, &nout);
+  if (num_workspaces_) allocate(tensors, dyn, device, true, nullptr, nullptr);
   run(tensors, scalars, dyn, device, nullptr);
   if (num_outputs_ == 0) return py::none();
   if (num_outputs_ == 1) return outs[0];
@@ -263,8 +280,9 @@ py::object Program::call(const py::args& inputs) {
 }
 
 void Program::launch(const std::vector<py::object>& args, int64_t stream) {
-  if (args.size() != params_.size()) {
-    throw ArgumentError(kernel_name_ + ": expected " + std::to_string(params_.size()) + " arguments, got " +
+  size_t expected = params_.size() - num_workspaces_;
+  if (args.size() != expected) {
+    throw ArgumentError(kernel_name_ + ": expected " + std::to_string(expected) + " arguments, got " +
                         std::to_string(args.size()));
   }
   int64_t dyn[kMaxArgs];
@@ -272,18 +290,21 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   int device = -1;
   Args tensors(params_.size());
   ArgValue scalars[kMaxArgs];
+  size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[i], dyn, &device);
-    else check_scalar(params_[i], args[i], &scalars[i]);
+    if (params_[i].is_workspace) continue;
+    if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[next++], dyn, &device);
+    else check_scalar(params_[i], args[next++], &scalars[i]);
   }
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
+  if (num_workspaces_) allocate(tensors, dyn, device, true, nullptr, nullptr);
   run(tensors, scalars, dyn, device, reinterpret_cast<void*>(stream));
 }
 
 // ext: the logical grid (T.Kernel's extents, at least 1 each). The hardware allows
 // 2^31 - 1 blocks in x and 65535 in y and z; a kernel printed with a folded grid
 // (codegen::folds_grid) takes y * z blocks spread over y and z, rows of 65535.
-runtime::Dim3 Program::launch_grid(const int64_t* ext, const int64_t* dyn) const {
+runtime::Dim3 Program::launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const {
   auto too_large = [&](const std::string& what) {
     Text os;
     os << kernel_name_ << ": the launch needs " << what;
@@ -296,7 +317,7 @@ runtime::Dim3 Program::launch_grid(const int64_t* ext, const int64_t* dyn) const
     throw ArgumentError(os.str());
   };
   if (ext[0] > kMaxGridX) too_large(std::to_string(ext[0]) + " blocks along x (at most " + std::to_string(kMaxGridX) + ")");
-  if (!rules_.fold) {
+  if (!k.launch.rules.fold) {
     if (ext[1] > kMaxGridYZ || ext[2] > kMaxGridYZ) {
       too_large(std::to_string(ext[1]) + " x " + std::to_string(ext[2]) + " blocks along y and z (at most 65535 each)");
     }
@@ -327,28 +348,36 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
     argv[n] = &values[n];
     ++n;
   }
-  int64_t ext[3] = {1, 1, 1};
-  if (!const_grid_.empty()) {
-    for (size_t d = 0; d < const_grid_.size(); ++d) ext[d] = const_grid_[d];
-  } else {
-    ir::VarValues vars;
-    for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const ParamSpec& p = params_[i];
-      if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
-    }
-    for (size_t d = 0; d < grid_.size(); ++d) {
-      internal_assert(ir::eval_int(grid_[d], vars, &ext[d])) << "grid extent " << d << " cannot be evaluated";
-    }
-  }
-  for (size_t d = 0; d < grid_.size(); ++d) {
-    if (ext[d] <= 0) return;  // nothing to do for an empty tensor
-  }
-  runtime::Dim3 grid = launch_grid(ext, dyn);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  const Loaded& l = loaded_for(device);
   void* s = stream ? stream : static_cast<void*>(c10::cuda::getCurrentCUDAStream(device).stream());
-  l.fn.launch(grid, runtime::Dim3{unsigned(threads_), 1, 1}, smem_bytes_, s, argv);
+  // Every grid is checked before the first launch, so a bad size launches nothing.
+  c10::SmallVector<runtime::Dim3, 4> grids(kernels_.size());
+  c10::SmallVector<bool, 4> skip(kernels_.size(), false);
+  for (size_t ki = 0; ki < kernels_.size(); ++ki) {
+    Kernel& k = kernels_[ki];
+    int64_t ext[3] = {1, 1, 1};
+    if (!k.const_grid.empty()) {
+      for (size_t d = 0; d < k.const_grid.size(); ++d) ext[d] = k.const_grid[d];
+    } else {
+      ir::VarValues vars;
+      for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const ParamSpec& p = params_[i];
+        if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
+      }
+      for (size_t d = 0; d < k.launch.grid.size(); ++d) {
+        internal_assert(ir::eval_int(k.launch.grid[d], vars, &ext[d])) << "grid extent " << d << " cannot be evaluated";
+      }
+    }
+    for (size_t d = 0; d < k.launch.grid.size(); ++d) skip[ki] = skip[ki] || ext[d] <= 0;  // an empty tensor
+    if (!skip[ki]) grids[ki] = launch_grid(k, ext, dyn);
+  }
+  for (size_t ki = 0; ki < kernels_.size(); ++ki) {
+    if (skip[ki]) continue;
+    Kernel& k = kernels_[ki];
+    const Loaded& l = loaded_for(k, device);
+    l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, argv);
+  }
 }
 
 }  // namespace tegula::bindings

@@ -23,6 +23,7 @@ struct ParamSpec {
   std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
   int align_bytes = 0;             // data_ptr alignment the generated wide and async accesses need
   bool is_output = false;
+  bool is_workspace = false;       // T.alloc_global: allocated per call, never passed nor returned
   ir::Expr var;                    // scalar parameters: their variable
 };
 
@@ -46,16 +47,27 @@ struct GridRules {
 };
 using Args = c10::SmallVector<at::Tensor, 8>;
 
+// One kernel of a program: what its launch needs besides the shared arguments.
+struct Launch {
+  std::string entry;
+  std::vector<char> image;
+  std::vector<ir::Expr> grid;
+  int threads = 0, smem_bytes = 0;
+  GridRules rules;
+};
+
+// A compiled prim_func: one kernel per `with T.Kernel` block, launched in order on one
+// stream by one call, over one argument list (parameters, then the workspaces).
 class Program {
  public:
-  Program(std::string kernel_name, std::string entry, std::vector<char> image, std::vector<ParamSpec> params,
-          int num_dynamic, std::vector<ir::Expr> grid, std::vector<ir::Expr> dynamic_vars, int threads,
-          int smem_bytes, GridRules rules);
+  Program(std::string kernel_name, std::vector<ParamSpec> params, int num_dynamic,
+          std::vector<ir::Expr> dynamic_vars, std::vector<Launch> launches);
 
   // inputs: the caller's arguments (tensors, ints, floats) in parameter order, outputs
-  // (params marked is_output) left out. Returns the outputs (None, one tensor, or a list).
+  // (params marked is_output) and workspaces left out. Returns the outputs (None, one
+  // tensor, or a list).
   py::object call(const py::args& inputs);
-  // Every parameter given, on an explicit stream (0: torch's current stream).
+  // Every parameter given (workspaces excepted), on an explicit stream (0: torch's current stream).
   void launch(const std::vector<py::object>& args, int64_t stream);
   const std::vector<ParamSpec>& params() const { return params_; }
   int num_outputs() const { return num_outputs_; }
@@ -66,23 +78,26 @@ class Program {
     std::unique_ptr<runtime::Module> module;
     runtime::Function fn;
   };
-  const Loaded& loaded_for(int device);
+  struct Kernel {
+    Launch launch;
+    std::vector<int64_t> const_grid;  // empty unless every grid extent is a constant
+    std::vector<Loaded> loaded;
+  };
+  const Loaded& loaded_for(Kernel& k, int device);
+  void allocate(Args& tensors, const int64_t* dyn, int device, bool workspaces, py::object* outs, int* nout);
   void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
-  runtime::Dim3 launch_grid(const int64_t* ext, const int64_t* dyn) const;
+  runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
 
-  std::string kernel_name_, entry_;
-  std::vector<char> image_;
+  std::string kernel_name_;
   std::vector<ParamSpec> params_;
-  int num_dynamic_, num_outputs_ = 0;
-  std::vector<ir::Expr> grid_, dynamic_vars_;
-  std::vector<int64_t> const_grid_;  // empty unless every grid extent is a constant
-  int threads_, smem_bytes_;
-  GridRules rules_;
+  int num_dynamic_, num_outputs_ = 0, num_workspaces_ = 0;
+  std::vector<ir::Expr> dynamic_vars_;
+  std::vector<int> dyn_multiple_;  // per dynamic var: the multiple every kernel relies on
+  std::vector<Kernel> kernels_;
   std::mutex mu_;
-  std::vector<Loaded> loaded_;
 };
 
 }  // namespace tegula::bindings

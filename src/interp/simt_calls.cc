@@ -12,6 +12,7 @@
 // elements than the instruction wrote: reported). D = C + A B is computed in double and
 // rounded to C's type. mma.sync is synchronous; a wgmma reads its operands at issue and
 // writes C at the wgmma_wait that retires its group (one group per call).
+#include <cmath>
 #include <algorithm>
 
 #include "interp/simt_machine.h"
@@ -239,7 +240,20 @@ static void for_each_slot(const layout::Fragment& L, F f) {
 static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, const layout::Fragment& L) {
   int64_t cols = L.shape()[1];
   std::vector<double> out(L.num_elements(), 0.0);
-  for_each_slot(L, [&](int t, int s, int64_t i, int64_t j) { out[i * cols + j] = m.read_element(st, base + s, t); });
+  std::vector<char> seen(L.num_elements(), 0);
+  bool reported = false;
+  for_each_slot(L, [&](int t, int s, int64_t i, int64_t j) {
+    double v = m.read_element(st, base + s, t);
+    double& o = out[i * cols + j];
+    // Copies of one element (a replicated operand) must agree.
+    if (seen[i * cols + j] && !(o == v || (std::isnan(o) && std::isnan(v))) && !reported) {
+      m.error("the copies of element (" + std::to_string(i) + ", " + std::to_string(j) + ") of a tensor-core register "
+              "operand differ between threads");
+      reported = true;
+    }
+    seen[i * cols + j] = 1;
+    o = v;
+  });
   return out;
 }
 
@@ -266,6 +280,12 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   Storage* regs_a = nullptr;
   if (c.regs_a) {
     layout::FragmentPtr la = layout_of(1, c.m, c.k, 1);
+    // Each column of the warp (group) split holds all of A (layout::make_group_replicated).
+    if (c.wn > 1) {
+      auto& R = m.mma_layouts_[{op, 3}];
+      if (!R) R = layout::make_group_replicated(la, int(c.wn));
+      la = R;
+    }
     int64_t abase = 0;
     regs_a = operand_registers(m, c.a, la, op->op, &abase);
     if (!regs_a) return;

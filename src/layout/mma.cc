@@ -47,7 +47,31 @@ class MmaAccumulator : public Fragment {
   int wm_, g_, tm_, tn_, nt_;
 };
 
+class GroupReplicated : public Fragment {
+ public:
+  GroupReplicated(FragmentPtr base, int groups)
+      : Fragment(base->shape(), base->threads() * groups, base->slots()), base_(std::move(base)), groups_(groups) {}
+  int vector_width() const override { return base_->vector_width(); }
+  bool coords(int t, int s, int64_t* out) const override { return base_->coords(t % base_->threads(), s, out); }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    return base_->coords_expr(floormod(tx, make_int(base_->threads())), s, valid);
+  }
+  std::string describe() const override {
+    Text os;
+    os << base_->describe() << " held by each of " << groups_ << " groups of " << base_->threads() << " threads";
+    return os.str();
+  }
+
+ private:
+  FragmentPtr base_;
+  int groups_;
+};
+
 }  // namespace
+
+FragmentPtr make_group_replicated(const FragmentPtr& base, int groups) {
+  return groups == 1 ? base : std::make_shared<GroupReplicated>(base, groups);
+}
 
 bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int* wm, int* wn) {
   auto fits = [&](int a, int b) { return m % (int64_t(a) * 16) == 0 && n % (int64_t(b) * 8) == 0; };

@@ -18,4 +18,9 @@ bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int*
 // apart, warp w % 4 taking rows 16 * (w % 4) of each: what wgmma m64nNk16 fixes.
 FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn, int group = 1);
 
+// `base` (over its threads) held again by each of `groups` consecutive blocks of that
+// many threads: thread t keeps what thread t % base.threads() keeps in base. The A operand
+// of a gemm whose warp groups split the output's columns: every group needs all of A.
+FragmentPtr make_group_replicated(const FragmentPtr& base, int groups);
+
 }  // namespace tegula::layout

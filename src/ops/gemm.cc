@@ -3,9 +3,10 @@
 // Two instruction paths, chosen per kernel (kernel_uses_wgmma):
 // - mma.sync m16n8k16 (sm_80 on): C takes the mma.sync accumulator layout, tiled over the
 //   warps as the policy says (layout/mma.h). An A that is a fragment takes the
-//   accumulator layout of an M x K tile with the warps split along M only: the registers
-//   an mma's A operand needs are then exactly those of an accumulator, so
-//   P = cast(Q Kᵀ) feeds P V in place. Lowers to gemm_ss (A and B through ldmatrix) or
+//   accumulator layout of an M x K tile with the warps split along M only, held again by
+//   each column of the split: the registers an mma's A operand needs are then exactly
+//   those of an accumulator, so P = cast(Q Kᵀ) feeds P V in place (or, when Q Kᵀ split
+//   its columns, through the exchange layout inference inserts). Lowers to gemm_ss (A and B through ldmatrix) or
 //   gemm_rs (A from registers) of the device library (kernels/include/tegula/gemm.h).
 // - wgmma m64nNk16 (sm_90a): the policy splits warpgroups (4 warps) instead of warps;
 //   each warpgroup's tile is whole m64 instructions. C's layout is the same per-warp
@@ -88,7 +89,7 @@ void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& 
 
 // Whether this gemm can run on wgmma: operand types, a warpgroup split, operand rows in a
 // layout the descriptors name, instructions covering whole swizzle atoms of an MN-major
-// operand, and (A in registers) warpgroups owning whole rows.
+// operand, and (A in registers) no transpose.
 bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   const Buffer& A = op->regions.at(0).buffer;
   const Buffer& B = op->regions.at(1).buffer;
@@ -101,7 +102,7 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   const int e = A->dtype.bytes();
   int64_t tn = g.n / g.wgn;
   if (A->scope == Scope::Fragment) {
-    if (g.ta || g.wgn != 1) return false;
+    if (g.ta) return false;
   } else if (!wgmma_rows_fit(g.ta ? g.m : g.k, e)) {
     return false;
   }
@@ -133,17 +134,24 @@ class Gemm : public TileOp {
     if (ctx.wgmma) {
       bool changed = require(layout::make_mma_accumulator(g.m, g.n, 4 * g.wgm, g.wgn, 4), C, op, layouts);
       if (A->scope == Scope::Fragment) {
-        changed |= require(layout::make_mma_accumulator(g.m, g.k, 4 * g.wgm, 1, 4), A, op, layouts);
+        // With the output's columns split over warpgroups (FullCol, Square), each column
+        // of groups needs all of A: a copy in each (a T.copy into A from a layout that
+        // splits it otherwise is an exchange through shared memory, which layout inference
+        // inserts).
+        changed |= require(layout::make_group_replicated(layout::make_mma_accumulator(g.m, g.k, 4 * g.wgm, 1, 4),
+                                                         g.wgn),
+                           A, op, layouts);
       }
       return changed;
     }
     require_warp_split(g, op, k);
     bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
-      user_assert(g.wn == 1 && !g.ta, op->loc)
-          << "T.gemm with A in registers ('" << A->name << "') needs every warp to own whole rows of C and no "
-          << "transpose_A: use policy=T.GemmWarpPolicy.FullRow (this split is " << g.wm << "x" << g.wn << ")";
-      changed |= require(layout::make_mma_accumulator(g.m, g.k, g.wm, 1), A, op, layouts);
+      user_assert(!g.ta, op->loc) << "T.gemm with A in registers ('" << A->name
+                                  << "') takes no transpose_A: store A transposed instead";
+      // Each column of the warp split (WM warps) holds all of A.
+      changed |= require(layout::make_group_replicated(layout::make_mma_accumulator(g.m, g.k, g.wm, 1), g.wn), A,
+                         op, layouts);
     }
     return changed;
   }

@@ -136,13 +136,39 @@ class Reduce : public TileOp {
       }
     }
     if (warp_mask) {
+      // Across warps through shared memory. After the shuffles every thread of a lane
+      // group holds its group's value, so when the lane bits are one run (a quad: bits
+      // 0-1) one thread per group writes, at its index with those bits squeezed out.
       int T = k.threads;
-      Buffer scratch = make_buffer(ctx.fresh_name("red_buf"), Scope::Shared, acc_t,
-                                   {make_int(int64_t(ld->slots()) * T)}, loc);
-      ctx.extra_shared.push_back(scratch);
-      for (int p = 0; p < ld->slots(); ++p) {
-        body.push_back(make_store(scratch, {k.thread_var + int64_t(p) * T}, make_load(part, {make_int(p)}, loc), loc));
+      int run_lo = 0, run_len = 0;
+      if (lane_mask) {
+        while (!((lane_mask >> run_lo) & 1)) ++run_lo;
+        while ((lane_mask >> (run_lo + run_len)) & 1) ++run_len;
       }
+      bool squeeze = lane_mask && lane_mask == (((1 << run_len) - 1) << run_lo);
+      auto slot_index = [&](const Expr& t) -> Expr {
+        if (!squeeze) return t;
+        Expr high_part = make_binary(BinaryOp::Shr, t, make_int(run_lo + run_len), loc);
+        Expr out = make_binary(BinaryOp::Shl, high_part, make_int(run_lo), loc);
+        if (run_lo) out = make_binary(BinaryOp::BitOr, out, make_binary(BinaryOp::BitAnd, t, make_int((1 << run_lo) - 1), loc), loc);
+        return out;
+      };
+      int per_slot = squeeze ? T >> run_len : T;
+      Buffer scratch = make_buffer(ctx.fresh_name("red_buf"), Scope::Shared, acc_t,
+                                   {make_int(int64_t(ld->slots()) * per_slot)}, loc);
+      ctx.extra_shared.push_back(scratch);
+      std::vector<Stmt> writes;
+      for (int p = 0; p < ld->slots(); ++p) {
+        writes.push_back(make_store(scratch, {slot_index(k.thread_var) + int64_t(p) * per_slot},
+                                    make_load(part, {make_int(p)}, loc), loc));
+      }
+      Stmt write = make_seq(writes, loc);
+      if (squeeze) {
+        Expr first = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, k.thread_var, make_int(lane_mask), loc),
+                                 make_int(0), loc);
+        write = make_if(first, write, {}, loc);
+      }
+      body.push_back(write);
       body.push_back(make_sync(loc));
       int high = warp_mask << 5;
       Expr base = make_binary(BinaryOp::BitAnd, k.thread_var, make_int(~high), loc);
@@ -151,7 +177,7 @@ class Reduce : public TileOp {
         // Every subset of the warp bits names one warp of the group.
         for (int sub = high;; sub = (sub - 1) & high) {
           Expr t = make_binary(BinaryOp::BitOr, base, make_int(sub), loc);
-          Expr v = make_load(scratch, {t + int64_t(p) * T}, loc);
+          Expr v = make_load(scratch, {slot_index(t) + int64_t(p) * per_slot}, loc);
           acc = acc ? combine(acc, v) : v;
           if (sub == 0) break;
         }

@@ -10,7 +10,10 @@
 // Branches are units: a barrier never goes inside one (its threads may diverge), and
 // each partitioned T.Parallel loop arrives wrapped in an always-true branch, since its
 // own statements touch disjoint elements.
+#include <algorithm>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "ir/functor.h"
 #include "transform/passes.h"
@@ -27,7 +30,29 @@ struct Touch {
   bool has_sync = false;
 };
 
+// Shared buffers that share bytes (plan_storage's reuse), each mapped to one of them: a
+// conflict on the bytes is a conflict between the buffers. Set while insert_barriers runs.
+thread_local const std::map<const BufferNode*, const BufferNode*>* g_same_bytes = nullptr;
+
+Touch touched_raw(const Stmt& s);
+
 Touch touched(const Stmt& s) {
+  Touch t = touched_raw(s);
+  if (!g_same_bytes) return t;
+  auto canon = [](BufSet& set) {
+    BufSet out;
+    for (auto* b : set) {
+      auto it = g_same_bytes->find(b);
+      out.insert(it == g_same_bytes->end() ? b : it->second);
+    }
+    set = std::move(out);
+  };
+  canon(t.reads);
+  canon(t.writes);
+  return t;
+}
+
+Touch touched_raw(const Stmt& s) {
   Touch t;
   post_order(s, [&](const Stmt& x) {
     if (auto* st = x.as<BufferStoreNode>()) {
@@ -98,8 +123,27 @@ class Barriers : public IRMutator {
 Stmt place_barriers(const std::vector<Stmt>& seq) { return Barriers().run(seq, seq.empty() ? SourceLoc() : seq[0]->loc); }
 
 void insert_barriers(Kernel& k, PassContext&) {
+  // Union of buffers whose byte ranges overlap, by a sweep over the sorted ranges.
+  std::vector<std::tuple<int64_t, int64_t, const BufferNode*>> ranges;
+  for (auto& [b, off] : k.smem_offset) ranges.push_back({off, off + b->num_elements_const() * b->dtype.bytes(), b});
+  std::sort(ranges.begin(), ranges.end(), [](auto& a, auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  std::map<const BufferNode*, const BufferNode*> same;
+  const BufferNode* group = nullptr;
+  int64_t group_end = -1;
+  for (auto& [lo, hi, b] : ranges) {
+    if (lo >= group_end) group = b;
+    same[b] = group;
+    group_end = std::max(group_end, hi);
+  }
+  g_same_bytes = &same;
   auto* seq = k.body.as<SeqNode>();
-  k.body = Barriers().run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+  try {
+    k.body = Barriers().run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+  } catch (...) {
+    g_same_bytes = nullptr;
+    throw;
+  }
+  g_same_bytes = nullptr;
 }
 
 }  // namespace tegula::transform

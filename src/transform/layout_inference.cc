@@ -12,7 +12,15 @@
 //             reduction's output is its input without the reduced dimension
 //   free    - the first loop still open gets a blocked layout with the widest vector that
 //             its memory accesses allow; then back to `common`
+// A loop that reads a fragment held in a layout other than the loop's (two gemms'
+// operands split differently over warps: a FullCol score gemm's output read into the
+// operand of the value gemm that every warp column holds whole) is not a conflict: the
+// fragment reaches the loop's threads through a fresh shared buffer (`<name>_exchange`),
+// stored with the fragment's layout just before the loop. When the loop only narrows the
+// fragment into another one (P = cast(S)), it runs with the source's layout and its
+// result crosses at the narrower type instead. Barriers come from insert_barriers.
 #include <algorithm>
+#include <set>
 
 #include "ir/functor.h"
 #include "ops/tile_op.h"
@@ -27,6 +35,7 @@ struct Access {
   Buffer buf;
   std::vector<int> keep;  // which loop variable each index is, when every index is one
   bool identity = false;
+  bool store = false;
 };
 
 struct Nest {
@@ -64,16 +73,16 @@ class Collector : public IRVisitor {
   }
   void visit_TileOp(const TileOpNode* op) override { ops.push_back(op); }
   void visit_BufferLoad(const BufferLoadNode* op) override {
-    note(op->buffer, op->indices);
+    note(op->buffer, op->indices, false);
     IRVisitor::visit_BufferLoad(op);
   }
   void visit_BufferStore(const BufferStoreNode* op) override {
-    note(op->buffer, op->indices);
+    note(op->buffer, op->indices, true);
     IRVisitor::visit_BufferStore(op);
   }
 
  private:
-  void note(const Buffer& b, const std::vector<Expr>& idx) {
+  void note(const Buffer& b, const std::vector<Expr>& idx, bool store) {
     if (!current_) return;
     if (b->scope == Scope::Global || b->scope == Scope::Shared) {
       int bytes = b->dtype.bytes();
@@ -81,7 +90,7 @@ class Collector : public IRVisitor {
       return;
     }
     if (b->scope != Scope::Fragment) return;
-    Access a{b, {}, false};
+    Access a{b, {}, false, store};
     std::vector<int> keep;
     int last = -1;
     bool ok = true;
@@ -175,6 +184,131 @@ class PadToFragment : public IRMutator {
   }
 };
 
+// Gives each loop Inference found reading a fragment held in another layout a shared
+// copy of that fragment: before the loop, a T.Parallel nest with the fragment's layout
+// stores it to a fresh shared buffer; the loop reads that buffer instead. insert_barriers
+// later fences the store from the reads.
+class InsertExchanges : public IRMutator {
+ public:
+  InsertExchanges(const std::map<const StmtNode*, std::vector<Buffer>>& todo,
+                  const std::map<const StmtNode*, Buffer>& writes, PassContext& ctx)
+      : todo_(todo), writes_(writes), ctx_(ctx) {}
+
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    auto wr = writes_.find(op);
+    if (wr != writes_.end()) return write_through(self, op, wr->second);
+    auto it = todo_.find(op);
+    if (it == todo_.end()) return IRMutator::mutate_For(self, op);
+    LayoutMap& lm = ctx_.layouts;
+    Stmt loop = self;
+    std::vector<Stmt> out;
+    for (const Buffer& frag : it->second) {
+      Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype,
+                                   frag->shape, op->loc);
+      ctx_.extra_shared.push_back(scratch);
+      loop = Redirect(frag.get(), scratch).mutate(loop);
+      // scratch[i, j, ...] = frag[i, j, ...], with frag's layout.
+      std::vector<Expr> vars;
+      for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
+      Stmt nest = make_store(scratch, vars, make_load(frag, vars, op->loc), op->loc);
+      for (int d = int(vars.size()) - 1; d >= 0; --d) {
+        nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, op->loc);
+      }
+      lm.loop[nest.get()] = lm.fragment.at(frag.get());
+      out.push_back(nest);
+    }
+    auto layout = lm.loop.at(op);
+    lm.loop.erase(op);
+    lm.loop[loop.get()] = layout;
+    out.push_back(loop);
+    return make_seq(out, op->loc);
+  }
+
+ private:
+  class Redirect : public IRMutator {
+   public:
+    Redirect(const BufferNode* from, Buffer to) : from_(from), to_(std::move(to)) {}
+    Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+      if (op->buffer.get() != from_) return IRMutator::mutate_BufferLoad(self, op);
+      std::vector<Expr> idx;
+      for (auto& i : op->indices) idx.push_back(mutate(i));
+      return make_load(to_, idx, op->loc, op->dtype.lanes);
+    }
+
+   private:
+    const BufferNode* from_;
+    Buffer to_;
+  };
+
+  // The loop stores into a shared buffer; a nest with frag's layout then loads frag from it.
+  Stmt write_through(const Stmt& self, const ForNode* op, const Buffer& frag) {
+    LayoutMap& lm = ctx_.layouts;
+    Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype,
+                                 frag->shape, op->loc);
+    ctx_.extra_shared.push_back(scratch);
+    Stmt loop = RedirectStores(frag.get(), scratch).mutate(self);
+    std::vector<Expr> vars;
+    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
+    Stmt nest = make_store(frag, vars, make_load(scratch, vars, op->loc), op->loc);
+    for (int d = int(vars.size()) - 1; d >= 0; --d) {
+      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, op->loc);
+    }
+    lm.loop[nest.get()] = lm.fragment.at(frag.get());
+    auto layout = lm.loop.at(op);
+    lm.loop.erase(op);
+    lm.loop[loop.get()] = layout;
+    return make_seq({loop, nest}, op->loc);
+  }
+
+  class RedirectStores : public IRMutator {
+   public:
+    RedirectStores(const BufferNode* from, Buffer to) : from_(from), to_(std::move(to)) {}
+    Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+      if (op->buffer.get() != from_) return IRMutator::mutate_BufferStore(self, op);
+      std::vector<Expr> idx;
+      for (auto& i : op->indices) idx.push_back(mutate(i));
+      return make_store(to_, idx, mutate(op->value), op->loc);
+    }
+
+   private:
+    const BufferNode* from_;
+    Buffer to_;
+  };
+
+  const std::map<const StmtNode*, std::vector<Buffer>>& todo_;
+  const std::map<const StmtNode*, Buffer>& writes_;
+  PassContext& ctx_;
+};
+
+// A T.Parallel nest that touches no fragment and stores only into local buffers is each
+// thread's own (TileLang's rule: `for i in T.Parallel(n): r[i] = A[r0 + i]` fills every
+// thread's whole r): it runs whole in every thread, as unrolled loops, unpartitioned.
+class ThreadPrivateNests : public IRMutator {
+ public:
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    if (op->for_kind != ForKind::Parallel || !thread_private(self)) return IRMutator::mutate_For(self, op);
+    std::vector<const ForNode*> loops;
+    for (const ForNode* f = op; f && f->for_kind == ForKind::Parallel; f = f->body.as<ForNode>()) loops.push_back(f);
+    Stmt out = mutate(loops.back()->body);
+    for (int d = int(loops.size()) - 1; d >= 0; --d) {
+      out = make_for(loops[d]->var, loops[d]->min, loops[d]->extent, ForKind::Unrolled, out, 0, loops[d]->loc);
+    }
+    return out;
+  }
+
+ private:
+  static bool thread_private(const Stmt& s) {
+    bool local_only = true;
+    post_order(s, [&](const Stmt& x) {
+      if (auto* st = x.as<BufferStoreNode>()) local_only &= st->buffer->scope == Scope::Local;
+      if (x.as<EvaluateNode>() || x.as<TileOpNode>() || x.as<SyncNode>()) local_only = false;
+    }, [&](const Expr& e) {
+      if (auto* ld = e.as<BufferLoadNode>()) local_only &= ld->buffer->scope != Scope::Fragment;
+    });
+    return local_only;
+  }
+};
+
 class Inference {
  public:
   Inference(Kernel& k, PassContext& ctx, Collector& c) : k_(k), ctx_(ctx), lm_(ctx.layouts), c_(c) {}
@@ -225,8 +359,31 @@ class Inference {
       }
       for (auto& a : n.fragments) {
         auto f = lm_.fragment.find(a.buf.get());
+        auto w = write_exchanges.find(n.outer);
+        if (w != write_exchanges.end() && w->second == a.buf) continue;
         if (f != lm_.fragment.end()) {
-          if (a.identity && !f->second->same_as(*known->second)) conflict(n, a, known->second, f->second);
+          if (a.identity && !f->second->same_as(*known->second)) {
+            // The loop converts a fragment into a narrower one held in another layout
+            // (P = cast(S) between two gemms): it runs with the source's layout and its
+            // result crosses through shared memory, at the narrower type.
+            if (auto dst = narrowing_store(n, a.buf, f->second)) {
+              write_exchanges[n.outer] = dst;
+              lm_.loop[n.outer] = f->second;
+              changed = true;
+              break;
+            }
+            // A fragment the loop only reads, held in another layout (a gemm's output
+            // split over warpgroups, read by a loop that fills another gemm's operand held
+            // whole by each): its elements reach the loop's threads through shared memory.
+            if (only_read(n, a.buf.get())) {
+              auto& list = exchanges[n.outer];
+              bool seen = false;
+              for (auto& b : list) seen = seen || b == a.buf;
+              if (!seen) list.push_back(a.buf);
+              continue;
+            }
+            conflict(n, a, known->second, f->second);
+          }
           continue;
         }
         if (a.keep.empty()) continue;
@@ -316,6 +473,43 @@ class Inference {
     return false;
   }
 
+  // The one fragment the loop stores, when the loop can run with `read`'s layout instead:
+  // every other fragment access is an element-for-element read in that layout, and the
+  // stored fragment's type is narrower than `read`'s.
+  Buffer narrowing_store(const Nest& n, const Buffer& read, const layout::FragmentPtr& read_layout) {
+    Buffer dst;
+    for (auto& a : n.fragments) {
+      if (a.store) {
+        if (!a.identity || (dst && dst != a.buf)) return nullptr;
+        dst = a.buf;
+      }
+    }
+    if (!dst || dst->dtype.bytes() >= read->dtype.bytes()) return nullptr;
+    for (auto& a : n.fragments) {
+      if (a.buf == dst) {
+        if (!a.store && !a.identity) return nullptr;
+        continue;
+      }
+      auto f = lm_.fragment.find(a.buf.get());
+      if (!a.identity || f == lm_.fragment.end() || !f->second->same_as(*read_layout)) return nullptr;
+    }
+    return dst;
+  }
+
+  static bool only_read(const Nest& n, const BufferNode* b) {
+    for (auto& a : n.fragments) {
+      if (a.buf.get() == b && (a.store || !a.identity)) return false;
+    }
+    return true;
+  }
+
+ public:
+  // Loops (outermost T.Parallel) -> fragments they read through shared memory.
+  std::map<const StmtNode*, std::vector<Buffer>> exchanges;
+  // Loops -> the fragment they write through shared memory.
+  std::map<const StmtNode*, Buffer> write_exchanges;
+
+ private:
   void check_size(const Buffer& b, const layout::FragmentPtr& l, const Nest& n) {
     auto shape = frag_shape(b);
     user_assert(shape == l->shape(), n.outer->loc)
@@ -340,11 +534,16 @@ class Inference {
 }  // namespace
 
 void infer_layout(Kernel& k, PassContext& ctx) {
+  k.body = ThreadPrivateNests().mutate(k.body);
   k.body = PadToFragment().mutate(k.body);
   Collector c;
   c.visit(k.body);
   ctx.wgmma = ops::kernel_uses_wgmma(k, ctx);
-  Inference(k, ctx, c).run();
+  Inference inference(k, ctx, c);
+  inference.run();
+  if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {
+    k.body = InsertExchanges(inference.exchanges, inference.write_exchanges, ctx).mutate(k.body);
+  }
 }
 
 }  // namespace tegula::transform

@@ -5,8 +5,13 @@
 // the kernel's one dynamic shared-memory pool (1024-byte for wgmma operands, whose
 // swizzle the hardware computes from address bits), and k.smem_bytes its size. Fragments must
 // be gone by now: one still referenced means it was used outside T.Parallel or a tile op.
-// A pool larger than the target's per-block limit is the user's error, reported at the
-// kernel's line with every buffer's share: the driver would only refuse it at load time.
+// When the buffers do not fit the target's per-block limit side by side, buffers whose
+// lifetimes (live_ranges) do not overlap share bytes. A pool that still does not fit is
+// the user's error, reported at the kernel's line with every buffer's share: the driver
+// would only refuse it at load time.
+#include <functional>
+#include <set>
+
 #include "ir/functor.h"
 #include "transform/passes.h"
 
@@ -46,6 +51,136 @@ void check_smem_limit(const ir::Kernel& k, const Target& target) {
                     << "\nUse smaller tiles or fewer pipeline stages.";
 }
 
+// Where each shared buffer is live: [first, last] positions in the kernel's statements
+// in program order. Seq, LetStmt and serial/pipelined loop bodies are walked; any other
+// statement (a branch, a partitioned T.Parallel nest) is one position. A buffer used
+// inside a loop is live over the whole loop when it is also used outside it or when its
+// first use in the body is a read (a value carried from the previous iteration). Operands
+// of an issued wgmma stay live until a wgmma wait, destinations of cp.async until a
+// cp.async wait: the hardware reads or writes them in between.
+std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kernel& k) {
+  using Live = std::map<const ir::BufferNode*, std::pair<int, int>>;
+  Live live;
+  int pos = 0;
+  std::set<const ir::BufferNode*> pending_mma, pending_copy;
+  struct Frame {
+    int begin;
+    std::set<const ir::BufferNode*> used, read_first;
+  };
+  std::vector<Frame> loops;
+  struct Done {
+    int begin, end;
+    std::set<const ir::BufferNode*> used, read_first;
+  };
+  std::vector<Done> frames_done;
+  auto note = [&](const ir::BufferNode* b, bool write) {
+    if (b->scope != ir::Scope::Shared) return;
+    auto it = live.find(b);
+    if (it == live.end()) live[b] = {pos, pos};
+    else it->second.second = pos;
+    for (auto& f : loops) {
+      if (f.used.insert(b).second && !write) f.read_first.insert(b);
+    }
+  };
+  auto leaf = [&](const ir::Stmt& s) {
+    bool mma_wait = false, copy_wait = false;
+    std::vector<const ir::BufferNode*> mma_operands, copy_dests;
+    ir::post_order(s, [&](const ir::Stmt& x) {
+      if (auto* st = x.as<ir::BufferStoreNode>()) note(st->buffer.get(), true);
+    }, [&](const ir::Expr& e) {
+      if (auto* ld = e.as<ir::BufferLoadNode>()) note(ld->buffer.get(), false);
+      if (auto* c = e.as<ir::CallNode>()) {
+        if (c->op == "wgmma_wait") mma_wait = true;
+        if (c->op == "cp_async_wait") copy_wait = true;
+        if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {
+          for (auto& a : c->args) {
+            if (auto* ld = a.as<ir::BufferLoadNode>()) mma_operands.push_back(ld->buffer.get());
+          }
+        }
+        if (c->op == "cp_async") copy_dests.push_back(c->args[0].as<ir::BufferLoadNode>()->buffer.get());
+      }
+    });
+    for (auto* b : pending_mma) note(b, false);
+    for (auto* b : pending_copy) note(b, true);
+    if (mma_wait) pending_mma.clear();
+    if (copy_wait) pending_copy.clear();
+    // A statement that waits as well as issues (a loop, a gemm's issue-and-wait) is taken
+    // to wait for what it issued.
+    if (!mma_wait) pending_mma.insert(mma_operands.begin(), mma_operands.end());
+    if (!copy_wait) pending_copy.insert(copy_dests.begin(), copy_dests.end());
+    ++pos;
+  };
+  std::function<void(const ir::Stmt&)> walk = [&](const ir::Stmt& s) {
+    if (auto* seq = s.as<ir::SeqNode>()) {
+      for (auto& c : seq->seq) walk(c);
+    } else if (auto* let = s.as<ir::LetStmtNode>()) {
+      leaf(ir::make_evaluate(let->value, let->loc));
+      walk(let->body);
+    } else if (auto* f = s.as<ir::ForNode>(); f && f->for_kind != ir::ForKind::Parallel) {
+      loops.push_back({pos, {}, {}});
+      walk(f->body);
+      Frame frame = std::move(loops.back());
+      loops.pop_back();
+      int end = pos - 1;
+      frames_done.push_back({frame.begin, end, std::move(frame.used), std::move(frame.read_first)});
+      ++pos;
+    } else {
+      leaf(s);
+    }
+  };
+  walk(k.body);
+  // Innermost loops first, so that a widened range is seen by the loops around it.
+  for (auto& f : frames_done) {
+    for (auto* b : f.used) {
+      auto& r = live[b];
+      bool outside = r.first < f.begin || r.second > f.end;
+      if (outside || f.read_first.count(b)) r = {std::min(r.first, f.begin), std::max(r.second, f.end)};
+    }
+  }
+  return live;
+}
+
+// Offsets with buffers whose live ranges do not meet sharing bytes: each buffer, largest
+// first, at the lowest aligned offset clear of every placed buffer it is live with.
+// insert_barriers, which runs next, treats buffers that share bytes as one, so a barrier
+// separates the last use of one from the first use of the next.
+int64_t plan_shared_reuse(ir::Kernel& k, const PassContext& ctx) {
+  auto live = live_ranges(k);
+  std::vector<ir::Buffer> bufs;
+  for (auto& b : k.allocs) {
+    if (b->scope == ir::Scope::Shared) bufs.push_back(b);
+  }
+  auto bytes = [](const ir::Buffer& b) { return b->num_elements_const() * b->dtype.bytes(); };
+  std::stable_sort(bufs.begin(), bufs.end(), [&](const ir::Buffer& a, const ir::Buffer& b) { return bytes(a) > bytes(b); });
+  struct Placed {
+    int64_t lo, hi;
+    std::pair<int, int> when;
+  };
+  std::vector<Placed> placed;
+  int64_t top = 0;
+  for (auto& b : bufs) {
+    auto it = live.find(b.get());
+    std::pair<int, int> when = it == live.end() ? std::make_pair(-1, -1) : it->second;
+    int64_t align = ctx.panelled.count(b.get()) ? 1024 : 128;
+    int64_t offset = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      offset = (offset + align - 1) / align * align;
+      for (auto& p : placed) {
+        bool together = when.first >= 0 && p.when.first >= 0 && when.first <= p.when.second && p.when.first <= when.second;
+        if (together && offset < p.hi && p.lo < offset + bytes(b)) {
+          offset = p.hi;
+          moved = true;
+        }
+      }
+    }
+    k.smem_offset[b.get()] = offset;
+    placed.push_back({offset, offset + bytes(b), when});
+    top = std::max(top, offset + bytes(b));
+  }
+  return top;
+}
+
 }  // namespace
 
 void plan_storage(ir::Kernel& k, PassContext& ctx) {
@@ -74,6 +209,15 @@ void plan_storage(ir::Kernel& k, PassContext& ctx) {
     offset += n * b->dtype.bytes();
   }
   k.smem_bytes = offset;
+  // Buffers each in their own bytes keep every kernel that fits simple to read and to
+  // simulate; one that does not fit has buffers whose lifetimes do not overlap share bytes
+  // (an attention output tile staged where the K/V stages were).
+  if (k.smem_bytes > smem_limit(ctx.target.sm)) {
+    auto separate = k.smem_offset;
+    int64_t shared_bytes = plan_shared_reuse(k, ctx);
+    if (shared_bytes < k.smem_bytes) k.smem_bytes = shared_bytes;
+    else k.smem_offset = separate;
+  }
   check_smem_limit(k, ctx.target);
   k.smem_swizzled = ctx.swizzled;
   k.smem_panelled = ctx.panelled;

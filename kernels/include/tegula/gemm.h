@@ -114,7 +114,8 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
           typename T>
 struct BlockGemm {
-  static_assert(!RA || (WN == 1 && !TA), "A in registers needs the warps split along M only, and no transpose");
+  // A in registers: each group of WM warps (one column of the split) holds all of A.
+  static_assert(!RA || !TA, "A in registers takes no transpose");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % 16 == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
 
@@ -263,7 +264,8 @@ TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C) {
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
-// same warp split with WN = 1 (what T.copy(acc_fp32, acc_fp16) of a previous gemm's
+// same warp split with WN = 1, held by each of the WN columns of warps (what
+// T.copy(acc_fp32, acc_fp16) of a previous gemm's
 // accumulator gives), so attention's P @ V reads P where the first gemm left it.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>

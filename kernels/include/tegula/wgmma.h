@@ -158,11 +158,12 @@ TEGULA_DEVICE void wgmma_ss(const T* A, const T* B, float* C) {
 }
 
 // T.gemm(A_fragment, B_shared, C) on wgmma: A in the registers of an accumulator of the same
-// warpgroup split (WGN = 1), as T.copy(acc_fp32, acc_fp16) of a previous gemm's leaves it.
+// warpgroup split (WGN = 1), as T.copy(acc_fp32, acc_fp16) of a previous gemm's leaves it;
+// with the columns split too (WGN > 1), each column of warpgroups holds its own copy.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
           typename T>
 TEGULA_DEVICE void wgmma_rs(const T* A, const T* B, float* C) {
-  static_assert(WGN == 1 && !TA, "A in registers needs the warpgroups split along M only, and no transpose");
+  static_assert(!TA, "A in registers takes no transpose");
   BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, Inst>::template run<true>(A, B, C);
 }
 

@@ -28,9 +28,13 @@ class Builder:
     def __init__(self, name: str):
         self.name = name
         self.blocks: list[list] = []  # innermost last; each a list of _C.ir.Stmt
-        self.allocs: list[BufferValue] = []
-        self.kernel: KernelFrame | None = None
+        self.allocs: list[BufferValue] = []  # of the kernel being parsed
+        self.kernel: KernelFrame | None = None  # the kernel being parsed (or the last one)
         self.kernel_body = None
+        # Every `with T.Kernel` block of the prim_func, in launch order: (frame, body, allocs).
+        self.kernels: list[tuple] = []
+        # T.alloc_global buffers: workspaces the runtime allocates per call, seen by every kernel.
+        self.workspaces: list[BufferValue] = []
         self._names: dict[str, int] = {}
 
     # ---- statements ----
@@ -67,6 +71,24 @@ class Builder:
         value = cls(buf, name, shape, dtype, scope)
         self.allocs.append(value)
         return value
+
+    def allocate_workspace(self, name: str, dtype: str, shape: tuple) -> BufferValue:
+        from .values import to_expr
+
+        if self.blocks:
+            raise ArgError(None, "T.alloc_global declares a workspace of the whole prim_func: write it before "
+                           "the `with T.Kernel(...)` blocks, not inside one")
+        name = self.unique_name(name)
+        buf = ir().buffer(name, "global", dtype, [to_expr(s, "int32") for s in shape])
+        value = BufferValue(buf, name, shape, dtype, "global")
+        self.workspaces.append(value)
+        return value
+
+    def finish_kernel(self, frame: KernelFrame, body) -> None:
+        self.kernel = frame
+        self.kernel_body = body
+        self.kernels.append((frame, body, self.allocs))
+        self.allocs = []
 
     def require_kernel(self, what: str) -> KernelFrame:
         if self.kernel is None or not self.blocks:

@@ -246,6 +246,9 @@ class Parser(Evaluator):
         return []
 
     def _allocate(self, name: str, request: AllocRequest) -> None:
+        if request.scope == "global":
+            self.bind(name, self.builder.allocate_workspace(name, request.dtype, request.shape))
+            return
         cls = VarBuffer if request.is_var else BufferValue
         buffer = self.builder.allocate(name, request.scope, request.dtype, request.shape, cls)
         self.bind(name, buffer)
@@ -333,8 +336,9 @@ class Parser(Evaluator):
         spec = self.eval(item.context_expr)
         if not isinstance(spec, KernelSpec):
             raise self.error(item.context_expr, "only `with T.Kernel(...) as ...:` is supported in a kernel")
-        if self.builder.kernel is not None:
-            raise self.error(stmt, "a prim_func has exactly one `with T.Kernel(...)`")
+        if self.builder.blocks:
+            raise self.error(stmt, "`with T.Kernel(...)` blocks cannot nest: write them one after another "
+                             "(they are launched in order)")
         default = ["bx", "by", "bz"][: len(spec.grid)]
         target = item.optional_vars
         count = len(target.elts) if isinstance(target, (ast.Tuple, ast.List)) else 1
@@ -352,9 +356,11 @@ class Parser(Evaluator):
         self.builder.push()
         self.parse_block(stmt.body)
         body = self.builder.pop_optional()
-        self.builder.kernel_body = body if body is not None else self._ir.seq([])
-        # Names from inside the kernel stay visible to the (Python-only) rest of the function.
-        self.scopes[-2].update(self.scopes.pop())
+        self.builder.finish_kernel(self.builder.kernel, body if body is not None else self._ir.seq([]))
+        # Python values named inside the kernel stay visible to the rest of the function;
+        # its buffers and kernel values do not (a later kernel cannot see them).
+        inner = self.scopes.pop()
+        self.scopes[-1].update({k: v for k, v in inner.items() if not isinstance(v, (BufferValue, PrimExpr))})
         return None
 
     _STMTS = {

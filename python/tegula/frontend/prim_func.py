@@ -32,20 +32,22 @@ class ParamInfo:
 class PrimFunc:
     """A parsed kernel: the IR Kernel, its parameters, and its source for error display."""
 
-    def __init__(self, name: str, kernel, params: list[ParamInfo], dynamic_vars: list[PrimExpr],
-                 source: SourceInfo, fn):
+    def __init__(self, name: str, kernels: list, params: list[ParamInfo], dynamic_vars: list[PrimExpr],
+                 source: SourceInfo, fn, workspaces: list[ParamInfo] = ()):
         self.name = name
-        self.kernel = kernel
+        self.kernels = list(kernels)  # one per `with T.Kernel` block, launched in this order
+        self.kernel = self.kernels[0]
+        self.workspaces = list(workspaces)  # T.alloc_global buffers: allocated per call
         self.params = params
         self.dynamic_vars = dynamic_vars
         self.source = source
         self.__wrapped__ = fn
 
     def ir(self, stage: str = "all") -> str:
-        return self.kernel.ir(stage)
+        return "\n".join(k.ir(stage) for k in self.kernels)
 
     def script(self) -> str:
-        return self.kernel.ir()
+        return "\n".join(k.ir() for k in self.kernels)
 
     def __str__(self):
         return self.script()
@@ -122,24 +124,41 @@ def _parse(fn) -> PrimFunc:
         parser.set_loc(fn_node)
         params = parser.parse_params(fn_node, dict(getattr(fn, "__annotations__", {})))
         parser.parse_block(fn_node.body)
-        if builder.kernel is None:
-            raise source.error_at(fn_node, f"prim_func {fn.__name__} has no `with T.Kernel(...)` block")
-        parser.set_loc(fn_node)
-        frame = builder.kernel
-        dynamic_vars = _collect_dynamic(params)
+        return finish(parser, builder, fn, source, fn_node, params)
+
+
+def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, params: list) -> PrimFunc:
+    """The PrimFunc of a parsed function: one IR kernel per `with T.Kernel` block, in
+    launch order. params: (name, BufferValue or scalar PrimExpr, annotation) of the
+    parameters. Every kernel takes the parameters, then the T.alloc_global workspaces."""
+    if not builder.kernels:
+        raise source.error_at(fn_node, f"prim_func {fn.__name__} has no `with T.Kernel(...)` block")
+    parser.set_loc(fn_node)
+    dynamic_vars = _collect_dynamic(params)
+    for ws in builder.workspaces:
+        for dim in ws.shape:
+            for var in dim.dyn if isinstance(dim, PrimExpr) else ():
+                if all(var is not seen for seen in dynamic_vars):
+                    raise source.error_at(fn_node, f"T.alloc_global '{ws.name}': its shape uses '{var}', which is "
+                                          "not a dimension of any parameter, so its size cannot be known at launch")
+    arguments = [value.buf if isinstance(value, BufferValue) else value.expr for _, value, _ in params]
+    arguments += [ws.buf for ws in builder.workspaces]
+    kernels = []
+    many = len(builder.kernels) > 1
+    for index, (frame, body, allocs) in enumerate(builder.kernels):
         try:
-            kernel = parser._ir.kernel(
-                fn.__name__,
-                [value.buf if isinstance(value, BufferValue) else value.expr for _, value, _ in params],
+            kernels.append(parser._ir.kernel(
+                f"{fn.__name__}_kernel{index}" if many else fn.__name__,
+                arguments,
                 [v.expr for v in dynamic_vars],
                 [to_expr(g, "int32") for g in frame.grid],
                 [v.expr for v in frame.block_vars],
                 frame.thread_var.expr,
                 frame.threads,
-                [b.buf for b in builder.allocs],
-                builder.kernel_body,
+                [b.buf for b in allocs],
+                body,
                 {},
-            )
+            ))
         except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's
             raise parser.convert(fn_node, err) from None
     infos = []
@@ -148,7 +167,8 @@ def _parse(fn) -> PrimFunc:
             infos.append(ParamInfo(name, value.shape, str(value.dtype), False, value))
         else:
             infos.append(ParamInfo(name, (), str(value.dtype), True, value))
-    return PrimFunc(fn.__name__, kernel, infos, dynamic_vars, source, fn)
+    workspaces = [ParamInfo(ws.name, ws.shape, str(ws.dtype), False, ws) for ws in builder.workspaces]
+    return PrimFunc(fn.__name__, kernels, infos, dynamic_vars, source, fn, workspaces)
 
 
 class Macro:

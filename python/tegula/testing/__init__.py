@@ -96,16 +96,32 @@ def _prepare(kernel, args):
     return full, outputs
 
 
+def dynamic_sizes(kernel, full) -> dict:
+    """id(dynamic var) -> its value in this call's tensors."""
+    sizes = {}
+    for info, value in zip(kernel.prim_func.params, full):
+        if isinstance(value, torch.Tensor):
+            for dim, size in zip(info.shape, value.shape):
+                if not isinstance(dim, int):
+                    sizes[id(dim)] = size
+    return sizes
+
+
 def _run(kernel, args, method):
     full, outputs = _prepare(kernel, args)
     wide = [v.detach().to("cpu", torch.float64).contiguous() if isinstance(v, torch.Tensor) else v for v in full]
+    # T.alloc_global workspaces: fresh and poisoned, shared by the kernels of the call.
+    for ws in kernel.prim_func.workspaces:
+        shape = [d if isinstance(d, int) else dynamic_sizes(kernel, full)[id(d)] for d in ws.shape]
+        wide.append(poison(torch.empty(shape, dtype=torch.float64)))
     from .. import env
 
     C = env.native()
     try:
-        result = getattr(kernel._lowered, method)(wide)
+        results = [getattr(lowered, method)(wide) for lowered in kernel._lowered_all]
     except C.CompileError as err:
         raise from_native(err, kernel.prim_func.source) from None
+    result = results[0] if len(results) == 1 else [r for part in results for r in (part or [])]
     for original, computed in zip(full, wide):
         if isinstance(original, torch.Tensor):
             original.copy_(computed.to(original.dtype).to(original.device))

@@ -102,9 +102,14 @@ def test_gemm_variants_compile_to_tensor_cores(kw, call, tmp_path):
         assert "HMMA.16816.F32" in sass
 
 
-def test_gemm_a_in_registers_needs_full_rows():
+def test_gemm_a_in_registers_with_the_columns_split_over_warps():
+    """FullCol with A in registers: each column of the warp split holds all of A (on
+    mma.sync here); simulated thread by thread against torch."""
+    import torch
+    from tegula.testing import simulate
+
     @T.prim_func
-    def bad(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+    def cols(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
         with T.Kernel(1, threads=128) as bx:
             a = T.alloc_shared((64, 64), "float16")
             af = T.alloc_fragment((64, 64), "float16")
@@ -113,12 +118,14 @@ def test_gemm_a_in_registers_needs_full_rows():
             T.copy(A, a)
             T.copy(B, b)
             T.copy(a, af)
-            T.gemm(af, b, c, policy=T.GemmWarpPolicy.FullCol)
+            T.gemm(af, b, c, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
             T.copy(c, C)
 
-    with pytest.raises(tegula.TegulaCompileError) as info:
-        tegula.compile(bad, target="sm_80")
-    assert "FullRow" in str(info.value) and "T.gemm(af, b, c" in str(info.value)
+    k = tegula.compile(cols, out_idx=[-1], target="sm_80")
+    assert "gemm_rs<64, 64, 64, 1, 4" in k.get_kernel_source()
+    gen = torch.Generator().manual_seed(11)
+    a, b = torch.randn(64, 64, generator=gen).half(), torch.randn(64, 64, generator=gen).half()
+    torch.testing.assert_close(simulate(k, a, b).double(), a.double() @ b.double(), rtol=1e-3, atol=1e-3)
 
 
 def test_bfloat16_operands_cannot_accumulate_in_float16():
