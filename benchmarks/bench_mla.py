@@ -1,0 +1,76 @@
+"""MLA decode (tegula.kernels.mla_decode) beside an eager torch implementation, one
+process, same inputs; median of CUDA-event timings. FLOPs count 2·h_q·S·(576+512) per
+sequence; bytes count the KV cache read once.
+
+    python benchmarks/bench_mla.py
+"""
+import math
+
+import torch
+
+from tegula.kernels.mla_decode import mla_decode
+
+
+def torch_mla(q, kv, lens, scale):
+    s = torch.einsum("bhd,bsd->bhs", q.float(), kv.float()) * scale
+    pos = torch.arange(kv.shape[1], device=q.device)
+    s = s.masked_fill(pos[None, None, :] >= lens[:, None, None], -math.inf)
+    return torch.einsum("bhs,bsd->bhd", torch.softmax(s, dim=-1), kv[..., :512].float()).to(q.dtype)
+
+
+def median_ms(fn, iters=50):
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def copy_bandwidth():
+    x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / (median_ms(lambda: y.copy_(x)) * 1e-3)
+
+
+def main():
+    dev = torch.cuda.get_device_name()
+    bw = copy_bandwidth()
+    print(f"device: {dev}; copy bandwidth {bw / 1e9:.0f} GB/s")
+    print(f"{'case':34} {'tegula ms':>10} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} {'vs torch':>8}")
+    cases = [(64, 128, 4096, False), (64, 128, 8192, False), (128, 128, 4096, False), (128, 128, 8192, False),
+             (64, 128, 8192, True), (128, 128, 8192, True), (1, 16, 32768, False), (1, 16, 32768, True)]
+    for B, H, S, paged in cases:
+        dtype = torch.float16
+        q = torch.randn(B, H, 576, device="cuda", dtype=dtype)
+        kv = torch.randn(B, S, 576, device="cuda", dtype=dtype)
+        lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        scale = 1 / math.sqrt(576)
+        if paged:
+            pages = kv.reshape(B * S // 64, 64, 576)
+            perm = torch.randperm(B * S // 64, device="cuda")
+            shuffled = torch.empty_like(pages)
+            shuffled[perm] = pages
+            table = perm.reshape(B, S // 64).to(torch.int32)
+            run = lambda: mla_decode(q, shuffled, lens, block_table=table)  # noqa: E731
+        else:
+            run = lambda: mla_decode(q, kv, lens)  # noqa: E731
+        out = run()
+        ref = torch_mla(q, kv, lens, scale) if B * H * S <= 128 * 128 * 8192 else None
+        err = ((out.float() - ref.float()).norm() / ref.float().norm()).item() if ref is not None else float("nan")
+        t = median_ms(run)
+        tt = median_ms(lambda: torch_mla(q, kv, lens, scale), iters=10)
+        flops = 2 * B * H * S * (576 + 512)
+        bytes_ = B * S * 576 * 2
+        name = f"B{B} h{H} S{S} {'paged' if paged else 'contig'} err {err:.1e}"
+        print(f"{name:34} {t:10.4f} {flops / t / 1e9:8.1f} {bytes_ / t / 1e6:7.0f} {100 * bytes_ / t / 1e-3 / bw:6.1f} "
+              f"{tt:9.3f} {tt / t:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
