@@ -12,6 +12,7 @@ from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
 from .jit import JITKernel, KernelParam, compile, jit
 from .transform import PassConfigKey
+from .math import cdiv, next_power_of_2
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,7 @@ __all__ = [
     "jit", "compile", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
+__all__ += ["cdiv", "next_power_of_2"]
 
 
 def __getattr__(name: str):

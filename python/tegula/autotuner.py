@@ -172,6 +172,12 @@ class AutoTuner:
                  atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01, cache_input_tensors=True, skip_check=False):
         if configs is None:
             raise ValueError("tegula.autotune needs configs: a list of kwargs dicts, or a callable returning one")
+        from .eager import EagerJITFunction
+
+        if isinstance(fn, EagerJITFunction):
+            raise TypeError(f"tegula.autotune: {fn.__name__} is an eager @tegula.jit function (its body is the "
+                            "kernel); autotune takes the lazy form, a function of the tunable values that returns a "
+                            "T.prim_func")
         self.fn = fn
         self.configs = configs
         self._compile_args: dict = {}

@@ -18,8 +18,9 @@ from enum import Enum
 
 import torch
 
-_FLUSH_BYTES = 256 * 1024 * 1024
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
+BACKENDS = ("event", "cupti", "cudagraph")
+_FLUSH_RANGE = "tegula::l2_flush"  # the profiler range around each flush (backend "cupti")
 
 
 def _require_cuda(what: str) -> None:
@@ -27,30 +28,75 @@ def _require_cuda(what: str) -> None:
         raise RuntimeError(f"{what} needs a CUDA device (torch.cuda.is_available() is False here)")
 
 
-def do_bench(fn, warmup=25, rep=100, _n_warmup=0, _n_repeat=0, quantiles=None, return_mode="median",
-             flush_l2=True):
-    """Milliseconds per call of `fn`, timed with a pair of CUDA events around each call.
+def _check_bench_args(warmup, rep, n_warmup, n_repeat, quantiles, backend, return_mode, cache_size) -> None:
+    """ValueError naming the argument, before any device work."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode {return_mode!r}: expected one of {_RETURN_MODES}")
+    for name, value in (("warmup", warmup), ("rep", rep), ("cache_size", cache_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+    for name, value in (("n_warmup", n_warmup), ("n_repeat", n_repeat)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int (0: derived from the time budget), got {value!r}")
+    if quantiles is not None:
+        if not isinstance(quantiles, (list, tuple)) or not quantiles or not all(
+                isinstance(q, (int, float)) and not isinstance(q, bool) and 0 <= q <= 1 for q in quantiles):
+            raise ValueError(f"quantiles must be a non-empty list of numbers in [0, 1], got {quantiles!r}")
+    if backend == "cupti" and (quantiles is not None or return_mode != "mean"):
+        raise ValueError("backend 'cupti' measures the kernels' total time over all runs, so it gives their mean: "
+                         f"return_mode must be 'mean' and quantiles None (got return_mode={return_mode!r}, "
+                         f"quantiles={quantiles!r})")
+
+
+def _summary(times: list, quantiles, return_mode):
+    times = torch.tensor(times, dtype=torch.float64)
+    if quantiles is not None:
+        values = torch.quantile(times, torch.tensor(quantiles, dtype=torch.float64)).tolist()
+        return values[0] if len(values) == 1 else values
+    if return_mode == "all":
+        return times.tolist()
+    return getattr(torch, return_mode)(times).item()
+
+
+def do_bench(fn, warmup=25, rep=100, _n_warmup=0, _n_repeat=0, quantiles=None, fast_flush=True, backend="event",
+             return_mode="mean", device=None, cache_size=256, early_stop_baseline=None, flush_l2=True):
+    """Milliseconds per call of `fn` (TileLang's arguments and meaning).
 
     `warmup` and `rep` are budgets in ms; the iteration counts come from a first estimate
     of one call, unless `_n_warmup` / `_n_repeat` (> 0) fix them. With `flush_l2`, a buffer
-    of at least 256 MB and 4x the L2 is overwritten before each call, so no call finds the
-    previous call's data in L2. Returns the statistic `return_mode` names ("all": the list
-    of times), or with `quantiles` the list of those quantiles (one value alone if one).
+    of at least `cache_size` MiB and 4x the L2 is overwritten (in int32 words with
+    `fast_flush`, bytes without) before each timed call, so no call finds the previous
+    call's data in L2.
+
+    `backend`:
+      "event"      a pair of CUDA events around each call: what the caller waits for,
+                   launch gaps between a call's kernels included;
+      "cupti"      the kernels' own time, from torch's profiler (CUPTI) activity records:
+                   the sum of the device time of every kernel `fn` launched, per call,
+                   without launch gaps (and without the flushes);
+      "cudagraph"  the calls captured in one CUDA graph, replayed; per call: a replay's time
+                   over the calls in it (the flush runs before each replay only).
+    Returns the statistic `return_mode` names ("all": the list of times), or with
+    `quantiles` the list of those quantiles (one value alone if one); "cupti" gives the
+    mean only. With `early_stop_baseline`, a first estimate above it is returned at once.
+    `device` (an index or torch.device) is the GPU to time on.
     """
-    if return_mode not in _RETURN_MODES:
-        raise ValueError(f"return_mode {return_mode!r}: expected one of {_RETURN_MODES}")
+    _check_bench_args(warmup, rep, _n_warmup, _n_repeat, quantiles, backend, return_mode, cache_size)
     _require_cuda("tegula.profiler.do_bench")
+    if device is not None:
+        with torch.cuda.device(device):
+            return do_bench(fn, warmup, rep, _n_warmup, _n_repeat, quantiles, fast_flush, backend, return_mode,
+                            None, cache_size, early_stop_baseline, flush_l2)
     flush = None
     if flush_l2:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-        flush = torch.empty(max(_FLUSH_BYTES, 4 * l2_bytes) // 4, dtype=torch.int32, device="cuda")
+        nbytes = max(int(cache_size * 1024 * 1024), 4 * l2_bytes)
+        flush = (torch.empty(nbytes // 4, dtype=torch.int32, device="cuda") if fast_flush
+                 else torch.empty(nbytes, dtype=torch.int8, device="cuda"))
 
-    def one_call():
-        if flush is not None:
-            flush.zero_()
-        fn()
-
-    one_call()  # compiles/loads anything lazy before the estimate
+    fn()  # compiles/loads anything lazy before the estimate
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -59,11 +105,19 @@ def do_bench(fn, warmup=25, rep=100, _n_warmup=0, _n_repeat=0, quantiles=None, r
     end.record()
     torch.cuda.synchronize()
     estimate_ms = max(start.elapsed_time(end) / 5, 1e-4)
+    if early_stop_baseline is not None and estimate_ms > early_stop_baseline:
+        return [estimate_ms] * len(quantiles) if quantiles is not None else estimate_ms
     n_warmup = _n_warmup if _n_warmup > 0 else max(1, int(warmup / estimate_ms))
     n_repeat = _n_repeat if _n_repeat > 0 else max(1, int(rep / estimate_ms))
 
     for _ in range(n_warmup):
-        one_call()
+        if flush is not None:
+            flush.zero_()
+        fn()
+    if backend == "cupti":
+        return _bench_cupti(fn, flush, n_repeat)
+    if backend == "cudagraph":
+        return _summary(_bench_cudagraph(fn, flush, n_repeat), quantiles, return_mode)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
     for i in range(n_repeat):
@@ -73,13 +127,59 @@ def do_bench(fn, warmup=25, rep=100, _n_warmup=0, _n_repeat=0, quantiles=None, r
         fn()
         ends[i].record()
     torch.cuda.synchronize()
-    times = torch.tensor([s.elapsed_time(e) for s, e in zip(starts, ends)], dtype=torch.float64)
-    if quantiles is not None:
-        values = torch.quantile(times, torch.tensor(quantiles, dtype=torch.float64)).tolist()
-        return values[0] if len(values) == 1 else values
-    if return_mode == "all":
-        return times.tolist()
-    return getattr(torch, return_mode)(times).item()
+    return _summary([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles, return_mode)
+
+
+def _bench_cupti(fn, flush, n_repeat: int) -> float:
+    """Mean kernel time per call: every device activity record of the profiled calls
+    (kernels, memsets, copies), less those inside the flush ranges."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n_repeat):
+            if flush is not None:
+                with record_function(_FLUSH_RANGE):
+                    flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    device_us = flush_us = 0.0
+    kernels = 0
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        if getattr(event, "is_user_annotation", False):
+            if event.name == _FLUSH_RANGE:
+                flush_us += event.self_device_time_total
+            continue
+        device_us += event.self_device_time_total
+        kernels += 1
+    if kernels == 0:
+        raise RuntimeError("do_bench(backend='cupti'): torch's profiler recorded no device activity (is CUPTI "
+                           "available to torch here?); use backend='event'")
+    return max(device_us - flush_us, 0.0) / n_repeat * 1e-3
+
+
+def _bench_cudagraph(fn, flush, n_repeat: int, replays: int = 10) -> list:
+    """Per-call times of `replays` replays of a graph of n_repeat calls (as
+    triton.testing.do_bench_cudagraph does)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(n_repeat):
+                fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        for i in range(replays):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            graph.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+    return [s.elapsed_time(e) / n_repeat for s, e in zip(starts, ends)]
 
 
 class TensorSupplyType(Enum):
@@ -232,18 +332,33 @@ class Profiler:
         outs = self._runner(inputs, self._outputs(poison=True))()
         return outs[0] if len(outs) == 1 else (outs or None)
 
-    def do_bench(self, func=None, warmup=25, rep=100, n_warmup=0, n_repeat=0, input_tensors=None,
-                 quantiles=None, return_mode="median"):
+    def do_bench(self, func=None, warmup=25, rep=100, n_warmup=0, n_repeat=0, input_tensors=None, backend="event",
+                 quantiles=None, return_mode="mean", dynamic_symbolic_constraints=None, device=None,
+                 early_stop_baseline=None):
         """Milliseconds per run of the kernel, or of `func` (a reference taking the same
-        inputs), on `input_tensors` or fresh inputs. See `do_bench` for the arguments."""
+        inputs), on `input_tensors` or fresh inputs. See `do_bench` for the arguments.
+        `dynamic_symbolic_constraints` ({name: size}) sizes the dynamic dimensions of fresh
+        inputs; Tegula gives them all one size, so the sizes must agree."""
+        _check_bench_args(warmup, rep, n_warmup, n_repeat, quantiles, backend, return_mode, 0)
         _require_cuda("Profiler.do_bench")
-        inputs = list(input_tensors) if input_tensors is not None else self.get_inputs()
-        if func is None:
-            run = self._runner(inputs, self._outputs(poison=False))
-        else:
-            def run():
-                return func(*inputs)
-        return do_bench(run, warmup, rep, n_warmup, n_repeat, quantiles, return_mode)
+        saved = self.dynamic_size
+        if dynamic_symbolic_constraints:
+            sizes = set(dynamic_symbolic_constraints.values())
+            if len(sizes) != 1:
+                raise ValueError(f"dynamic_symbolic_constraints {dynamic_symbolic_constraints!r}: Tegula's profiler "
+                                 "gives every dynamic dimension one size (Profiler(dynamic_size=N)); give one size")
+            self.dynamic_size = sizes.pop()
+        try:
+            inputs = list(input_tensors) if input_tensors is not None else self.get_inputs()
+            if func is None:
+                run = self._runner(inputs, self._outputs(poison=False))
+            else:
+                def run():
+                    return func(*inputs)
+        finally:
+            self.dynamic_size = saved
+        return do_bench(run, warmup, rep, n_warmup, n_repeat, quantiles=quantiles, backend=backend,
+                        return_mode=return_mode, device=device, early_stop_baseline=early_stop_baseline)
 
     def assert_allclose(self, reference_program, atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01):
         """Runs the kernel and `reference_program` on the same fresh inputs and compares

@@ -352,8 +352,13 @@ class Printer {
 
   std::string call(const CallNode* c) {
     if (c->op == "atomic_add") {
+      // args[2], when there, is the memory order (TileLang's ids; see ops/atomic_add.cc).
+      static const char* const kOrders[] = {"relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst"};
+      std::string order = c->args.size() > 2 ? std::string("<tegula::memory_order_") +
+                                                   kOrders[*as_const_int(c->args[2])] + ">"
+                                             : "";
       auto* addr = c->args[0].as<BufferLoadNode>();
-      return "atomic_add(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
+      return "atomic_add" + order + "(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
     }
     if (c->op == "cp_async") {
       auto* dst = c->args[0].as<BufferLoadNode>();

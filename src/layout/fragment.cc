@@ -328,6 +328,237 @@ class Projected : public Fragment {
   std::vector<int> slot_of_base_, first_base_slot_;
 };
 
+// A formula of the thread index, fitted to the values v[i] it must take at threads ts[i]:
+// affine (base + stride * tx) or bit-linear (base + sum of weight * bit k of tx).
+struct ThreadFormula {
+  int64_t base = 0, stride = 0;
+  bool bit_linear = false;
+  std::vector<std::pair<int, int64_t>> bits;  // (k, weight)
+
+  bool fit(const std::vector<int>& ts, const std::vector<int64_t>& v, int threads) {
+    if (fit_affine(ts, v)) return true;
+    return fit_bits(ts, v, threads);
+  }
+  int64_t at(int t) const {
+    if (!bit_linear) return base + stride * t;
+    int64_t r = base;
+    for (auto& [k, w] : bits) r += w * ((t >> k) & 1);
+    return r;
+  }
+  // Consecutive bits whose weights double form one field: w * ((tx >> k) % 2^len).
+  Expr expr(const Expr& tx, int threads) const {
+    Expr out = make_int(base);
+    if (!bit_linear) return stride ? tx * stride + base : out;
+    for (size_t i = 0; i < bits.size();) {
+      size_t j = i + 1;
+      while (j < bits.size() && bits[j].first == bits[j - 1].first + 1 && bits[j].second == 2 * bits[j - 1].second) ++j;
+      int k = bits[i].first, len = int(j - i);
+      Expr field = k ? floordiv(tx, make_int(int64_t(1) << k)) : tx;
+      if ((int64_t(1) << (k + len)) < threads) field = floormod(field, make_int(int64_t(1) << len));
+      out = out + field * bits[i].second;
+      i = j;
+    }
+    return out;
+  }
+
+ private:
+  bool check(const std::vector<int>& ts, const std::vector<int64_t>& v) const {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (at(ts[i]) != v[i]) return false;
+    }
+    return true;
+  }
+  bool fit_affine(const std::vector<int>& ts, const std::vector<int64_t>& v) {
+    bit_linear = false;
+    stride = 0;
+    if (ts.size() > 1) {
+      int64_t dv = v[1] - v[0], dt = ts[1] - ts[0];
+      if (dv % dt != 0) return false;
+      stride = dv / dt;
+    }
+    base = v[0] - stride * ts[0];
+    return check(ts, v);
+  }
+  bool fit_bits(const std::vector<int>& ts, const std::vector<int64_t>& v, int threads) {
+    bit_linear = true;
+    bits.clear();
+    std::vector<int> pos(threads, -1);
+    int varying = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      pos[ts[i]] = int(i);
+      varying |= ts[i] ^ ts[0];
+    }
+    for (int k = 0; (1 << k) <= varying; ++k) {
+      if (!(varying >> k & 1)) continue;
+      int pair = -1;
+      for (size_t i = 0; i < ts.size() && pair < 0; ++i) {
+        int other = ts[i] ^ (1 << k);
+        if (!(ts[i] >> k & 1) && other < threads && pos[other] >= 0) pair = int(i);
+      }
+      if (pair < 0) return false;
+      int64_t w = v[pos[ts[pair] ^ (1 << k)]] - v[pair];
+      if (w) bits.push_back({k, w});
+    }
+    base = 0;
+    base = v[0] - at(ts[0]);
+    return check(ts, v);
+  }
+};
+
+// A user's layout, from the table its T.Fragment evaluated to (see make_table).
+class Table : public Fragment {
+ public:
+  Table(std::vector<int64_t> shape, int threads, const Owners& owners, const SourceLoc& loc)
+      : Fragment(std::move(shape), threads, 0) {
+    user_assert(int64_t(owners.size()) == num_elements(), loc)
+        << "T.Fragment: the layout has " << owners.size() << " elements, the buffer " << num_elements();
+    for (auto& holders : owners) {
+      user_assert(!holders.empty(), loc) << "T.Fragment: every element needs a thread";
+      for (auto& [t, s] : holders) {
+        user_assert(t >= 0 && t < threads_ && s >= 0, loc)
+            << "T.Fragment: thread " << t << " is outside the kernel's " << threads_ << " threads";
+        slots_ = std::max(slots_, s + 1);
+      }
+    }
+    element_.assign(size_t(threads_) * slots_, -1);
+    for (int64_t f = 0; f < int64_t(owners.size()); ++f) {
+      for (auto& [t, s] : owners[f]) {
+        int64_t& e = element_[size_t(t) * slots_ + s];
+        user_assert(e < 0 || e == f, loc) << "T.Fragment: elements " << element_str(e) << " and " << element_str(f)
+                                          << " both land in thread " << t << ", register " << s;
+        e = f;
+      }
+    }
+    slot_.resize(slots_);
+    for (int s = 0; s < slots_; ++s) fit_slot(s, loc);
+    for (vec_ = 8; vec_ > 1 && !holds_vectors(vec_); vec_ /= 2) {
+    }
+  }
+  int vector_width() const override { return vec_; }
+  bool coords(int t, int s, int64_t* out) const override {
+    if (t < 0 || t >= threads_ || s < 0 || s >= slots_) return false;
+    int64_t f = element_[size_t(t) * slots_ + s];
+    if (f < 0) return false;
+    unflatten(f, shape_, out);
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    const Slot& slot = slot_.at(s);
+    *valid = Expr();
+    if (slot.empty) {  // an index forward_index_fn never gives: no thread holds the slot
+      *valid = make_bool(false);
+      return std::vector<Expr>(shape_.size(), make_int(0));
+    }
+    if (slot.range) {
+      if (slot.lo > 0) *valid = make_binary(BinaryOp::GE, tx, make_int(slot.lo));
+      if (slot.hi < threads_) *valid = *valid ? (*valid && tx < make_int(slot.hi)) : tx < make_int(slot.hi);
+    } else {
+      *valid = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, tx, make_int(slot.mask)), make_int(slot.value));
+    }
+    if (slot.per_coordinate.empty()) return unflatten(slot.flat.expr(tx, threads_), shape_);
+    std::vector<Expr> out;
+    for (auto& c : slot.per_coordinate) out.push_back(c.expr(tx, threads_));
+    return out;
+  }
+  std::string describe() const override {
+    Text os;
+    os << "T.Fragment" << shape_str(shape_) << " threads=" << threads_ << " slots=" << slots_;
+    return os.str();
+  }
+
+ private:
+  struct Slot {
+    bool empty = false;
+    bool range = true;  // the holders are lo <= tx < hi, else (tx & mask) == value
+    int lo = 0, hi = 0, mask = 0, value = 0;
+    std::vector<ThreadFormula> per_coordinate;  // one formula a coordinate, or empty:
+    ThreadFormula flat;                         // the row-major index, unflattened
+  };
+
+  std::string element_str(int64_t f) const {
+    std::vector<int64_t> c(shape_.size());
+    unflatten(f, shape_, c.data());
+    return shape_str(c);
+  }
+
+  void fit_slot(int s, const SourceLoc& loc) {
+    Slot& slot = slot_[s];
+    std::vector<int> ts;
+    std::vector<int64_t> flat;
+    for (int t = 0; t < threads_; ++t) {
+      int64_t f = element_[size_t(t) * slots_ + s];
+      if (f >= 0) ts.push_back(t), flat.push_back(f);
+    }
+    if (ts.empty()) {
+      slot.empty = true;
+      return;
+    }
+    slot.lo = ts.front();
+    slot.hi = ts.back() + 1;
+    if (slot.hi - slot.lo != int(ts.size())) {
+      int width = 1;
+      while (width < threads_) width <<= 1;
+      int varying = 0;
+      for (int t : ts) varying |= t ^ ts[0];
+      slot.range = false;
+      slot.mask = (width - 1) & ~varying;
+      slot.value = ts[0] & slot.mask;
+      int count = 0;
+      for (int t = 0; t < threads_; ++t) count += (t & slot.mask) == slot.value;
+      user_assert(count == int(ts.size()), loc)
+          << "T.Fragment: the threads holding register " << s << " (" << ts.size() << " of them, from thread "
+          << ts.front() << " to " << ts.back() << ") are neither a range of thread indices nor those with some "
+          << "bits of the index fixed, which the generated code cannot test for";
+    }
+    // Coordinates one by one first: (tx / 16, tx % 16 * 4) is what later passes can
+    // reason about (the distance between two slots' accesses), unlike the same element
+    // unflattened from tx * 4.
+    std::vector<int64_t> c(shape_.size());
+    for (size_t d = 0; d < shape_.size(); ++d) {
+      std::vector<int64_t> v;
+      for (int64_t f : flat) {
+        unflatten(f, shape_, c.data());
+        v.push_back(c[d]);
+      }
+      ThreadFormula coord;
+      if (!coord.fit(ts, v, threads_)) break;
+      slot.per_coordinate.push_back(coord);
+    }
+    if (slot.per_coordinate.size() == shape_.size()) return;
+    slot.per_coordinate.clear();
+    user_assert(slot.flat.fit(ts, flat, threads_), loc)
+        << "T.Fragment: the elements held in register " << s << " are not an affine or bit-linear function of "
+        << "the thread index (thread " << ts[0] << " holds " << element_str(flat[0]) << ", thread " << ts.back()
+        << " holds " << element_str(flat.back()) << "), so the generated code cannot compute them";
+  }
+
+  // Whether every thread's slots, in groups of v, hold nothing or v consecutive elements
+  // of one row starting at a multiple of v (what a vector access of the group needs).
+  bool holds_vectors(int v) const {
+    int64_t cols = shape_.back();
+    if (slots_ % v != 0 || cols % v != 0) return false;
+    for (int t = 0; t < threads_; ++t) {
+      for (int g = 0; g < slots_; g += v) {
+        const int64_t* e = &element_[size_t(t) * slots_ + g];
+        if (e[0] < 0 || e[0] % v != 0) {
+          for (int k = 0; k < v; ++k) {
+            if (e[k] >= 0) return false;
+          }
+          continue;
+        }
+        for (int k = 1; k < v; ++k) {
+          if (e[k] != e[0] + k) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  std::vector<int64_t> element_;  // (thread, slot) -> row-major element, or -1
+  std::vector<Slot> slot_;
+  int vec_ = 1;
+};
+
 }  // namespace
 
 FragmentPtr make_blocked(std::vector<int64_t> shape, int threads, int vec) {
@@ -345,6 +576,9 @@ FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape) {
 }
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads) {
   return std::make_shared<Replicated>(std::move(shape), threads);
+}
+FragmentPtr make_table(std::vector<int64_t> shape, int threads, const Owners& owners, const SourceLoc& loc) {
+  return std::make_shared<Table>(std::move(shape), threads, owners, loc);
 }
 
 int choose_vector(int64_t last_dim, int64_t total, int threads, int elem_bytes) {

@@ -90,6 +90,18 @@ FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape);
 // Every thread holds the whole tile.
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads);
 
+// A user's layout (T.Fragment), as a table: owners[flat] lists the (thread, slot) of each
+// copy of the row-major element `flat`. For the generated code, the element a slot holds
+// must be a formula of the thread index: each coordinate an affine (a + b*tx) or a
+// bit-linear (a + sum of w_k * bit k of tx) function of tx, or else its row-major index
+// one of those; the threads holding the slot a range or a bit pattern of tx. A table that
+// breaks this, or places two elements in one register, is a UserError at loc.
+//   Table({4, 128}, 128 threads): element (i, j) in thread j, slot i; coords_expr(tx, s)
+//   = (s, tx). Table({8, 64}): element (i, j) in thread i*16 + j/4, slot j%4;
+//   coords_expr(tx, s) = (tx / 16, tx % 16 * 4 + s), and vector_width() = 4.
+using Owners = std::vector<std::vector<std::pair<int, int>>>;  // per element: (thread, slot) of each copy
+FragmentPtr make_table(std::vector<int64_t> shape, int threads, const Owners& owners, const SourceLoc& loc);
+
 // The largest vector (in elements) of `elem_bytes`-sized elements, at most 16 bytes,
 // that divides `last_dim` and spreads `total` elements over threads without waste.
 int choose_vector(int64_t last_dim, int64_t total, int threads, int elem_bytes);

@@ -7,15 +7,21 @@ namespace {
 using namespace ir;
 
 // T.atomic_add(dst, value): an element, or a region added elementwise from a same-shaped source.
+// Each element's add is the call atomic_add(dst element, value[, memory order]); the order
+// (attr memory_order, TileLang's ids: relaxed 0, consume 1, acquire 2, release 3, acq_rel 4,
+// seq_cst 5) is there only when the kernel gave one, and then printed as
+// atomic_add<tegula::memory_order_...> (kernels/include/tegula/atomic.h).
 class AtomicAdd : public TileOp {
  public:
   Stmt expand(const TileOpNode* op, const Kernel&) const override {
     const SourceLoc& loc = op->loc;
     const BufferRegion& dst = op->regions.at(0);
+    int64_t order = op->attr_int("memory_order", -1);
+    user_assert(order >= -1 && order <= 5, loc) << "T.atomic_add: memory order id " << order << " is not one of 0..5";
     auto atomic = [&](std::vector<Expr> idx, Expr value) {
-      Expr addr = make_load(dst.buffer, std::move(idx), loc);
-      return make_evaluate(make_call("atomic_add", {addr, make_cast(dst.buffer->dtype, value)}, dst.buffer->dtype, loc),
-                           loc);
+      std::vector<Expr> args = {make_load(dst.buffer, std::move(idx), loc), make_cast(dst.buffer->dtype, value)};
+      if (order >= 0) args.push_back(make_int(order));
+      return make_evaluate(make_call("atomic_add", std::move(args), dst.buffer->dtype, loc), loc);
     };
     if (op->regions.size() == 1) {
       user_assert(op->args.size() == 1, loc) << "T.atomic_add takes a destination and a value";

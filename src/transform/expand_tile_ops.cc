@@ -34,6 +34,7 @@ void read_annotations(ir::Kernel& k, PassContext& ctx) {
     if (op && op->op == "annotate_layout") {
       const ir::Buffer& b = op->regions.at(0).buffer;
       std::string kind = op->attr_str("layout", "");
+      if (kind == "fragment") return;  // a T.Fragment: layout inference fixes it (ops/annotation.cc)
       user_assert(kind == "swizzled", op->loc) << "T.annotate_layout: unknown layout kind '" << kind << "'";
       user_assert(b->scope == ir::Scope::Shared, op->loc)
           << "T.annotate_layout: only shared-memory buffers take a swizzled layout ('" << b->name << "' is "

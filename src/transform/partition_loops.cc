@@ -111,8 +111,9 @@ class MaskGlobal : public IRMutator {
     auto* call = op->value.as<CallNode>();
     if (!call || call->op != "atomic_add") return IRMutator::mutate_Evaluate(self, op);
     auto* addr = call->args[0].as<BufferLoadNode>();
-    Expr value = mutate(call->args[1]);
-    Stmt s = make_evaluate(make_call("atomic_add", {call->args[0], value}, call->dtype, call->loc), op->loc);
+    std::vector<Expr> args = call->args;
+    args[1] = mutate(call->args[1]);
+    Stmt s = make_evaluate(make_call("atomic_add", std::move(args), call->dtype, call->loc), op->loc);
     Expr cond = addr->buffer->scope == Scope::Global ? in_bounds(an_, addr->buffer, addr->indices) : Expr();
     return cond ? make_if(cond, s, {}, op->loc) : s;
   }

@@ -1,6 +1,11 @@
 // Atomic accumulation into global or shared memory, for T.atomic_add and for split-K
 // style reductions. Each returns the value the location held before the add.
 //
+// atomic_add(addr, v) is relaxed at gpu scope (what atomicAdd issues);
+// atomic_add<memory_order_release>(addr, v) and the other orders of
+// T.atomic_add(..., memory_order=...) issue `atom.<sem>.gpu.add`, seq_cst as `fence.sc.gpu`
+// then an acquire add (the mapping libcu++'s cuda::atomic_ref uses).
+//
 // Most map to one ATOM/RED instruction. bfloat16_t has one from sm_90 only; on sm_80
 // the toolkit's atomicAdd falls back to a compare-and-swap loop (correct, slower under
 // contention). Packed float pairs and quads likewise need sm_90.
@@ -62,6 +67,105 @@ TEGULA_DEVICE Vec<float, 4> atomic_add_x4(float* addr, const Vec<float, 4>& v) {
   return Vec<float, 4>{{atomicAdd(addr, v[0]), atomicAdd(addr + 1, v[1]),
                         atomicAdd(addr + 2, v[2]), atomicAdd(addr + 3, v[3])}};
 #endif
+}
+
+
+// The memory orders, numbered as TileLang (and std::memory_order) number them.
+enum MemoryOrder : int {
+  memory_order_relaxed = 0,
+  memory_order_consume = 1,
+  memory_order_acquire = 2,
+  memory_order_release = 3,
+  memory_order_acq_rel = 4,
+  memory_order_seq_cst = 5,
+};
+
+namespace detail {
+
+template <typename T>
+struct NotDeduced { using type = T; };
+
+// One `atom.<SEM>.gpu.add` per type, on a generic address (global or shared memory).
+// bfloat16 has the instruction from sm_90 only; before, fences around a relaxed add give
+// the same ordering (a release fence then the add; the add then an acquire fence).
+template <int Order>
+TEGULA_DEVICE bfloat16_t fenced_atom_add(bfloat16_t* a, bfloat16_t v) {
+  if constexpr (Order == memory_order_release || Order == memory_order_acq_rel) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  }
+  bfloat16_t old = atomicAdd(a, v);
+  if constexpr (Order == memory_order_acquire || Order == memory_order_acq_rel) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  }
+  return old;
+}
+
+#if TEGULA_ARCH >= 900
+#define TEGULA_ATOM_ADD_BF16(SEM)                                                                         \
+  TEGULA_DEVICE bfloat16_t atom_add_##SEM(bfloat16_t* a, bfloat16_t v) {                                  \
+    unsigned short old;                                                                                   \
+    asm volatile("atom." #SEM ".gpu.add.noftz.bf16 %0, [%1], %2;"                                         \
+                 : "=h"(old) : "l"(a), "h"(__bfloat16_as_ushort(v)) : "memory");                           \
+    return __ushort_as_bfloat16(old);                                                                     \
+  }
+#else
+#define TEGULA_ATOM_ADD_BF16(SEM)                                                                         \
+  TEGULA_DEVICE bfloat16_t atom_add_##SEM(bfloat16_t* a, bfloat16_t v) {                                  \
+    return fenced_atom_add<memory_order_##SEM>(a, v);                                                     \
+  }
+#endif
+
+#define TEGULA_ATOM_ADD_AS(SEM, T, PTX, REG)                                                              \
+  TEGULA_DEVICE T atom_add_##SEM(T* a, T v) {                                                             \
+    T old;                                                                                                \
+    asm volatile("atom." #SEM ".gpu.add." PTX " %0, [%1], %2;" : "=" REG(old) : "l"(a), REG(v) : "memory"); \
+    return old;                                                                                           \
+  }
+#define TEGULA_ATOM_ADD(SEM)                                                                              \
+  TEGULA_ATOM_ADD_AS(SEM, float, "f32", "f")                                                              \
+  TEGULA_ATOM_ADD_AS(SEM, double, "f64", "d")                                                             \
+  TEGULA_ATOM_ADD_AS(SEM, int, "s32", "r")                                                                \
+  TEGULA_ATOM_ADD_AS(SEM, unsigned, "u32", "r")                                                           \
+  TEGULA_ATOM_ADD_AS(SEM, unsigned long long, "u64", "l")                                                 \
+  TEGULA_DEVICE long long atom_add_##SEM(long long* a, long long v) {                                     \
+    return (long long)atom_add_##SEM(reinterpret_cast<unsigned long long*>(a), (unsigned long long)v);    \
+  }                                                                                                       \
+  TEGULA_DEVICE long atom_add_##SEM(long* a, long v) {                                                    \
+    return (long)atom_add_##SEM(reinterpret_cast<unsigned long long*>(a), (unsigned long long)v);         \
+  }                                                                                                       \
+  TEGULA_DEVICE half_t atom_add_##SEM(half_t* a, half_t v) {                                              \
+    unsigned short old;                                                                                   \
+    asm volatile("atom." #SEM ".gpu.add.noftz.f16 %0, [%1], %2;"                                          \
+                 : "=h"(old) : "l"(a), "h"(__half_as_ushort(v)) : "memory");                              \
+    return __ushort_as_half(old);                                                                         \
+  }                                                                                                       \
+  TEGULA_ATOM_ADD_BF16(SEM)
+
+TEGULA_ATOM_ADD(relaxed)
+TEGULA_ATOM_ADD(acquire)
+TEGULA_ATOM_ADD(release)
+TEGULA_ATOM_ADD(acq_rel)
+#undef TEGULA_ATOM_ADD
+#undef TEGULA_ATOM_ADD_AS
+#undef TEGULA_ATOM_ADD_BF16
+
+}  // namespace detail
+
+// atomic_add<memory_order_release>(&x, v): the add with that memory order (consume is
+// taken as acquire, as C++ takes it).
+template <int Order, typename T>
+TEGULA_DEVICE T atomic_add(T* addr, typename detail::NotDeduced<T>::type v) {
+  static_assert(Order >= memory_order_relaxed && Order <= memory_order_seq_cst, "atomic_add: unknown memory order");
+  if constexpr (Order == memory_order_relaxed) {
+    return detail::atom_add_relaxed(addr, v);
+  } else if constexpr (Order == memory_order_release) {
+    return detail::atom_add_release(addr, v);
+  } else if constexpr (Order == memory_order_acq_rel) {
+    return detail::atom_add_acq_rel(addr, v);
+  } else {
+    if constexpr (Order == memory_order_seq_cst) asm volatile("fence.sc.gpu;" ::: "memory");
+    return detail::atom_add_acquire(addr, v);
+  }
 }
 
 }  // namespace tegula

@@ -37,7 +37,7 @@ COMPARE_OPS = {
 UNSUPPORTED_EXPRS = {
     ast.ListComp: "list comprehensions", ast.SetComp: "set comprehensions",
     ast.DictComp: "dict comprehensions", ast.GeneratorExp: "generator expressions",
-    ast.Lambda: "lambdas", ast.NamedExpr: "assignment expressions (:=)", ast.Await: "await",
+    ast.NamedExpr: "assignment expressions (:=)", ast.Await: "await",
     ast.Yield: "yield", ast.YieldFrom: "yield from", ast.Set: "set literals",
     ast.MatMult: "the @ operator (use T.gemm)",
 }
@@ -293,7 +293,27 @@ class Evaluator:
                     return keyword
         return node
 
+    def _lambda(self, node):
+        """A Python function of Python values (T.Fragment's forward_thread_fn): each call
+        evaluates the body with the parameters bound, in the kernel's names."""
+        args = node.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+            raise self.error(node, "a lambda in a kernel takes plain positional parameters only")
+        names = [a.arg for a in args.args]
+
+        def fn(*values):
+            if len(values) != len(names):
+                raise TypeError(f"the lambda takes {len(names)} argument(s), got {len(values)}")
+            self.scopes.append(dict(zip(names, values)))
+            try:
+                return self.eval(node.body)
+            finally:
+                self.scopes.pop()
+
+        return fn
+
     _EXPRS = {
+        ast.Lambda: _lambda,
         ast.Constant: _constant, ast.Name: _name, ast.Attribute: _attribute,
         ast.Subscript: _subscript, ast.Tuple: _tuple, ast.List: _list, ast.Dict: _dict,
         ast.BinOp: _binop, ast.UnaryOp: _unaryop, ast.BoolOp: _boolop, ast.Compare: _compare,

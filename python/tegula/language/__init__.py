@@ -9,13 +9,16 @@
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, T.Kernel, allocations
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
+  eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, abs, alloc_fragment,
-                       alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, exp, exp2, floordiv, floormod,
+                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, exp, exp2, floordiv, floormod,
                        get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value, min,
                        min_value, rsqrt, serial, sqrt, sync_threads, unroll)
+from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
+from .eager_ops import const, empty
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
 from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
@@ -23,3 +26,5 @@ from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, 
                     uint64)
 
 make_swizzled_layout = layout.make_swizzled_layout
+
+Fragment = layout.Fragment  # a user's register layout, for T.annotate_layout

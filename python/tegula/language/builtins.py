@@ -178,6 +178,19 @@ def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, anno
     return _range("unrolled", "T.unroll", start, stop, step)
 
 
+@intrinsic("T.vectorized")
+def vectorized(start, stop=None, annotations=None):
+    # Tegula vectorises memory accesses itself (16-byte accesses where alignment allows),
+    # so TileLang's vectorized loop is an unrolled one here.
+    return _range("unrolled", "T.vectorized", start, stop, None)
+
+
+# TileLang's capitalised aliases, which name the loops as tile-level ones.
+Serial = serial
+Unroll = unroll
+Vectorized = vectorized
+
+
 @intrinsic("T.Pipelined")
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
     # order/stage/sync/group hand-schedule TileLang's pipeline; Tegula's pipeline planning
@@ -300,6 +313,13 @@ def alloc_fragment(shape, dtype, scope="local.fragment"):
 @intrinsic("T.alloc_local")
 def alloc_local(shape, dtype, scope="local"):
     return AllocRequest("local", _shape(shape, "T.alloc_local", True), _dtype(dtype, "T.alloc_local"))
+
+
+@intrinsic("T.alloc_global")
+def alloc_global(shape, dtype, scope="global"):
+    """A workspace in global memory, allocated by the runtime for each call (before the
+    first `with T.Kernel`; every kernel of the prim_func sees it)."""
+    return AllocRequest("global", _shape(shape, "T.alloc_global", False), _dtype(dtype, "T.alloc_global"))
 
 
 @intrinsic("T.alloc_var")

@@ -1,4 +1,5 @@
-"""Tile operations: each emits one `_C.ir.tile_op` (docs/internals.md lists ops and attrs).
+"""Tile operations: each emits one `_C.ir.tile_op` (docs/internals.md lists ops and attrs),
+but for T.copy with a local buffer on one side, which emits every thread's own loops.
 
 A tile op argument names a region: a bare buffer is all of it, `A[i:j, :]` a slice, and a
 corner `A[by * bM, k * bK]` a region of extent 1 per dimension whose extents the copy op
@@ -13,7 +14,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
-                               is_number, region_of)
+                               is_number, region_of, store)
 from .types import GemmWarpPolicy
 
 
@@ -59,7 +60,78 @@ def _buffer_of(value, fn: str, arg: str) -> BufferValue:
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
     # coalesced_width, disable_tma and eviction_policy are TileLang hints; Tegula's copy
     # lowering picks vector width and engine itself, so they are accepted and ignored.
-    _emit("T.copy", "copy", [_region(src, "T.copy", "src"), _region(dst, "T.copy", "dst")])
+    regions = [_region(src, "T.copy", "src"), _region(dst, "T.copy", "dst")]
+    if "local" in (region_of(src).buffer.scope, region_of(dst).buffer.scope):
+        _thread_copy(region_of(src), region_of(dst))
+        return
+    _emit("T.copy", "copy", regions)
+
+
+def _widen(corner: list, other: list) -> list:
+    """A corner region's extents given the other side's, trailing dimensions aligned (the
+    rule of src/ops/region.cc, widen)."""
+    out = list(corner)
+    if len(other) <= len(out):
+        out[len(out) - len(other):] = other
+        return out
+    spanned = [e for e in other if not (isinstance(e, numbers.Integral) and e == 1)]
+    if len(spanned) > len(out):
+        raise ArgError(None, f"T.copy: a region of rank {len(out)} cannot take the other side's {len(spanned)} "
+                       "spanned dimensions")
+    out[len(out) - len(spanned):] = spanned
+    return out
+
+
+def _in_bounds(buffer: BufferValue, indices: list):
+    """The condition that indices lie inside a global buffer, or None where they must."""
+    cond = None
+    for index, extent in zip(indices, buffer.shape):
+        if isinstance(index, numbers.Integral) and isinstance(extent, numbers.Integral):
+            continue  # constant indices were checked against constant shapes already
+        c = index < extent
+        cond = c if cond is None else cond & c
+    return cond
+
+
+def _thread_copy(src: RegionValue, dst: RegionValue) -> None:
+    """T.copy with a local buffer on one side: a local buffer is each thread's own, so every
+    thread copies the whole region (TileLang's meaning), in unrolled loops; accesses past a
+    global tensor's edge are masked as in any T.copy."""
+    fn = "T.copy"
+    for arg, region in (("src", src), ("dst", dst)):
+        if region.buffer.scope == "fragment":
+            raise ArgError(arg, f"{fn}: a copy between a local buffer and a fragment ('{region.buffer.name}') is "
+                           "not supported: a local buffer is every thread's own, a fragment is spread over threads")
+    ones = (lambda ext: all(isinstance(e, numbers.Integral) and e == 1 for e in ext))
+    s_ext, d_ext = list(src.extents), list(dst.extents)
+    if ones(s_ext) and not ones(d_ext):
+        s_ext = _widen(s_ext, d_ext)
+    if ones(d_ext) and not ones(s_ext):
+        d_ext = _widen(d_ext, s_ext)
+    for arg, region, ext in (("src", src, s_ext), ("dst", dst, d_ext)):
+        if not all(isinstance(e, numbers.Integral) for e in ext):
+            raise ArgError(arg, f"{fn}: region extents must be constants (got a symbolic extent in "
+                           f"'{region.buffer.name}')")
+    s_dims = [d for d, e in enumerate(s_ext) if e != 1]
+    d_dims = [d for d, e in enumerate(d_ext) if e != 1]
+    spans = [s_ext[d] for d in s_dims]
+    if spans != [d_ext[d] for d in d_dims]:
+        raise ArgError(None, f"{fn}: the source region of '{src.buffer.name}' spans {tuple(spans)} but the "
+                       f"destination region of '{dst.buffer.name}' spans {tuple(d_ext[d] for d in d_dims)}")
+    loop_vars = [PrimExpr.var(f"c{k}") for k in range(len(spans))]
+    src_idx, dst_idx = list(src.mins), list(dst.mins)
+    for var, sd, dd in zip(loop_vars, s_dims, d_dims):
+        src_idx[sd] = src_idx[sd] + var
+        dst_idx[dd] = dst_idx[dd] + var
+    value = LoadValue(src.buffer, src_idx)
+    if src.buffer.scope == "global" and (cond := _in_bounds(src.buffer, src_idx)) is not None:
+        value = PrimExpr(ir().select(cond.expr, value.expr, cast_value(0, src.buffer.dtype).expr), True, value.dyn)
+    stmt = store(dst.buffer, dst_idx, value)
+    if dst.buffer.scope == "global" and (cond := _in_bounds(dst.buffer, dst_idx)) is not None:
+        stmt = ir().if_(cond.expr, stmt, None)
+    for var, extent in reversed(list(zip(loop_vars, spans))):
+        stmt = ir().for_(var.expr, ir().int_imm(0, "int32"), ir().int_imm(extent, "int32"), "unrolled", stmt)
+    builder.current(fn).emit(stmt)
 
 
 @intrinsic("T.fill")
@@ -148,15 +220,35 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     _emit("T.gemm", "gemm", regions, [], attrs)
 
 
+# TileLang's memory-order names and ids (the C++ std::memory_order order).
+MEMORY_ORDERS = {"relaxed": 0, "consume": 1, "acquire": 2, "release": 3, "acq_rel": 4, "seq_cst": 5}
+
+
 @intrinsic("T.atomic_add")
-def atomic_add(dst, value):
-    dst_region = _region(dst, "T.atomic_add", "dst")
-    target = _buffer_of(dst, "T.atomic_add", "dst")
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
+    """dst += value atomically, for an element or elementwise for a region. With
+    `memory_order`, each add has that order at gpu scope (`atom.<order>.gpu.add`; seq_cst
+    is a `fence.sc.gpu` then an acquire add); without, it is relaxed. `use_tma` (TileLang's
+    sm_90 bulk reduction) and `annotations` are hints Tegula's lowering does not need."""
+    fn = "T.atomic_add"
+    dst_region = _region(dst, fn, "dst")
+    target = _buffer_of(dst, fn, "dst")
+    attrs = {}
+    if memory_order is not None:
+        if not isinstance(memory_order, str) or memory_order not in MEMORY_ORDERS:
+            names = ", ".join(repr(n) for n in MEMORY_ORDERS)
+            raise ArgError("memory_order", f"{fn}: memory_order must be one of {names} (or None), "
+                           f"got {memory_order!r}")
+        attrs["memory_order"] = MEMORY_ORDERS[memory_order]
+    if _flag(return_prev, fn, "return_prev"):
+        raise ArgError("return_prev", f"{fn}: return_prev=True (the value before the add, as an expression) is not "
+                       "supported: T.atomic_add is a statement in Tegula")
+    _flag(use_tma, fn, "use_tma")
     if isinstance(value, (BufferValue, RegionValue)) and not isinstance(value, VarBuffer):
-        _emit("T.atomic_add", "atomic_add", [dst_region, _region(value, "T.atomic_add", "value")])
+        _emit(fn, "atomic_add", [dst_region, _region(value, fn, "value")], [], attrs)
     else:
         # A scalar (an element load included): the op adds it to the one element of dst.
-        _emit("T.atomic_add", "atomic_add", [dst_region], [_scalar_for(value, target, "T.atomic_add", "value")])
+        _emit(fn, "atomic_add", [dst_region], [_scalar_for(value, target, fn, "value")], attrs)
 
 
 @intrinsic("T.annotate_layout")
@@ -166,10 +258,44 @@ def annotate_layout(layout_map):
     for buffer, layout in layout_map.items():
         if not isinstance(buffer, BufferValue):
             raise ArgError("layout_map", f"T.annotate_layout: keys must be buffers, got {_describe(buffer)}")
+        if isinstance(layout, layout_module.Fragment):
+            _annotate_fragment(buffer, layout)
+            continue
         if not isinstance(layout, layout_module.Layout):
             raise ArgError("layout_map", f"T.annotate_layout: the layout of {buffer.name} must come from "
-                           f"T.layout.make_swizzled_layout, got {_describe(layout)}")
+                           f"T.layout.make_swizzled_layout or T.Fragment, got {_describe(layout)}")
         _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], [], {"layout": layout.kind})
+
+
+def _annotate_fragment(buffer: BufferValue, layout) -> None:
+    """A T.Fragment for a fragment fixes its layout (layout inference takes it as given); for
+    a local buffer, which every thread holds whole, only its register numbering could
+    change, so it must keep the elements apart and then means nothing more."""
+    fn = "T.annotate_layout"
+    if buffer.scope not in ("fragment", "local"):
+        raise ArgError("layout_map", f"{fn}: T.Fragment is a register layout, for T.alloc_fragment or "
+                       f"T.alloc_local buffers; '{buffer.name}' is in {buffer.scope} memory")
+    if tuple(buffer.shape) != layout.shape:
+        raise ArgError("layout_map", f"{fn}: the T.Fragment for '{buffer.name}' has shape {list(layout.shape)}, "
+                       f"the buffer {list(buffer.shape)}")
+    if buffer.scope == "local":
+        register = {}
+        for flat, holders in enumerate(layout.table):
+            other = register.setdefault(holders[0][1], flat)
+            if other != flat:
+                raise ArgError("layout_map", f"{fn}: local buffer '{buffer.name}' is every thread's own, whole; the "
+                               f"T.Fragment given maps its elements {layout.element(other)} and "
+                               f"{layout.element(flat)} to the same register {holders[0][1]} (give a "
+                               f"forward_index_fn that keeps them apart, or use T.alloc_fragment)")
+        return
+    threads = builder.current(fn).require_kernel(fn).threads
+    if layout.threads > threads:
+        flat = next(f for f, holders in enumerate(layout.table) if any(t >= threads for t, _ in holders))
+        raise ArgError("layout_map", f"{fn}: the T.Fragment for '{buffer.name}' puts element "
+                       f"{layout.element(flat)} in thread {max(t for t, _ in layout.table[flat])}, but the "
+                       f"kernel has {threads} threads")
+    _emit(fn, "annotate_layout", [buffer.full_region().native()], [],
+          {"layout": "fragment", "table": layout.encode(), "registers": layout.slots})
 
 
 @intrinsic("T.use_swizzle")

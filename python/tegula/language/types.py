@@ -54,10 +54,24 @@ class TensorSpec:
         return f"T.Tensor({list(self.shape)}, {self.dtype})"
 
 
-def Tensor(shape, dtype="float32") -> TensorSpec:  # noqa: N802 - TileLang's name
-    return TensorSpec(shape, dtype)
+class _TensorType:
+    """`T.Tensor((M, N), dtype)` and TileLang's subscript form `T.Tensor[(M, N), dtype]`
+    (also `T.Tensor[[M, N], dtype]`, `T.Tensor[N, dtype]`, and `T.Tensor[(M, N)]` for
+    float32): both give the TensorSpec of a global tensor parameter."""
+
+    def __call__(self, shape, dtype="float32") -> TensorSpec:
+        return TensorSpec(shape, dtype)
+
+    def __getitem__(self, item) -> TensorSpec:
+        if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], (numbers.Integral, PrimExpr)):
+            return TensorSpec(item[0], item[1])
+        return TensorSpec(item)
+
+    def __repr__(self):
+        return "T.Tensor"
 
 
+Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
 
 

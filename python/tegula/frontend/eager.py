@@ -1,0 +1,443 @@
+"""The body of an eager @tegula.jit function parsed into a PrimFunc (tegula/eager.py
+caches and calls them).
+
+    def matmul(A, B, block_M=128, dtype="float16"):
+        M, N, K = T.const("M, N, K")   # sizes without a value yet (_Pending)
+        A: T.Tensor((M, K), dtype)     # declares parameter A; binds M, K from the call's A
+        B: T.Tensor[[K, N], dtype]     # K is now the int bound above: checked against B
+        C = T.empty((M, N), dtype)     # an output parameter
+        with T.Kernel(...): ...
+        return C                       # the outputs, in this order
+
+The constants (every argument of a parameter the function does not declare) are bound
+by name before the body runs. A T.const takes its value from the first declaration that
+uses it as a whole dimension, or from a keyword (`.compile(M=1024)`); the names bound to
+it are rebound to that int, so the rest of the body sees plain ints, exactly as the lazy
+form's closure would. The PrimFunc's parameters are the declared ones in signature order,
+then the returned outputs, so it is the one the lazy form with `out_idx` would give.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import numbers
+
+from ..language import eager_ops
+from ..language.types import Tensor, TensorSpec
+from .builder import Builder, active
+from .dtypes import DType, is_dtype, normalize_dtype, to_torch
+from .errors import ArgError, TegulaCompileError
+from .evaluator import closure_of
+from .parser import Parser
+from .prim_func import PrimFunc, _source_and_tree, finish
+from .values import BufferValue, PrimExpr, to_expr
+
+class EagerArgumentError(TegulaCompileError, ValueError):
+    """An argument that does not fit the body's declaration of it (shape, rank, dtype,
+    a T.const bound twice to different sizes), shown at the declaration."""
+
+
+def _error(source, node, message: str, cls=TegulaCompileError) -> TegulaCompileError:
+    line, col = source.position(node)
+    return cls(message, source.file, line, col, source.source_line(line))
+
+
+def _is_tensor(value) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "data_ptr")
+
+
+# ---- lazy or eager: decided from the function's syntax ----
+
+def _resolve(fn, node):
+    """The object a `T.const`-like callee names, looked up without running anything."""
+    if isinstance(node, ast.Name):
+        for table in (closure_of(fn), fn.__globals__, builtins.__dict__):
+            if node.id in table:
+                return table[node.id]
+        return None
+    if isinstance(node, ast.Attribute):
+        base = _resolve(fn, node.value)
+        return None if base is None else getattr(base, node.attr, None)
+    return None
+
+
+def _signature_specs(fn) -> dict:
+    """Signature annotations that declare kernel parameters: a T.Tensor or a dtype object
+    (`n: T.int32`). Plain `int`/`str` annotations mark constants, as in TileLang."""
+    specs = {}
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        if isinstance(annotation, str):  # postponed annotations
+            try:
+                annotation = eval(annotation, fn.__globals__, closure_of(fn))  # noqa: S307 - the user's own annotation
+            except Exception:  # noqa: BLE001 - not a kernel declaration we can read
+                continue
+        if name != "return" and isinstance(annotation, (TensorSpec, DType)):
+            specs[name] = annotation
+    return specs
+
+
+def _body_declarations(fn_node: ast.FunctionDef, params: set) -> set:
+    """Parameters the body declares with a bare annotation: `A: T.Tensor((M, K), dtype)`."""
+    return {node.target.id for node in ast.walk(fn_node) if isinstance(node, ast.AnnAssign) and node.value is None
+            and isinstance(node.target, ast.Name) and node.target.id in params}
+
+
+def is_eager(fn) -> bool:
+    """Whether `@tegula.jit` got a kernel body (eager) rather than a function that returns
+    a T.prim_func (lazy). A function defining an inner function is lazy; otherwise one that
+    opens a `with` block, declares a parameter with a bare annotation, calls T.const or
+    T.empty, or annotates a parameter with a T.Tensor or a dtype in its signature is eager."""
+    if not inspect.isfunction(fn):
+        return False
+    try:
+        _, fn_node = _source_and_tree(fn)
+    except Exception:  # noqa: BLE001 - no source: only the lazy form can work
+        return False
+    if not isinstance(fn_node, ast.FunctionDef):
+        return False
+    params = {a.arg for a in fn_node.args.posonlyargs + fn_node.args.args + fn_node.args.kwonlyargs}
+    eager = False
+    for node in ast.walk(ast.Module(body=fn_node.body, type_ignores=[])):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return False
+        if isinstance(node, ast.Call):
+            callee = _resolve(fn, node.func)
+            eager = eager or callee is eager_ops.const or callee is eager_ops.empty
+        eager = eager or isinstance(node, ast.With)
+    return eager or bool(_body_declarations(fn_node, params)) or bool(_signature_specs(fn))
+
+
+# ---- one parse ----
+
+class _Pending:
+    """A T.const whose value the first annotation using it as a dimension will give. The
+    names bound to it are rebound to the int then; any use before that is an error."""
+
+    __tegula_pending__ = True
+
+    def __init__(self, name: str):
+        self.name = name
+        self.value = None
+
+    def _early(self, *args):
+        raise ArgError(None, f"T.const '{self.name}' has no value yet: it takes one from the first parameter "
+                       f"annotation that uses it as a dimension (`A: T.Tensor(({self.name}, ...), dtype)`), so use "
+                       f"it after that annotation, or give {self.name}=... to .compile()")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _early
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __lt__ = __le__ = __gt__ = __ge__ = _early
+    __bool__ = __int__ = __index__ = __neg__ = __pow__ = _early
+
+    def __repr__(self):
+        return f"T.const '{self.name}' (no value yet)"
+
+
+class _Undeclared:
+    """A kernel parameter before its annotation in the body has run."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _early(self, *args):
+        raise ArgError(None, f"parameter '{self.name}' is used before its declaration "
+                       f"(`{self.name}: T.Tensor(shape, dtype)`): declare it first")
+
+    __getitem__ = _early
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._early()
+
+    def __repr__(self):
+        return f"parameter '{self.name}' (not declared yet)"
+
+
+class _Session:
+    """The state of one eager parse: what T.const, the annotations, T.empty and `return`
+    declared. `arguments`: kernel parameter name -> the call's tensor (or T.Tensor spec,
+    or scalar), None when `.compile` was not given one; `sizes`: T.const values given by
+    keyword."""
+
+    def __init__(self, source, fn_node, kernel_names: tuple, arguments: dict, sizes: dict):
+        self.source, self.fn_node = source, fn_node
+        self.kernel_names = kernel_names
+        self.arguments = arguments
+        self.sizes = sizes
+        self.consts: dict = {}  # T.const name -> _Pending or int
+        self.bound_by: dict = {}  # T.const name -> where its value came from, for errors
+        self.labels: dict = {}  # local name rebound to a T.const's value -> the T.const name
+        self.declared: dict = {}  # parameter name -> (name, value, spec)
+        self.outputs: list = []  # (BufferValue, spec, node) of each T.empty
+        self.returned = None
+
+    # ---- T.const ----
+    def const(self, name: str):
+        if name not in self.consts:
+            if name in self.sizes:
+                value = self.sizes[name]
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                    raise ArgError(None, f"T.const '{name}': the value given to .compile must be a positive int, "
+                                   f"got {value!r}")
+                self.consts[name], self.bound_by[name] = int(value), f"the keyword {name}={value}"
+            else:
+                self.consts[name] = _Pending(name)
+        return self.consts[name]
+
+    def _bind_const(self, parser, pending: _Pending, value: int, where: str) -> None:
+        pending.value = value
+        self.consts[pending.name], self.bound_by[pending.name] = value, where
+        for scope in parser.scopes:
+            for key, item in list(scope.items()):
+                if item is pending:
+                    scope[key] = value
+                    self.labels[key] = pending.name
+                elif isinstance(item, tuple) and any(x is pending for x in item):
+                    scope[key] = tuple(value if x is pending else x for x in item)
+
+    # ---- parameter declarations ----
+    def declare(self, parser, name: str, annotation, node) -> None:
+        """`name: annotation` for a kernel parameter (in the body or the signature)."""
+        if name in self.declared:
+            raise parser.error(node, f"parameter '{name}' is declared twice")
+        if parser.builder.blocks:
+            raise parser.error(node, f"declare parameter '{name}' before the `with T.Kernel(...)` blocks")
+        kind, dims, elements, dtype = self._read_annotation(parser, annotation)
+        previous = parser.set_loc(node)
+        if kind == "scalar":
+            value, spec = PrimExpr.var(name, DType(dtype)), DType(dtype)
+        else:
+            spec = self._tensor_spec(parser, name, dims, elements, dtype, node)
+            buf = parser._ir.buffer(name, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])
+            value = BufferValue(buf, name, spec.shape, spec.dtype, "global")
+            parser.builder.unique_name(name)
+        parser.restore_loc(previous)
+        parser.bind(name, value)
+        self.declared[name] = (name, value, spec)
+
+    def _read_annotation(self, parser, node):
+        """("tensor", dims, their ast nodes or None, dtype) or ("scalar", None, None, dtype).
+        T.Tensor(...) and T.Tensor[...] are read here rather than called, so a dimension may
+        still be a T.const without a value."""
+        if not isinstance(node, ast.AST):  # an annotation Python already evaluated (signature)
+            value = node
+        else:
+            callee = {ast.Subscript: "value", ast.Call: "func"}.get(type(node))
+            callee = getattr(node, callee) if callee else None
+            if callee is not None and any(parser.eval(callee) is t for t in (Tensor, TensorSpec)):
+                shape_node, dtype_node = self._tensor_parts(parser, node)
+                shape = parser.eval(shape_node)
+                dtype = parser.eval(dtype_node) if dtype_node is not None else "float32"
+                dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+                elements = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
+                if len(elements) != len(dims) or any(isinstance(e, ast.Starred) for e in elements):
+                    elements = None
+                try:
+                    return "tensor", dims, elements, normalize_dtype(dtype)
+                except ValueError as err:
+                    raise parser.error(dtype_node or node, f"T.Tensor: {err}") from None
+            value = parser.eval(node)
+        if isinstance(value, TensorSpec):
+            return "tensor", value.shape, None, value.dtype
+        if is_dtype(value):
+            return "scalar", None, None, normalize_dtype(value)
+        raise parser.error(node if isinstance(node, ast.AST) else self.fn_node,
+                           f"a parameter declaration must be T.Tensor(shape, dtype) or a dtype such as T.int32, "
+                           f"got {value!r}")
+
+    @staticmethod
+    def _tensor_parts(parser, node):
+        if isinstance(node, ast.Subscript):
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if not 1 <= len(items) <= 2:
+                raise parser.error(node, "T.Tensor[shape, dtype] takes a shape and a dtype")
+            return items[0], (items[1] if len(items) == 2 else None)
+        keywords = {k.arg: k.value for k in node.keywords}
+        args = list(node.args) + [None] * 2
+        unknown = set(keywords) - {"shape", "dtype"}
+        if unknown or len(node.args) > 2 or any(isinstance(a, ast.Starred) for a in node.args):
+            raise parser.error(node, "T.Tensor(shape, dtype) takes a shape and a dtype")
+        shape, dtype = keywords.get("shape", args[0]), keywords.get("dtype", args[1])
+        if shape is None:
+            raise parser.error(node, "T.Tensor needs a shape")
+        return shape, dtype
+
+    def _label(self, element):
+        """The T.const a dimension written as a plain name stands for, if any."""
+        if not isinstance(element, ast.Name):
+            return None
+        name = self.labels.get(element.id, element.id)
+        return name if name in self.bound_by else None
+
+    def _tensor_spec(self, parser, name: str, dims: tuple, elements, dtype: str, node) -> TensorSpec:
+        """The spec of parameter `name`, its T.const dimensions bound from the argument."""
+        argument = self.arguments.get(name)
+        actual = None
+        if argument is not None:
+            actual = getattr(argument, "shape", None)
+            if actual is None:
+                raise _error(self.source, node, f"argument '{name}' must be a tensor (it is declared "
+                             f"{name}: T.Tensor(...)), got {type(argument).__name__} {argument!r}", EagerArgumentError)
+            actual = tuple(actual)
+            if len(actual) != len(dims):
+                raise _error(self.source, node, f"argument '{name}' has shape {actual} ({len(actual)} dimension(s)), "
+                             f"but it is declared with {len(dims)} dimension(s)", EagerArgumentError)
+        shape = []
+        for index, dim in enumerate(dims):
+            label = dim.name if isinstance(dim, _Pending) else self._label(elements[index] if elements else None)
+            where = f"argument '{name}' dimension {index}"
+            if isinstance(dim, _Pending) and dim.value is None:
+                if actual is None:
+                    raise _error(self.source, node, f"T.const '{dim.name}' has no value: give {dim.name}=... to "
+                                 f".compile() or a tensor for parameter '{name}'", EagerArgumentError)
+                if isinstance(actual[index], bool) or not isinstance(actual[index], numbers.Integral):
+                    raise _error(self.source, node, f"T.const '{dim.name}' needs a static size, but {where} is "
+                                 f"{actual[index]!r}", EagerArgumentError)
+                self._bind_const(parser, dim, int(actual[index]), where)
+            dim = dim.value if isinstance(dim, _Pending) else dim
+            static = isinstance(dim, numbers.Integral) and actual is not None
+            if static and isinstance(actual[index], numbers.Integral) and actual[index] != dim:
+                if label is not None:
+                    why = f"T.const '{label}' is {dim}, from {self.bound_by[label]}"
+                else:
+                    why = f"the declaration says {dim}"
+                raise _error(self.source, node, f"{where} is {actual[index]}, but {why}", EagerArgumentError)
+            shape.append(dim)
+        if argument is not None and getattr(argument, "dtype", None) is not None:
+            expected = to_torch(dtype) if _is_tensor(argument) else dtype
+            got = argument.dtype if _is_tensor(argument) else normalize_dtype(argument.dtype)
+            if got != expected:
+                raise _error(self.source, node, f"argument '{name}' has dtype {got}, but it is declared "
+                             f"{dtype}", EagerArgumentError)
+        try:
+            return TensorSpec(tuple(shape), dtype)
+        except ValueError as err:
+            raise parser.error(node, f"parameter '{name}': {err}") from None
+
+    # ---- outputs ----
+    def add_output(self, parser, name: str, request, node) -> None:
+        """`name = T.empty(...)`: an output parameter."""
+        if parser.builder.blocks:
+            raise parser.error(node, f"T.empty declares an output of the function: write `{name} = T.empty(...)` "
+                               "before the `with T.Kernel(...)` blocks")
+        dims = []
+        for dim in request.shape:
+            if isinstance(dim, _Pending):
+                if dim.value is None:
+                    raise parser.error(node, f"T.empty '{name}': T.const '{dim.name}' has no value yet; declare the "
+                                       "parameter annotation that binds it first")
+                dim = dim.value
+            dims.append(dim)
+        try:
+            spec = TensorSpec(tuple(dims), request.dtype)
+        except ValueError as err:
+            raise parser.error(node, f"T.empty '{name}': {err}") from None
+        name = parser.builder.unique_name(name)
+        buf = parser._ir.buffer(name, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])
+        value = BufferValue(buf, name, spec.shape, spec.dtype, "global")
+        parser.bind(node.id, value)
+        self.outputs.append((value, spec, node))
+
+    def set_returned(self, parser, stmt) -> None:
+        if self.returned is not None:
+            raise parser.error(stmt, "an eager @tegula.jit function returns once")
+        if parser.builder.blocks or len(parser.scopes) > 1:
+            raise parser.error(stmt, "`return` must be at the top of the function body, after the "
+                               "`with T.Kernel(...)` blocks")
+        value = None if stmt.value is None else parser.eval(stmt.value)
+        items = () if value is None else tuple(value) if isinstance(value, (tuple, list)) else (value,)
+        made = [v for v, _, _ in self.outputs]
+        for item in items:
+            if not any(item is v for v in made):
+                raise parser.error(stmt.value, f"an eager @tegula.jit function returns only tensors made by "
+                                   f"T.empty, got {item!r}")
+        if len({id(i) for i in items}) != len(items):
+            raise parser.error(stmt.value, "a T.empty tensor is returned twice")
+        self.returned = list(items)
+
+    def parameters(self, parser) -> list:
+        """(name, value, spec) of the kernel's parameters: the declared ones in signature
+        order, then the returned outputs in `return` order."""
+        for name in self.kernel_names:
+            if name not in self.declared:
+                raise parser.error(self.fn_node, f"parameter '{name}' is never declared: write `{name}: "
+                                   "T.Tensor(shape, dtype)` (or a dtype for a scalar) at the top of the body")
+        returned = self.returned or []
+        for value, _, node in self.outputs:
+            if not any(value is r for r in returned):
+                raise parser.error(node, f"T.empty tensor '{value.name}' is never returned: return it "
+                                   f"(`return {value.name}`); an eager function's outputs are what it returns")
+        specs = {id(v): s for v, s, _ in self.outputs}
+        return [self.declared[n] for n in self.kernel_names] + [(v.name, v, specs[id(v)]) for v in returned]
+
+
+class _EagerParser(Parser):
+    """The body parser, plus the statements only an eager body has."""
+
+    def __init__(self, fn, source, builder, session: _Session):
+        super().__init__(fn, source, builder)
+        self.session = session
+
+    def _eager_ann_assign(self, stmt):
+        target = stmt.target
+        if (stmt.value is None and isinstance(target, ast.Name) and not self._macro_depth
+                and target.id in self.session.kernel_names):
+            self.session.declare(self, target.id, stmt.annotation, stmt)
+            return None
+        return Parser._ann_assign(self, stmt)
+
+    def _eager_return(self, stmt):
+        if self._macro_depth:
+            return Parser._return(self, stmt)
+        self.session.set_returned(self, stmt)
+        return None
+
+    def _assign_name(self, target, value):
+        if isinstance(value, eager_ops.EmptyRequest):
+            self.session.add_output(self, target.id, value, target)
+            return []
+        return super()._assign_name(target, value)
+
+    _STMTS = {**Parser._STMTS, ast.AnnAssign: _eager_ann_assign, ast.Return: _eager_return}
+
+
+def parse_eager(fn, kernel_names: tuple, signature_specs: dict, constants: dict, arguments: dict,
+                sizes: dict) -> PrimFunc:
+    """The PrimFunc of eager function `fn` for these constants (bound by name), kernel
+    arguments (tensors or T.Tensor specs binding the T.const sizes; None where absent)
+    and T.const sizes given by keyword."""
+    try:
+        return _parse_eager(fn, kernel_names, signature_specs, constants, arguments, sizes)
+    except TegulaCompileError as err:
+        raise err.with_traceback(None) from None
+
+
+def _parse_eager(fn, kernel_names, signature_specs, constants, arguments, sizes) -> PrimFunc:
+    source, fn_node = _source_and_tree(fn)
+    session = _Session(source, fn_node, kernel_names, arguments, sizes)
+    builder = Builder(fn.__name__)
+    builder.eager = session  # what T.const / T.empty look for
+    parser = _EagerParser(fn, source, builder, session)
+    with active(builder):
+        parser.set_loc(fn_node)
+        for name, value in constants.items():
+            if _is_tensor(value):
+                raise _error(source, fn_node, f"argument '{name}' is a tensor, but parameter '{name}' is not declared "
+                             f"as one: write `{name}: T.Tensor(shape, dtype)` at the top of the body "
+                             "(undeclared parameters are compile-time constants)", EagerArgumentError)
+            parser.bind(name, value)
+        args = {a.arg: a for a in fn_node.args.args + fn_node.args.kwonlyargs}
+        for name in kernel_names:
+            if name in signature_specs:
+                session.declare(parser, name, signature_specs[name], args[name])
+            else:
+                parser.bind(name, _Undeclared(name))
+        parser.parse_block(fn_node.body)
+        params = session.parameters(parser)
+        func = finish(parser, builder, fn, source, fn_node, params)
+    unused = [name for name in sizes if name not in session.consts]
+    if unused:
+        raise TypeError(f"{fn.__name__}(): unexpected keyword argument(s) {', '.join(map(repr, unused))}: neither a "
+                        "parameter nor a T.const of the body")
+    return func
