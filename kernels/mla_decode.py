@@ -111,9 +111,10 @@ def mla_decode_program(batch, heads, kv_rows, num_split, paged=False, table_widt
                     L_part[bz, hb * block_H + i, bs] = T.if_then_else(
                         logsum[i] == 0, -T.infinity(accum), T.log2(logsum[i]) + scores_max[i] * scale)
 
-        # One block per (head, sequence, 128 output columns); the loops over the splits are
-        # unrolled so that their loads are all in flight at once.
-        with T.Kernel(heads, batch, DIM // 128, threads=128) as (bh, bz, bc):
+        # One warp per (head, sequence, 128 output columns): many small blocks, each split's
+        # weight computed once, the loops over the splits unrolled so that their loads are
+        # in flight together.
+        with T.Kernel(heads, batch, DIM // 128, threads=32) as (bh, bz, bc):
             o = T.alloc_fragment((128,), accum)
             lse_max = T.alloc_var(accum)
             total = T.alloc_var(accum)
@@ -126,9 +127,11 @@ def mla_decode_program(batch, heads, kv_rows, num_split, paged=False, table_widt
             T.clear(o)
             # A sequence of length 0 has every split at -inf: output 0, log-sum-exp -inf.
             if lse_max != -T.infinity(accum):
+                inv_total = 1.0 / total
                 for s in T.unroll(num_split):
+                    weight = T.exp2(L_part[bz, bh, s] - lse_max) * inv_total
                     for j in T.Parallel(128):
-                        o[j] += O_part[bz, bh, s, bc * 128 + j] * (T.exp2(L_part[bz, bh, s] - lse_max) / total)
+                        o[j] += O_part[bz, bh, s, bc * 128 + j] * weight
             T.copy(o, Output[bz, bh, bc * 128:(bc + 1) * 128])
             if bc == 0:
                 Lse[bz, bh] = T.if_then_else(lse_max == -T.infinity(accum), lse_max,
@@ -152,6 +155,12 @@ def default_num_split(batch, heads, max_len, sms=132):
 def kernel_for(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm_scale):
     return mla_decode_kernel(batch, heads, kv_rows, num_split, paged=paged, table_width=table_width, dtype=dtype,
                              sm_scale=sm_scale)
+
+
+@functools.lru_cache(maxsize=64)
+def _no_table(batch, device):
+    """The block-table argument of the contiguous program, which never reads it."""
+    return torch.zeros((batch, 1), dtype=torch.int32, device=device)
 
 
 def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False):
@@ -201,6 +210,6 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
         num_split = default_num_split(B, H, max_len, sms=torch.cuda.get_device_properties(q.device).multi_processor_count)
     kernel = kernel_for(B, H, kv_cache.shape[0] if paged else kv_cache.shape[1], num_split, paged, table_width,
                         dtype_name(q.dtype), None if sm_scale is None else float(sm_scale))
-    table = launchable(block_table) if paged else torch.zeros((B, 1), dtype=torch.int32, device=q.device)
+    table = launchable(block_table) if paged else _no_table(B, q.device)
     out, lse = kernel(launchable(q), launchable(kv_cache), table, launchable(cache_seqlens))
     return (out, lse) if return_lse else out
