@@ -284,6 +284,11 @@ class Profiler:
         self.device = torch.device(device)
         self.dynamic_size = dynamic_size
 
+    @property
+    def func(self):
+        """The kernel, callable on inputs (TileLang's `profiler.func`)."""
+        return self.kernel
+
     def _shape(self, param):
         if all(d is not None for d in param.shape):
             return tuple(param.shape)

@@ -182,8 +182,38 @@ class _Session:
                                    f"got {value!r}")
                 self.consts[name], self.bound_by[name] = int(value), f"the keyword {name}={value}"
             else:
-                self.consts[name] = _Pending(name)
+                early = self._from_declarations(name)
+                if early is not None:
+                    self.consts[name], self.bound_by[name] = early
+                else:
+                    self.consts[name] = _Pending(name)
         return self.consts[name]
+
+    def _from_declarations(self, name: str):
+        """(value, where) for T.const `name` read off the call's tensors through the body's
+        parameter annotations, so that the body may use it before they come (TileLang's
+        `splitK = K // split_k` ahead of `A: T.Tensor((M, K), dtype)`); None when no
+        annotation names it as a whole dimension of a tensor argument."""
+        for stmt in self.fn_node.body:
+            if not (isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name)):
+                continue
+            argument = self.arguments.get(stmt.target.id)
+            if not _is_tensor(argument):
+                continue
+            ann = stmt.annotation
+            shape = None
+            if isinstance(ann, ast.Call) and ann.args:
+                shape = ann.args[0]
+            elif isinstance(ann, ast.Subscript):
+                inner = ann.slice
+                shape = inner.elts[0] if isinstance(inner, ast.Tuple) and len(inner.elts) == 2 else inner
+            elements = shape.elts if isinstance(shape, (ast.Tuple, ast.List)) else [shape] if shape else []
+            if len(elements) != argument.dim():
+                continue
+            for index, element in enumerate(elements):
+                if isinstance(element, ast.Name) and element.id == name:
+                    return int(argument.shape[index]), f"argument '{stmt.target.id}' dimension {index}"
+        return None
 
     def _bind_const(self, parser, pending: _Pending, value: int, where: str) -> None:
         pending.value = value

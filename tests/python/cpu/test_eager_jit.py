@@ -427,3 +427,35 @@ def test_a_tensor_for_an_undeclared_parameter_is_named(made):
 
     with pytest.raises(ValueError, match=r"argument 'B' is a tensor, but parameter 'B' is not declared"):
         f(_tensor(64), _tensor(64))
+
+
+def test_a_const_may_be_used_before_the_annotation_that_gives_it():
+    """TileLang's split-K example computes `K // split_k` ahead of `A: T.Tensor((M, K))`."""
+    import torch
+    from tegula.testing import reference
+
+    @tegula.jit(target="sm_90a")
+    def splitk(A, B, C, block_M, block_N, block_K, split_k):
+        M, N, K = T.const("M, N, K")
+        part = K // split_k
+        A: T.Tensor((M, K), T.float16)
+        B: T.Tensor((K, N), T.float16)
+        C: T.Tensor((M, N), T.float32)
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split_k, threads=128) as (bx, by, bz):
+            a = T.alloc_shared((block_M, block_K), T.float16)
+            b = T.alloc_shared((block_K, block_N), T.float16)
+            c = T.alloc_fragment((block_M, block_N), T.float32)
+            T.clear(c)
+            for ko in T.Pipelined(T.ceildiv(part, block_K), num_stages=0):
+                T.copy(A[by * block_M, bz * part + ko * block_K], a)
+                T.copy(B[bz * part + ko * block_K, bx * block_N], b)
+                T.gemm(a, b, c)
+            for i, j in T.Parallel(block_M, block_N):
+                T.atomic_add(C[by * block_M + i, bx * block_N + j], c[i, j])
+
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 128, generator=gen).half(), torch.randn(128, 64, generator=gen).half()
+    c = torch.zeros(64, 64)
+    kernel = splitk.compile(a, b, c, block_M=64, block_N=64, block_K=32, split_k=2)
+    reference(kernel, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
