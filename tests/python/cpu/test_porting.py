@@ -112,3 +112,40 @@ def test_tensor_subscript_form_in_a_signature():
     a, b = torch.randn(64), torch.randn(64)
     torch.testing.assert_close(reference(add(64), a, b), a + b)
     assert T.Tensor[(4, 8)].shape == (4, 8) and str(T.Tensor[(4, 8), "float16"].dtype) == "float16"
+
+
+def test_layout_objects_and_while_loops_are_refused_at_their_line():
+    def layout():
+        @T.prim_func
+        def f(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64) as bx:
+                s = T.alloc_shared((64,), "float32")
+                T.annotate_layout({s: T.Layout((64,), lambda i: i)})
+    _compile_error(layout, r"no attribute 'Layout'")
+
+    def loop():
+        @T.prim_func
+        def f(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64) as bx:
+                while A[0] > 0:
+                    A[0] = A[0] - 1
+    _compile_error(loop, r"while loops are not supported in a kernel")
+
+
+def test_a_fragment_indexed_by_a_serial_variable_in_a_parallel_loop_is_refused():
+    def build():
+        @T.prim_func
+        def f(A: T.Tensor((4, 128), "float32"), B: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                lse = T.alloc_fragment((4, 128), "float32")
+                acc = T.alloc_fragment((128,), "float32")
+                T.clear(acc)
+                for k in T.serial(4):
+                    for j in T.Parallel(128):
+                        lse[k, j] = A[k, j]
+                for k in T.serial(4):
+                    for j in T.Parallel(128):
+                        acc[j] += lse[k, j]
+                T.copy(acc, B)
+        tegula.compile(f, target="sm_90a")
+    _compile_error(build, r"fragment 'lse' must be indexed by the T.Parallel loop variables")
