@@ -196,35 +196,54 @@ class InsertExchanges : public IRMutator {
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     auto wr = writes_.find(op);
-    if (wr != writes_.end()) return write_through(self, op, wr->second);
+    if (wr != writes_.end()) {
+      // The loop stores into the scratch; a nest with the fragment's layout loads it back.
+      Buffer scratch = scratch_for(wr->second, op->loc);
+      Stmt loop = RedirectStores(wr->second.get(), scratch).mutate(self);
+      return make_seq({rekey(op, loop), copy_nest(wr->second, scratch, wr->second, op->loc)}, op->loc);
+    }
     auto it = todo_.find(op);
     if (it == todo_.end()) return IRMutator::mutate_For(self, op);
-    LayoutMap& lm = ctx_.layouts;
     Stmt loop = self;
     std::vector<Stmt> out;
     for (const Buffer& frag : it->second) {
-      Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype,
-                                   frag->shape, op->loc);
-      ctx_.extra_shared.push_back(scratch);
+      Buffer scratch = scratch_for(frag, op->loc);
       loop = Redirect(frag.get(), scratch).mutate(loop);
-      // scratch[i, j, ...] = frag[i, j, ...], with frag's layout.
-      std::vector<Expr> vars;
-      for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
-      Stmt nest = make_store(scratch, vars, make_load(frag, vars, op->loc), op->loc);
-      for (int d = int(vars.size()) - 1; d >= 0; --d) {
-        nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, op->loc);
-      }
-      lm.loop[nest.get()] = lm.fragment.at(frag.get());
-      out.push_back(nest);
+      out.push_back(copy_nest(scratch, frag, frag, op->loc));
     }
-    auto layout = lm.loop.at(op);
-    lm.loop.erase(op);
-    lm.loop[loop.get()] = layout;
-    out.push_back(loop);
+    out.push_back(rekey(op, loop));
     return make_seq(out, op->loc);
   }
 
  private:
+  Buffer scratch_for(const Buffer& frag, const SourceLoc& loc) {
+    Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype, frag->shape,
+                                 loc);
+    ctx_.extra_shared.push_back(scratch);
+    return scratch;
+  }
+
+  // dst[i, j, ...] = src[i, j, ...] as a T.Parallel nest running with `frag`'s layout.
+  Stmt copy_nest(const Buffer& dst, const Buffer& src, const Buffer& frag, const SourceLoc& loc) {
+    std::vector<Expr> vars;
+    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
+    Stmt nest = make_store(dst, vars, make_load(src, vars, loc), loc);
+    for (int d = int(vars.size()) - 1; d >= 0; --d) {
+      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, loc);
+    }
+    ctx_.layouts.loop[nest.get()] = ctx_.layouts.fragment.at(frag.get());
+    return nest;
+  }
+
+  // The rewritten loop keeps the layout the original was given.
+  Stmt rekey(const ForNode* old, const Stmt& loop) {
+    LayoutMap& lm = ctx_.layouts;
+    auto layout = lm.loop.at(old);
+    lm.loop.erase(old);
+    lm.loop[loop.get()] = layout;
+    return loop;
+  }
+
   class Redirect : public IRMutator {
    public:
     Redirect(const BufferNode* from, Buffer to) : from_(from), to_(std::move(to)) {}
@@ -239,26 +258,6 @@ class InsertExchanges : public IRMutator {
     const BufferNode* from_;
     Buffer to_;
   };
-
-  // The loop stores into a shared buffer; a nest with frag's layout then loads frag from it.
-  Stmt write_through(const Stmt& self, const ForNode* op, const Buffer& frag) {
-    LayoutMap& lm = ctx_.layouts;
-    Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype,
-                                 frag->shape, op->loc);
-    ctx_.extra_shared.push_back(scratch);
-    Stmt loop = RedirectStores(frag.get(), scratch).mutate(self);
-    std::vector<Expr> vars;
-    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
-    Stmt nest = make_store(frag, vars, make_load(scratch, vars, op->loc), op->loc);
-    for (int d = int(vars.size()) - 1; d >= 0; --d) {
-      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, op->loc);
-    }
-    lm.loop[nest.get()] = lm.fragment.at(frag.get());
-    auto layout = lm.loop.at(op);
-    lm.loop.erase(op);
-    lm.loop[loop.get()] = layout;
-    return make_seq({loop, nest}, op->loc);
-  }
 
   class RedirectStores : public IRMutator {
    public:

@@ -202,3 +202,19 @@ def swizzled_transpose_program(M, N, block_M=64, block_N=64, annotate=True):
             T.copy(out, Y[bx * block_N, by * block_M])
 
     return transpose
+
+
+def two_kernels_program(M, N):
+    """Two `with T.Kernel` blocks over a `T.alloc_global` workspace: C = flip(2 A, 1) + 1."""
+
+    @T.prim_func
+    def two(A: T.Tensor((M, N), "float32"), C: T.Tensor((M, N), "float32")):
+        D = T.alloc_global((M, N), "float32")
+        with T.Kernel(M, threads=128) as bx:
+            for j in T.Parallel(N):
+                D[bx, j] = A[bx, j] * 2
+        with T.Kernel(M, threads=64) as bx:
+            for j in T.Parallel(N):
+                C[bx, j] = D[bx, N - 1 - j] + 1
+
+    return two

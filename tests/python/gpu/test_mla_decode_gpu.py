@@ -4,6 +4,8 @@ caches, float16 and bfloat16, 16 to 128 query heads, NaN in the unused cache tai
 the program shape it relies on: several `with T.Kernel` blocks and `T.alloc_global`."""
 import importlib
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -14,7 +16,9 @@ except ImportError:
     from _util import assert_close, randn, seed_of
 
 import tegula
-import tegula.language as T
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import lang_kernels as lk  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -124,22 +128,8 @@ def test_mla_decode_bad_arguments(bad, match):
         bad(q, kv, lens)
 
 
-@tegula.jit(out_idx=[-1])
-def _two_kernels(M, N):
-    @T.prim_func
-    def main(A: T.Tensor((M, N), "float32"), C: T.Tensor((M, N), "float32")):
-        D = T.alloc_global((M, N), "float32")
-        with T.Kernel(M, threads=128) as bx:
-            for j in T.Parallel(N):
-                D[bx, j] = A[bx, j] * 2
-        with T.Kernel(M, threads=64) as bx:
-            for j in T.Parallel(N):
-                C[bx, j] = D[bx, N - 1 - j] + 1
-    return main
-
-
 def test_two_kernels_and_a_workspace_run_in_order():
-    k = _two_kernels(37, 300)
+    k = tegula.compile(lk.two_kernels_program(37, 300), out_idx=[-1])
     assert k.num_kernels == 2
     a = randn((37, 300), torch.float32, 7)
     c = k(a)
