@@ -19,6 +19,7 @@ reasoning is written once:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -229,3 +230,9 @@ def plan_tile(n: int, elem_bytes: int) -> TilePlan:
     block_m = max(1, tile_elems // block_n)
     threads = max(32, min(MULTI_ROW_THREADS, block_m * block_n // (2 * vector)))
     return TilePlan(block_m, block_n, threads)
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of `device`: read once, not on every launch."""
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -26,7 +26,7 @@ import tegula
 import tegula.language as T
 
 from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
-from ._common import check_devices, describe, dtype_name, launchable
+from ._common import check_devices, describe, dtype_name, launchable, sm_count
 from .flash_attention import FAST_MATH
 
 LOG2E = 1.4426950408889634
@@ -143,10 +143,6 @@ def kernels_for(batch, heads, kv_heads, max_seqlen, dim, num_split, dtype, sm_sc
     return split, combine
 
 
-def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, **config):
     """Attention of one query token per sequence over a KV cache.
 
@@ -181,7 +177,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     if B * H * D * S == 0:  # nothing to launch: empty, or no key at all (zeros)
         return torch.zeros((B, H, D), dtype=q.dtype, device=q.device)
     if num_split is None:
-        num_split = default_num_split(B, Hkv, S, sms=_sm_count(q.device))
+        num_split = default_num_split(B, Hkv, S, sms=sm_count(q.device))
     split, combine = kernels_for(B, H, Hkv, S, D, num_split, dtype_name(q.dtype),
                                  None if sm_scale is None else float(sm_scale), **config)
     out_part, lse_part = split(launchable(q), launchable(k_cache), launchable(v_cache), launchable(cache_seqlens))

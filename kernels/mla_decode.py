@@ -27,7 +27,7 @@ import tegula
 import tegula.language as T
 
 from ._attention import check_operand, check_sm_scale, online_softmax
-from ._common import check_devices, describe, dtype_name, launchable
+from ._common import check_devices, describe, dtype_name, launchable, sm_count
 from .flash_attention import FAST_MATH
 
 LOG2E = 1.4426950408889634
@@ -207,7 +207,7 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
         lse = torch.full((B, H), -math.inf, dtype=torch.float32, device=q.device)
         return (out, lse) if return_lse else out
     if num_split is None:
-        num_split = default_num_split(B, H, max_len, sms=torch.cuda.get_device_properties(q.device).multi_processor_count)
+        num_split = default_num_split(B, H, max_len, sms=sm_count(q.device))
     kernel = kernel_for(B, H, kv_cache.shape[0] if paged else kv_cache.shape[1], num_split, paged, table_width,
                         dtype_name(q.dtype), None if sm_scale is None else float(sm_scale))
     table = launchable(block_table) if paged else _no_table(B, q.device)

@@ -55,7 +55,7 @@ def _prepare(kernel, args):
         names = ", ".join(p.name for p in params if not p.is_output)
         raise ValueError(f"{kernel.prim_func.name}: expected {kernel.num_inputs} argument(s) ({names}), got {len(args)}")
     given = iter(args)
-    full, dynamic = [], {}
+    full = []
     for p in params:
         if p.is_output:
             full.append(None)
@@ -80,11 +80,7 @@ def _prepare(kernel, args):
         full.append(value)
     # The outputs' dynamic sizes come from the inputs: the kernel's signature says which.
     func = kernel.prim_func
-    for info, value in zip(func.params, full):
-        if isinstance(value, torch.Tensor):
-            for dim, size in zip(info.shape, value.shape):
-                if not isinstance(dim, int):
-                    dynamic[id(dim)] = size
+    dynamic = dynamic_sizes(kernel, full)
     outputs = []
     for i, (p, info) in enumerate(zip(params, func.params)):
         if not p.is_output:
@@ -93,7 +89,7 @@ def _prepare(kernel, args):
         out = poison(torch.empty(shape, dtype=p.dtype))
         full[i] = out
         outputs.append(out)
-    return full, outputs
+    return full, outputs, dynamic
 
 
 def dynamic_sizes(kernel, full) -> dict:
@@ -108,11 +104,11 @@ def dynamic_sizes(kernel, full) -> dict:
 
 
 def _run(kernel, args, method):
-    full, outputs = _prepare(kernel, args)
+    full, outputs, dynamic = _prepare(kernel, args)
     wide = [v.detach().to("cpu", torch.float64).contiguous() if isinstance(v, torch.Tensor) else v for v in full]
     # T.alloc_global workspaces: fresh and poisoned, shared by the kernels of the call.
     for ws in kernel.prim_func.workspaces:
-        shape = [d if isinstance(d, int) else dynamic_sizes(kernel, full)[id(d)] for d in ws.shape]
+        shape = [d if isinstance(d, int) else dynamic[id(d)] for d in ws.shape]
         wide.append(poison(torch.empty(shape, dtype=torch.float64)))
     from .. import env
 

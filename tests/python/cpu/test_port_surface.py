@@ -45,8 +45,9 @@ def raises_at(marker: str, message: str, build):
     return err
 
 
-def near(out, ref, tol=2e-5):
-    torch.testing.assert_close(out.double(), ref.double(), rtol=tol, atol=tol)
+def near(out, ref, tol=2e-5) -> bool:
+    """Same shape, and every element within tol (relative and absolute); NaN matches nothing."""
+    return out.shape == ref.shape and torch.allclose(out.double(), ref.double(), rtol=tol, atol=tol)
 
 
 # ---------------------------------------------------------------- loops, cdiv, next_power_of_2
@@ -61,7 +62,7 @@ def test_serial_alias_kernel_computes(target):
     y = tt.simulate(pk.serial_alias_scale(5, 70, target=target), x)
     ref = x.double() * 2
     ref[:, 0] += torch.arange(5, dtype=torch.float64)
-    near(y, ref)
+    assert near(y, ref)
 
 
 def test_cdiv_and_next_power_of_2_on_ints():
@@ -88,7 +89,7 @@ def test_cdiv_of_a_dynamic_size_builds_the_expression():
     k = tegula.compile(f, out_idx=[-1], target="sm_90a")
     for n in (1, 64, 130):
         x = torch.randn(n)
-        near(tt.simulate(k, x), x.double() + 1)
+        assert near(tt.simulate(k, x), x.double() + 1)
 
 
 # ---------------------------------------------------------------- atomic_add(memory_order=...)
@@ -188,7 +189,7 @@ def test_memory_order_keeps_the_meaning(order):
     for run in (tt.reference, tt.simulate):
         s = torch.zeros(24)
         run(k, x, s)
-        near(s, x.double().sum(0), 1e-4)
+        assert near(s, x.double().sum(0), 1e-4)
 
 
 def test_unknown_memory_order_is_an_error_at_the_call():
@@ -241,8 +242,8 @@ def test_fragment_columns_in_threads(target, K, N, threads):
     x = torch.randn(K, N)
     for run in (tt.reference, tt.simulate):
         y, s = run(k, x)
-        near(y, x.double() * 2 + 1)
-        near(s, (x.double() * 2 + 1).sum(0))
+        assert near(y, x.double() * 2 + 1)
+        assert near(s, (x.double() * 2 + 1).sum(0))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -250,8 +251,8 @@ def test_fragment_bit_linear_layout_with_a_row_reduction(target):
     k = pk.mma_like_fragment(target=target)
     x = torch.randn(16, 16)
     want = (x.double() ** 2).amax(1, keepdim=True).expand(16, 16)
-    near(tt.simulate(k, x), want)
-    near(tt.reference(k, x), want)
+    assert near(tt.simulate(k, x), want)
+    assert near(tt.reference(k, x), want)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -259,8 +260,8 @@ def test_fragment_on_part_of_the_threads_and_replicated(target):
     k = pk.partial_fragment(target=target)
     x = torch.randn(64)
     y, z = tt.simulate(k, x)
-    near(y, x.double() + 1)
-    near(z, x.double()[0::2] * 3)
+    assert near(y, x.double() + 1)
+    assert near(z, x.double()[0::2] * 3)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -269,8 +270,8 @@ def test_mla_combine_with_an_annotated_local_buffer(target):
     glse = torch.randn(2, 3, 5) * 4
     partial = torch.randn(2, 3, 5, 64)
     want = pk.mla_combine_reference(glse, partial)
-    near(tt.reference(k, glse, partial), want, 1e-4)
-    near(tt.simulate(k, glse, partial), want, 1e-4)
+    assert near(tt.reference(k, glse, partial), want, 1e-4)
+    assert near(tt.simulate(k, glse, partial), want, 1e-4)
 
 
 def test_fragment_of_contiguous_runs_gets_vector_accesses():
@@ -289,7 +290,7 @@ def test_fragment_of_contiguous_runs_gets_vector_accesses():
     # One 16-byte load and one 16-byte store a thread.
     assert src.count("Vec<float, 4>*>(&X[") == 1 and src.count("Vec<float, 4>*>(&Y[") == 1, src
     x = torch.randn(8, 64)
-    near(tt.simulate(k, x), x.double() + 1)
+    assert near(tt.simulate(k, x), x.double() + 1)
 
 
 def test_fragment_with_registers_no_element_uses():
@@ -306,7 +307,7 @@ def test_fragment_with_registers_no_element_uses():
 
     x = torch.randn(8)
     for target in TARGETS:
-        near(tt.simulate(tegula.compile(f, out_idx=[1], target=target), x), x.double() * 3)
+        assert near(tt.simulate(tegula.compile(f, out_idx=[1], target=target), x), x.double() * 3)
 
 
 def test_fragment_layout_not_a_formula_of_the_thread_is_an_error():
@@ -401,13 +402,13 @@ def test_gemm_against_an_annotated_accumulator_is_a_layout_conflict():
 @pytest.mark.parametrize("target", TARGETS)
 def test_local_accumulator_gemv(target):
     a, b = torch.randn(96), torch.randn(256, 96)
-    near(tt.simulate(pk.gemv_local(256, 96, target=target), a, b), b.double() @ a.double(), 1e-4)
+    assert near(tt.simulate(pk.gemv_local(256, 96, target=target), a, b), b.double() @ a.double(), 1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_local_arrays_split_k_gemv_with_shared_atomics(target):
     a, b = torch.randn(64), torch.randn(64, 64)
-    near(tt.simulate(pk.splitk_gemv_local(64, 64, target=target), a, b), b.double() @ a.double(), 1e-4)
+    assert near(tt.simulate(pk.splitk_gemv_local(64, 64, target=target), a, b), b.double() @ a.double(), 1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -416,7 +417,7 @@ def test_local_rows_copies_parallel_loops_and_vars(target, M):
     x = torch.randn(M, 12)
     xd = x.double()
     want = xd.flip(1) * 2 + xd.sum(1, keepdim=True) + 1
-    near(tt.simulate(pk.local_rows(M, 12, target=target), x), want, 1e-4)
+    assert near(tt.simulate(pk.local_rows(M, 12, target=target), x), want, 1e-4)
 
 
 def test_copy_between_local_and_fragment_is_refused():

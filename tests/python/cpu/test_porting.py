@@ -1,15 +1,20 @@
 """docs/porting.md holds: TileLang spellings it promises work, and each difference it lists
 gives the error the page shows, at the DSL line."""
+import re
+
 import pytest
 
 tegula = pytest.importorskip("tegula")
 import tegula.language as T  # noqa: E402
 
 
-def _compile_error(build, match):
-    with pytest.raises(tegula.TegulaCompileError, match=match) as info:
+def _error_text(build) -> str:
+    """The message of the TegulaCompileError `build()` raises ("" when it raises none)."""
+    try:
         build()
-    return info.value
+    except tegula.TegulaCompileError as err:
+        return str(err)
+    return ""
 
 
 def test_explicit_hopper_primitives_are_not_in_the_language():
@@ -18,7 +23,7 @@ def test_explicit_hopper_primitives_are_not_in_the_language():
         def f(A: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=128) as bx:
                 b = T.alloc_barrier(1)  # noqa: F841
-    _compile_error(build, r"no attribute 'alloc_barrier'")
+    assert re.search(r"no attribute 'alloc_barrier'", _error_text(build))
 
 
 def test_registers_a_on_a_two_by_two_warpgroup_split():
@@ -58,7 +63,7 @@ def test_workspace_inside_a_kernel():
             with T.Kernel(1, threads=32) as bx:
                 D = T.alloc_global((4,), "float32")
                 D[0] = A[0]
-    _compile_error(build, r"T.alloc_global declares a workspace of the whole prim_func")
+    assert re.search(r"T.alloc_global declares a workspace of the whole prim_func", _error_text(build))
 
 
 def test_buffers_do_not_cross_kernels():
@@ -70,8 +75,9 @@ def test_buffers_do_not_cross_kernels():
                 T.copy(A, s)
             with T.Kernel(1, threads=32) as bx:
                 T.copy(s, A)
-    err = _compile_error(build, r"name 's' is not defined in the kernel")
-    assert "T.copy(s, A)" in str(err)
+    err = _error_text(build)
+    assert re.search(r"name 's' is not defined in the kernel", err)
+    assert "T.copy(s, A)" in err
 
 
 def test_kernels_do_not_nest():
@@ -81,7 +87,7 @@ def test_kernels_do_not_nest():
             with T.Kernel(1, threads=32) as bx:
                 with T.Kernel(1, threads=32) as by:
                     A[0] = 1.0
-    _compile_error(build, r"cannot nest")
+    assert re.search(r"cannot nest", _error_text(build))
 
 
 def test_autotune_takes_the_lazy_form():
@@ -121,7 +127,7 @@ def test_layout_objects_and_while_loops_are_refused_at_their_line():
             with T.Kernel(1, threads=64) as bx:
                 s = T.alloc_shared((64,), "float32")
                 T.annotate_layout({s: T.Layout((64,), lambda i: i)})
-    _compile_error(layout, r"no attribute 'Layout'")
+    assert re.search(r"no attribute 'Layout'", _error_text(layout))
 
     def loop():
         @T.prim_func
@@ -129,7 +135,7 @@ def test_layout_objects_and_while_loops_are_refused_at_their_line():
             with T.Kernel(1, threads=64) as bx:
                 while A[0] > 0:
                     A[0] = A[0] - 1
-    _compile_error(loop, r"while loops are not supported in a kernel")
+    assert re.search(r"while loops are not supported in a kernel", _error_text(loop))
 
 
 def test_a_fragment_indexed_by_a_serial_variable_in_a_parallel_loop_is_refused():
@@ -148,4 +154,4 @@ def test_a_fragment_indexed_by_a_serial_variable_in_a_parallel_loop_is_refused()
                         acc[j] += lse[k, j]
                 T.copy(acc, B)
         tegula.compile(f, target="sm_90a")
-    _compile_error(build, r"fragment 'lse' must be indexed by the T.Parallel loop variables")
+    assert re.search(r"fragment 'lse' must be indexed by the T.Parallel loop variables", _error_text(build))
