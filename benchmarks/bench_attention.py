@@ -1,15 +1,18 @@
 """Attention: FlashAttention forward and flash decoding against torch's
 scaled_dot_product_attention (SDPA), float16.
 
-Part 1, forward (tegula.kernels.flash_attention.flash_attention, layout="bhsd"): each SDPA
-backend forced in turn with torch.nn.attention.sdpa_kernel (FLASH_ATTENTION,
-CUDNN_ATTENTION, EFFICIENT_ATTENTION), all on the same (B, H, S, D) tensors. A backend that
-refuses a shape shows "n/a" (the reason is in the notes). FLOPs = 4·B·H·Sq·Skv·D, halved
-when causal. Before timing, our output is compared once with SDPA run in float32 (math
-backend, in chunks of heads): relative Frobenius error <= 2e-3, else the row is WRONG.
-Targets: the three headline cases >= 1.0x the SDPA flash backend (ratio = flash time / our
-time). A sweep over S (batch shrunk so that B·S = 16384) feeds $OUT/bench_attention.png,
-TFLOP/s against S.
+Part 1, forward (tegula.kernels.flash_attention.flash_attention, layout="bhsd"): ours as
+a user calls it, ours held to the engine's legacy code path (path="legacy": no TMA
+lowering, no warp specialisation), and each SDPA backend forced in turn with
+torch.nn.attention.sdpa_kernel (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION), all
+on the same (B, H, S, D) tensors. A backend that refuses a shape shows "n/a" (the reason is
+in the notes); one that refuses grouped-query heads is timed on K and V expanded to H heads
+beforehand (marked in the notes). FLOPs = 4·B·H·Sq·Skv·D, halved when causal. Before
+timing, our outputs (both paths) are compared once with SDPA run in float32 (math backend,
+in chunks of heads): relative Frobenius error <= 2e-3, else the row is WRONG. Targets:
+>= 1.0x the SDPA cuDNN backend (0.85x at D=256; ratio = cuDNN time / our time); vs flash
+and vs legacy are the same ratio against SDPA flash and our legacy path. A sweep over S
+(batch shrunk so that B·S = 16384) feeds $OUT/bench_attention.png, TFLOP/s against S.
 
 Part 2, decoding (tegula.kernels.flash_decoding.flash_decode): one query token per
 sequence, B=64, H=32 query heads over Hkv=8 KV heads, D=128, KV cache of 8192 tokens.
@@ -22,6 +25,7 @@ the caches with enable_gqa, a few num_split values, and a ragged batch (lengths 
     python benchmarks/bench_attention.py                  # both parts
     python benchmarks/bench_attention.py --part forward   # or: --part decode
     python benchmarks/bench_attention.py --no-sweep       # forward headline cases only
+    python benchmarks/bench_attention.py --sweep-legacy   # the sweep times the legacy path too
     python benchmarks/bench_attention.py --rep 100        # timing budget (ms) per measurement
 
 OUT=dir also writes dir/bench_attention.json and (with matplotlib) dir/bench_attention.png.
@@ -40,13 +44,16 @@ import common
 
 DTYPE = torch.float16
 TOL = 2e-3
-# (B, H, Hkv, S, D, causal, target ratio vs SDPA flash or None)
+# (B, H, Hkv, S, D, causal, target ratio vs SDPA cuDNN or None)
 FORWARD_CASES = [
     (2, 32, 32, 4096, 128, False, 1.0),
     (2, 32, 32, 4096, 128, True, 1.0),
     (2, 16, 16, 4096, 64, True, 1.0),
-    (2, 32, 8, 4096, 128, True, None),      # grouped-query attention, SDPA with enable_gqa
+    (4, 32, 32, 2048, 128, False, 1.0),
+    (2, 32, 8, 4096, 128, True, 1.0),       # grouped-query attention, SDPA with enable_gqa
+    (2, 16, 16, 4096, 256, False, 0.85),
 ]
+TARGET_BACKEND = "cudnn"
 SWEEP_S = (512, 1024, 2048, 4096, 8192)
 SWEEP_TOKENS = 16384                       # B * S held constant over the sweep
 SWEEP_H, SWEEP_D = 32, 128
@@ -137,7 +144,14 @@ def reference_forward(q, k, v, causal):
     return out
 
 
-def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures):
+def _expanded_sdpa_fn(q, k, v, causal):
+    """SDPA on k, v repeated to q's heads (once, here, outside the timed region)."""
+    group = q.shape[1] // k.shape[1]
+    k_rep, v_rep = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return lambda: F.scaled_dot_product_attention(q, k_rep, v_rep, is_causal=causal)
+
+
+def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures, legacy=True):
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(B, H, S, D, generator=gen, device="cuda", dtype=DTYPE)
     k = torch.randn(B, Hkv, S, D, generator=gen, device="cuda", dtype=DTYPE)
@@ -151,15 +165,32 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures):
     def ours():
         return fa(q, k, v, causal=causal, layout="bhsd")
 
+    def ours_legacy():
+        return fa(q, k, v, causal=causal, layout="bhsd", path="legacy")
+
     ref = reference_forward(q, k, v, causal)
     err, error = common.run_ours(ours, lambda: ref)
     row["rel_err"], row["error"] = err, error
     row["ours_ms"] = None if error else common.bench(ours, rep=rep)
     row["ours_tflops"] = None if error else flops / row["ours_ms"] / 1e9
+    if legacy:
+        legacy_err, legacy_error = common.run_ours(ours_legacy, lambda: ref)
+        row["legacy_rel_err"] = legacy_err
+        row["error"] = row["error"] or (legacy_error and f"legacy path: {legacy_error}")
+        row["legacy_ms"] = None if legacy_error else common.bench(ours_legacy, rep=rep)
+        row["legacy_tflops"] = None if legacy_error else flops / row["legacy_ms"] / 1e9
 
     sdpa = _sdpa_fn(q, k, v, causal)
+    expanded = None
     for name in BACKENDS:
-        out, reason = _try_backend(name, sdpa)
+        fn = sdpa
+        out, reason = _try_backend(name, fn)
+        if reason and H != Hkv:  # a backend without grouped-query heads, on expanded K/V
+            expanded = expanded or _expanded_sdpa_fn(q, k, v, causal)
+            out, retry = _try_backend(name, expanded)
+            if not retry:
+                fn, reason = expanded, None
+                row[f"{name}_expanded_kv"] = True
         if reason:
             row[f"{name}_ms"] = row[f"{name}_tflops"] = None
             row[f"{name}_reason"] = reason
@@ -167,22 +198,28 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures):
             continue
         row[f"{name}_rel_err"] = common.rel_err(out, ref)
         del out
-        row[f"{name}_ms"] = _bench_backend(name, sdpa, rep)
+        row[f"{name}_ms"] = _bench_backend(name, fn, rep)
         row[f"{name}_tflops"] = flops / row[f"{name}_ms"] / 1e9
+    del expanded
 
-    row["vs_flash"] = (row["flash_ms"] / row["ours_ms"]
-                       if row["ours_ms"] is not None and row["flash_ms"] is not None else None)
-    row["target"] = f">={target:.1f}x SDPA flash" if target is not None else "-"
-    if error:
+    def speedup(other_ms):
+        return other_ms / row["ours_ms"] if row["ours_ms"] is not None and other_ms is not None else None
+
+    row["vs_flash"] = speedup(row["flash_ms"])
+    row["vs_cudnn"] = speedup(row["cudnn_ms"])
+    row["vs_legacy"] = speedup(row.get("legacy_ms"))
+    row["target"] = f">={target}x SDPA cuDNN" if target is not None else "-"
+    errors = [err] + ([row["legacy_rel_err"]] if legacy else [])
+    if row["error"]:
         row["status"] = "ERROR"
-    elif not err <= TOL:
+    elif not all(e is not None and e <= TOL for e in errors):
         row["status"] = "WRONG"
     elif target is None:
         row["status"] = "-"
-    elif row["vs_flash"] is None:
+    elif row[f"vs_{TARGET_BACKEND}"] is None:
         row["status"] = "n/a"
     else:
-        row["status"] = common.status(row["vs_flash"] >= target)
+        row["status"] = common.status(row[f"vs_{TARGET_BACKEND}"] >= target)
     return row
 
 
@@ -198,8 +235,8 @@ def plot_sweep(rows, path):
     for ax, causal in zip(axes, (False, True)):
         sel = [r for r in rows if r["causal"] == causal]
         xs = [r["S"] for r in sel]
-        for key, label in (("ours", "tegula"), ("flash", "SDPA flash"), ("cudnn", "SDPA cuDNN"),
-                           ("efficient", "SDPA efficient")):
+        for key, label in (("ours", "tegula"), ("legacy", "tegula legacy path"), ("flash", "SDPA flash"),
+                           ("cudnn", "SDPA cuDNN"), ("efficient", "SDPA efficient")):
             ys = [r.get(f"{key}_tflops") for r in sel]
             ys = [float("nan") if y is None else y for y in ys]
             ax.plot(xs, ys, marker="o", label=label)
@@ -229,13 +266,13 @@ def run_forward(args):
         for causal in (False, True):
             for S in SWEEP_S:
                 r = forward_case(fa, SWEEP_TOKENS // S, SWEEP_H, SWEEP_H, S, SWEEP_D, causal, None,
-                                 rep=args.rep / 2, failures=failures)
+                                 rep=args.rep / 2, failures=failures, legacy=args.sweep_legacy)
                 r["case"] = "sweep " + r["case"]
                 r["sweep"] = True
                 sweep.append(r)
                 torch.cuda.empty_cache()
-    notes = ["FLOPs = 4*B*H*Sq*Skv*D, halved for causal; vs flash = SDPA flash time / our time; "
-             "err = relative Frobenius error vs SDPA in float32 (tolerance 2e-3)",
+    notes = ["FLOPs = 4*B*H*Sq*Skv*D, halved for causal; vs cuDNN / vs flash / vs legacy = that time / our "
+             "time; err = relative Frobenius error vs SDPA in float32 (tolerance 2e-3, both of our paths)",
              "both sides read the same (B, H, S, D) fp16 tensors (ours with layout='bhsd'); GQA: "
              "SDPA with enable_gqa=True"]
     if sweep:
@@ -243,6 +280,11 @@ def run_forward(args):
                      f"{SWEEP_TOKENS // SWEEP_S[0]}), H={SWEEP_H}, D={SWEEP_D}, timed with half the budget")
     for (name, reason), cases in failures.items():
         notes.append(f"{name} n/a on {len(cases)} case(s), e.g. {cases[0]}: {reason}")
+    for row in rows + sweep:
+        expanded = [name for name in BACKENDS if row.get(f"{name}_expanded_kv")]
+        if expanded:
+            notes.append(f"{row['case']}: {', '.join(expanded)} refused grouped-query heads; timed on K/V "
+                         "expanded to H heads beforehand")
     return rows + sweep, sweep, notes
 
 
@@ -357,11 +399,14 @@ def run_decode(args):
 
 
 FORWARD_COLUMNS = [
-    ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ours ms", "ours_ms", ".3f"),
-    ("ours TF/s", "ours_tflops", ".0f"), ("flash ms", "flash_ms", ".3f"), ("flash TF/s", "flash_tflops", ".0f"),
+    ("case", "case", "s"), ("err", "rel_err", ".1e"), ("legacy err", "legacy_rel_err", ".1e"),
+    ("ours ms", "ours_ms", ".3f"), ("ours TF/s", "ours_tflops", ".0f"),
+    ("legacy ms", "legacy_ms", ".3f"), ("legacy TF/s", "legacy_tflops", ".0f"),
+    ("flash ms", "flash_ms", ".3f"), ("flash TF/s", "flash_tflops", ".0f"),
     ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
     ("effic ms", "efficient_ms", ".3f"), ("effic TF/s", "efficient_tflops", ".0f"),
-    ("vs flash", "vs_flash", ".2f"), ("target", "target", "s"), ("status", "status", "s"),
+    ("vs cuDNN", "vs_cudnn", ".2f"), ("vs flash", "vs_flash", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
+    ("target", "target", "s"), ("status", "status", "s"),
 ]
 DECODE_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".4f"), ("GB/s", "gbs", ".0f"),
@@ -385,6 +430,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("all", "forward", "decode"), default="all")
     parser.add_argument("--no-sweep", action="store_true", help="skip the forward S sweep and its plot")
+    parser.add_argument("--sweep-legacy", action="store_true", help="time the legacy path in the sweep too")
     parser.add_argument("--rep", type=float, default=200.0,
                         help="timing budget per measurement in ms (the sweep uses half)")
     args = parser.parse_args()

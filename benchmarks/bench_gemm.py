@@ -1,10 +1,23 @@
-"""GEMM (fp16 in, fp32 accumulate) against torch.matmul (cuBLAS), TFLOP/s and ratio, with a
-PNG plot of the sweep ($OUT/bench_gemm.png when OUT is set). `ours` is tegula's matmul()
-as a user calls it (wgmma on sm_90a, any operand padding included); the mma.sync column is
-the same entry held to mma.sync, for the two large square shapes.
+"""GEMM (fp16/bf16 in, fp32 accumulate) against torch.matmul (cuBLAS): times, TFLOP/s and
+ratios, with a PNG plot ($OUT/bench_gemm.png) and the rows as JSON ($OUT/bench_gemm.json)
+when OUT is set.
 
-    python benchmarks/bench_gemm.py
+Columns: `ours` is tegula's matmul() as a user calls it (operand padding and the split-K
+combine included); `legacy` is the same call held to the engine's legacy code path
+(matmul(..., path="legacy"): no TMA lowering, no warp specialisation); `cuBLAS` is
+torch.matmul on the same tensors. vs cuBLAS = cuBLAS time / our time, vs legacy = legacy
+time / our time (above 1: ours is faster). The mma.sync column holds the square fp16
+shapes to mma.sync (kernel_for(..., mma_sync=True)). For the decode shapes (M <= 64, where
+B is read once and dominates the traffic) "B % copy" is the rate at which B is streamed
+(bytes of B / time) as a share of a 1 GiB device-to-device copy measured in this process
+(common.copy_bandwidth_gbs: bytes read + written / time). Before timing, each result is
+compared once with torch in float32: a relative error past 2e-3 (fp16) or 1e-2 (bf16) is
+WRONG whatever its speed.
+
+    python benchmarks/bench_gemm.py             # on a GPU
+    python benchmarks/bench_gemm.py --dry-run   # no GPU: the cases, targets and kernel choices
 """
+import argparse
 import importlib
 import json
 import os
@@ -14,62 +27,183 @@ import torch
 
 import common
 
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4097, 4095, 4096), (127, 1000, 333), (16, 4096, 4096)]
-TARGETS = {(4096, 4096, 4096): ">=0.70x cuBLAS", (8192, 8192, 8192): ">=0.70x cuBLAS",
-           (4097, 4095, 4096): ">=2x cuBLAS"}
+FP16, BF16 = torch.float16, torch.bfloat16
+TOL = {FP16: 2e-3, BF16: 1e-2}
+
+
+def case(M, N, K, dtype=FP16, min_ratio=None, min_pct_copy=None):
+    return dict(M=M, N=N, K=K, dtype=dtype, min_ratio=min_ratio, min_pct_copy=min_pct_copy)
+
+
+CASES = [
+    case(4096, 4096, 4096, min_ratio=0.95),
+    case(8192, 8192, 8192, min_ratio=0.95),
+    case(8192, 1024, 8192, min_ratio=0.95),
+    case(4096, 4096, 4000, min_ratio=0.95),
+    case(2048, 2048, 2048, min_ratio=0.90),
+    case(8192, 8192, 8192, BF16, min_ratio=0.95),
+    case(4096, 4096, 4096, BF16, min_ratio=0.95),
+    case(4097, 4095, 4096, min_ratio=2.5),
+    case(16, 4096, 4096, min_ratio=1.3, min_pct_copy=70.0),
+    case(64, 8192, 8192, min_ratio=1.3, min_pct_copy=70.0),
+    case(127, 1000, 333),
+]
+
+
+def label(c):
+    return f"{c['M']}x{c['N']}x{c['K']} {'fp16' if c['dtype'] == FP16 else 'bf16'}"
+
+
+def device_sms():
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def target_text(c):
+    parts = []
+    if c["min_ratio"] is not None:
+        parts.append(f">={c['min_ratio']:g}x cuBLAS")
+    if c["min_pct_copy"] is not None:
+        parts.append(f">={c['min_pct_copy']:g}% copy")
+    return ", ".join(parts) or "-"
+
+
+def verdict(row, c):
+    """PASS/MISS against the case's targets; ERROR or WRONG first (a failure of ours)."""
+    if row.get("error"):
+        return "ERROR"
+    if any(e is None or not e <= TOL[c["dtype"]] for e in (row["rel_err"], row["legacy_rel_err"])):
+        return "WRONG"
+    checks = []
+    if c["min_ratio"] is not None:
+        checks.append(row["vs_cublas"] >= c["min_ratio"])
+    if c["min_pct_copy"] is not None:
+        checks.append(row["b_pct_copy"] >= c["min_pct_copy"])
+    return common.status(all(checks)) if checks else "-"
+
+
+def kernel_choice(gemm, c, sms, wgmma=None):
+    """What matmul() launches for the case: split-K with its slice count, or the tile
+    (wgmma: whether the device is an sm_90 part; default, this one)."""
+    M, N, K = c["M"], c["N"], c["K"]
+    tile = {k: gemm.SPLIT_K_CONFIG[k] for k in ("block_M", "block_N", "block_K")}
+    splits = gemm.split_k_slices(M, N, K, sms, **tile)
+    if splits > 1:
+        return f"split-K x{splits}"
+    cfg = gemm.default_config(M, N, K, wgmma=wgmma)
+    return f"tile {cfg['block_M']}x{cfg['block_N']}x{cfg['block_K']}"
+
+
+def measure(gemm, c, rep):
+    M, N, K, dtype = c["M"], c["N"], c["K"], c["dtype"]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, generator=g, device="cuda").to(dtype)
+    b = torch.randn(K, N, generator=g, device="cuda").to(dtype)
+    flops = 2.0 * M * N * K
+    row = {"case": label(c), "shape": label(c), "M": M, "N": N, "K": K, "dtype": str(dtype).replace("torch.", ""),
+           "choice": kernel_choice(gemm, c, device_sms()), "target": target_text(c)}
+    ref = a.float() @ b.float()
+    ours = lambda: gemm.matmul(a, b)  # noqa: E731
+    legacy = lambda: gemm.matmul(a, b, path="legacy")  # noqa: E731
+    row["rel_err"], row["error"] = common.run_ours(ours, lambda: ref)
+    row["legacy_rel_err"], legacy_error = common.run_ours(legacy, lambda: ref)
+    row["error"] = row["error"] or (legacy_error and f"legacy: {legacy_error}")
+    del ref
+    row["cublas_ms"] = common.bench(lambda: torch.matmul(a, b), rep=rep)
+    row["ours_ms"] = None if row["rel_err"] is None else common.bench(ours, rep=rep)
+    row["legacy_ms"] = None if row["legacy_rel_err"] is None else common.bench(legacy, rep=rep)
+    for name in ("ours", "legacy", "cublas"):
+        ms = row[f"{name}_ms"]
+        row[f"{name}_tflops"] = None if ms is None else flops / ms / 1e9
+    row["vs_cublas"] = None if row["ours_ms"] is None else row["cublas_ms"] / row["ours_ms"]
+    row["vs_legacy"] = (None if row["ours_ms"] is None or row["legacy_ms"] is None
+                        else row["legacy_ms"] / row["ours_ms"])
+    if M == N == K and dtype == FP16:
+        k_mma = gemm.kernel_for(M, N, K, dtype, mma_sync=True)
+        dummy = a.new_empty(N)
+        row["mma_sync_tflops"] = flops / common.bench(lambda: k_mma(a, b, dummy), rep=rep) / 1e9
+    if M <= 64:
+        b_bytes = K * N * b.element_size()
+        copy = common.copy_bandwidth_gbs()
+        row["b_gbs"] = None if row["ours_ms"] is None else common.gbs(b_bytes, row["ours_ms"])
+        row["b_pct_copy"] = None if row["b_gbs"] is None else 100 * row["b_gbs"] / copy
+        row["cublas_b_pct_copy"] = 100 * common.gbs(b_bytes, row["cublas_ms"]) / copy
+    row["status"] = verdict(row, c)
+    del a, b
+    torch.cuda.empty_cache()
+    return row
+
+
+COLUMNS = [("shape", "shape", "s"), ("kernel", "choice", "s"), ("err", "rel_err", ".1e"),
+           ("legacy err", "legacy_rel_err", ".1e"),
+           ("ours ms", "ours_ms", ".4f"), ("legacy ms", "legacy_ms", ".4f"), ("cuBLAS ms", "cublas_ms", ".4f"),
+           ("ours TF/s", "ours_tflops", ".1f"), ("legacy TF/s", "legacy_tflops", ".1f"),
+           ("cuBLAS TF/s", "cublas_tflops", ".1f"), ("mma.sync TF/s", "mma_sync_tflops", ".1f"),
+           ("vs cuBLAS", "vs_cublas", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
+           ("B % copy", "b_pct_copy", ".1f"), ("cuBLAS B % copy", "cublas_b_pct_copy", ".1f"),
+           ("target", "target", "s"), ("status", "status", "s")]
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed"
+    x = range(len(rows))
+    plt.figure(figsize=(11, 4.5))
+    for offset, key, name in ((-0.27, "ours_tflops", "tegula"), (0.0, "legacy_tflops", "tegula legacy path"),
+                              (0.27, "cublas_tflops", "torch.matmul")):
+        plt.bar([i + offset for i in x], [r.get(key) or 0.0 for r in rows], 0.27, label=name)
+    plt.xticks(list(x), [r["shape"] for r in rows], rotation=25, ha="right")
+    plt.ylabel("TFLOP/s")
+    plt.title(f"GEMM — {common.device_name()}")
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(path)
+    plt.close()
+    return f"plot: {path}"
+
+
+def dry_run(gemm, sms):
+    """The cases as they would run, with no GPU: labels, targets and matmul's kernel choice
+    on an sm_90 part of `sms` SMs (the tile and the split rule depend on the device)."""
+    rows = [{"shape": label(c), "choice": kernel_choice(gemm, c, sms, wgmma=True), "target": target_text(c),
+             "gflop": 2.0 * c["M"] * c["N"] * c["K"] / 1e9} for c in CASES]
+    common.print_table(f"bench_gemm dry run (sm_90, {sms} SMs assumed): the cases and what matmul() launches", rows,
+                       [("shape", "shape", "s"), ("kernel", "choice", "s"), ("GFLOP", "gflop", ".1f"),
+                        ("target", "target", "s")])
+    return 0
 
 
 def main() -> int:
-    common.require_gpu("bench_gemm")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="list the cases and kernel choices; no GPU needed")
+    parser.add_argument("--sms", type=int, default=132, help="SM count assumed by --dry-run")
+    parser.add_argument("--rep", type=float, default=200.0, help="timing budget per measurement in ms")
+    args = parser.parse_args()
     gemm = importlib.import_module("tegula.kernels.gemm")
-    rows = []
-    for M, N, K in SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        a = torch.randn(M, K, generator=g, device="cuda").half()
-        b = torch.randn(K, N, generator=g, device="cuda").half()
-        ours = common.bench(lambda: gemm.matmul(a, b))
-        theirs = common.bench(lambda: torch.matmul(a, b))
-        flops = 2.0 * M * N * K
-        ratio = theirs / ours
-        mma = float("nan")
-        if M == N == K:
-            k_mma = gemm.kernel_for(M, N, K, a.dtype, mma_sync=True)
-            dummy = a.new_empty(N)
-            mma = flops / common.bench(lambda: k_mma(a, b, dummy)) / 1e9
-        target = TARGETS.get((M, N, K), "-")
-        ok = None
-        if target.startswith(">=0.70x"):
-            ok = ratio >= 0.70
-        elif target.startswith(">=2x"):
-            ok = ratio >= 2.0
-        rows.append({"shape": f"{M}x{N}x{K}", "ours_ms": ours, "torch_ms": theirs,
-                     "ours_tflops": flops / ours / 1e9, "torch_tflops": flops / theirs / 1e9,
-                     "vs_cublas": ratio, "mma_sync_tflops": mma, "target": target, "status": "-" if ok is None else common.status(ok)})
-    columns = [("shape", "shape", "s"), ("ours ms", "ours_ms", ".4f"), ("torch ms", "torch_ms", ".4f"),
-               ("ours TFLOP/s", "ours_tflops", ".1f"), ("cuBLAS TFLOP/s", "torch_tflops", ".1f"),
-               ("vs cuBLAS", "vs_cublas", ".2f"), ("mma.sync TFLOP/s", "mma_sync_tflops", ".1f"),
-               ("target", "target", "s"), ("status", "status", "s")]
-    common.print_table("GEMM fp16 -> fp32 accumulate (tegula matmul vs cuBLAS)", rows, columns)
+    if args.dry_run:
+        return dry_run(gemm, args.sms)
+    common.require_gpu("bench_gemm")
+    torch.backends.cuda.matmul.allow_tf32 = False  # the float32 references stay float32
+    rows = [measure(gemm, c, args.rep) for c in CASES]
+    notes = ["vs cuBLAS = cuBLAS ms / ours ms; vs legacy = legacy ms / ours ms; "
+             "err = relative Frobenius error of ours vs torch float32",
+             "B % copy: bytes of B / time against a 1 GiB device-to-device copy "
+             f"({common.copy_bandwidth_gbs():.0f} GB/s read+written), decode shapes only"]
+    common.print_table("GEMM, fp32 accumulate: tegula matmul (and its legacy path) vs cuBLAS",
+                       rows, COLUMNS, notes=notes)
     out = os.environ.get("OUT")
     if out:
+        os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "bench_gemm.json"), "w") as f:
             json.dump(rows, f, indent=1)
         try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            x = range(len(rows))
-            plt.figure(figsize=(8, 4))
-            plt.bar([i - 0.2 for i in x], [r["ours_tflops"] for r in rows], 0.4, label="tegula")
-            plt.bar([i + 0.2 for i in x], [r["torch_tflops"] for r in rows], 0.4, label="torch.matmul")
-            plt.xticks(list(x), [r["shape"] for r in rows], rotation=20)
-            plt.ylabel("TFLOP/s")
-            plt.legend()
-            plt.tight_layout()
-            plt.savefig(os.path.join(out, "bench_gemm.png"))
+            print(plot(rows, os.path.join(out, "bench_gemm.png")))
         except Exception as e:  # the table is the result; the plot is a convenience
             print("no plot:", e)
-    return 0
+    return common.exit_status(rows)
 
 
 if __name__ == "__main__":

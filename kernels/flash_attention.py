@@ -24,6 +24,7 @@ import tegula.language as T
 
 from ._attention import check_flag, check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
 from ._common import check_devices, describe, dtype_name, launchable, wgmma_gpu
+from .gemm import PATHS
 
 LOG2E = 1.4426950408889634
 LAYOUTS = ("bshd", "bhsd")
@@ -119,6 +120,10 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
 # inside the error an fp16 output can show.
 FAST_MATH = {tegula.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 flash_attention_kernel = tegula.jit(out_idx=[3, 4], pass_configs=FAST_MATH)(flash_attention_program)
+# The same program held to the engine's "legacy" code path (gemm.PATHS), for comparing the two.
+flash_attention_kernel_legacy = tegula.jit(out_idx=[3, 4], pass_configs={**FAST_MATH, **PATHS["legacy"]})(
+    flash_attention_program)
+_KERNELS = {"auto": flash_attention_kernel, "legacy": flash_attention_kernel_legacy}
 
 
 def default_config(seq_q, dim, is_causal):
@@ -139,11 +144,16 @@ def default_config(seq_q, dim, is_causal):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal, window, layout, dtype, sm_scale, **config):
+def kernel_for(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal, window, layout, dtype, sm_scale, path="auto",
+               **config):
+    """path: the engine's code path, "auto" or "legacy" (gemm.PATHS); flash_attention's
+    **config reaches it too."""
+    if path not in _KERNELS:
+        raise ValueError(f"flash_attention: path must be one of {tuple(_KERNELS)}, got {path!r}")
     cfg = default_config(seq_q, dim, is_causal)
     cfg.update(config)
-    return flash_attention_kernel(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal=is_causal, window=window,
-                                  layout=layout, dtype=dtype, sm_scale=sm_scale, **cfg)
+    return _KERNELS[path](batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal=is_causal, window=window,
+                          layout=layout, dtype=dtype, sm_scale=sm_scale, **cfg)
 
 
 def check_qkv(op, q, k, v, layout):

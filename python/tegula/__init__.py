@@ -13,6 +13,7 @@ from .frontend.errors import TegulaCompileError
 from .jit import JITKernel, KernelParam, compile, jit
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
+from .registers import RegisterPressureWarning
 
 __version__ = "0.1.0"
 
@@ -20,7 +21,7 @@ __all__ = [
     "jit", "compile", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
-__all__ += ["cdiv", "next_power_of_2"]
+__all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning"]
 
 
 def __getattr__(name: str):

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import torch
 
+from .registers import RegisterPressureWarning
 from . import __version__, env
 from .frontend.errors import TegulaCompileError
 from .jit import JITFunction, jit
@@ -308,7 +309,9 @@ class AutoTuner:
     def _try(self, jit_fn, args, kwargs, config, inputs: dict):
         """(latency, error) of one configuration; `inputs` holds the inputs last made."""
         try:
-            kernel = jit_fn(*args, **kwargs, **config)
+            with warnings.catch_warnings():  # a spilling candidate is timed, not reported
+                warnings.simplefilter("ignore", RegisterPressureWarning)
+                kernel = jit_fn(*args, **kwargs, **config)
         except _BUILD_ERRORS as err:
             return None, f"compile: {_first_line(err)}"
         supply, stage = self.supply_type or TensorSupplyType.Auto, "inputs"

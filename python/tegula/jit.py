@@ -23,7 +23,7 @@ import operator
 import os
 import warnings
 
-from . import env
+from . import env, registers
 from .frontend.dtypes import to_torch
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc
@@ -94,6 +94,7 @@ class JITKernel:
         self._setup_params()
         self._report(verbose, python_side.get("dump_ir", False),
                      debug_root_path or python_side.get("kernels_output_dir"))
+        registers.warn_if_over_budget(self)  # RegisterPressureWarning: once per lowering
 
     # ---- construction ----
     def _setup_params(self) -> None:
@@ -156,6 +157,12 @@ class JITKernel:
         """The compiled binary of kernel `index` (through the cache), without loading it:
         works with no GPU."""
         return self._lowered_all[index].compile()
+
+    def register_usage(self, index: int = 0) -> registers.RegisterUsage | None:
+        """Registers per thread of kernel `index`'s fragments (`.fragments`, name ->
+        registers) and the most live at once (`.peak`, against `.budget`); see
+        tegula/registers.py."""
+        return registers.kernel_usage(self, index)
 
     @property
     def num_kernels(self) -> int:

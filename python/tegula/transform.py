@@ -76,6 +76,10 @@ _OPTIONS = {
     K.TL_DISABLE_SAFE_MEMORY_ACCESS: ("disable_safe_memory", bool),
     K.TL_DYNAMIC_ALIGNMENT: ("dynamic_alignment", int),
     K.TL_DISABLE_WGMMA: ("disable_wgmma", bool),
+    # sm_90a: bulk tensor copies and the warp-specialised pipeline they feed; either key
+    # gives the cp.async pipeline (the path for other targets too).
+    K.TL_DISABLE_TMA_LOWER: ("disable_tma", bool),
+    K.TL_DISABLE_WARP_SPECIALIZED: ("disable_warp_specialized", bool),
     K.TL_CONFIG_INDEX_BITWIDTH: (None, _index_bitwidth),
     # Read by jit.py, not by the C++ side (see PYTHON_SIDE).
     K.TL_ENABLE_DUMP_IR: ("dump_ir", bool),
@@ -100,8 +104,6 @@ _IGNORED = {
     K.TIR_MERGE_STATIC_SMEM: "no-op in Tegula (shared memory is always one dynamic allocation)",
     K.TIR_USE_ASYNC_COPY: _NO_SWITCH,
     K.TL_ENABLE_ASYNC_COPY: _NO_SWITCH,
-    K.TL_DISABLE_WARP_SPECIALIZED: _NO_SWITCH,
-    K.TL_DISABLE_TMA_LOWER: _NO_SWITCH,
     K.TL_DISABLE_VECTORIZE_256: _NO_SWITCH,
     K.TL_DISABLE_DYNAMIC_TAIL_SPLIT: _NO_SWITCH,
     K.TL_DISABLE_THREAD_STORAGE_SYNC: _NO_SWITCH,

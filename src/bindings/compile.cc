@@ -72,6 +72,17 @@ at::ScalarType scalar_type(ir::DataType t) {
   }
 }
 
+// The tensor-map element type of a dtype (CUtensorMapDataType's values).
+int tensor_map_dtype(ir::DataType t) {
+  switch (t.code) {
+    case ir::DataType::Float: return t.bits == 16 ? 6 : t.bits == 64 ? 8 : 7;
+    case ir::DataType::BFloat: return 9;
+    case ir::DataType::Int: return t.bits == 64 ? 5 : t.bits == 32 ? 3 : t.bits == 16 ? 1 : 0;
+    case ir::DataType::UInt: return t.bits == 64 ? 4 : t.bits == 32 ? 2 : t.bits == 16 ? 1 : 0;
+    default: return 0;
+  }
+}
+
 // The alignment, in bytes, each global buffer's base address needs: its widest vector
 // access, and 16 for the source of a cp.async (the passes prove each such access's offset
 // from the base a multiple of its width, so the base is all the launcher has to check).
@@ -87,6 +98,8 @@ std::map<const ir::BufferNode*, int> required_alignment(const ir::Kernel& k) {
     auto* c = e.as<ir::CallNode>();
     if (c && c->op == "cp_async") note(c->args.at(1).as<ir::BufferLoadNode>()->buffer, 16);
   });
+  // A tensor map's global address must be 16-byte aligned.
+  for (auto& m : k.tensor_maps) out[k.params[m.param].buffer.get()] = std::max(out[k.params[m.param].buffer.get()], 16);
   return out;
 }
 
@@ -128,13 +141,19 @@ struct LoweredKernel {
     throw py::value_error("unknown IR stage '" + stage + "'; stages are: final all" + known);
   }
 
-  std::vector<char> compile_image() {
+  runtime::CompileOptions compile_options() const {
     auto& lib = device_library();
     if (lib.headers.empty()) throw CudaError("the device library was not set (tegula._C.set_device_library)");
     runtime::CompileOptions opts;
     opts.arch = target.arch;
     opts.headers = lib.headers;
     if (options.fast_math) opts.extra_flags.push_back("-use_fast_math");
+    return opts;
+  }
+
+  std::vector<char> compile_image() {
+    auto& lib = device_library();
+    runtime::CompileOptions opts = compile_options();
     std::string build_id = std::string(TEGULA_BUILD_ID) + ":" + lib.hash;
     try {
       return runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id, &cache_hit);
@@ -153,6 +172,16 @@ struct LoweredKernel {
     l.smem_bytes = int(k.smem_bytes);
     l.rules.fold = codegen::folds_grid(k);
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
+    for (auto& m : k.tensor_maps) {
+      TensorMapSpec t;
+      t.param = m.param;
+      const ir::Buffer& b = k.params[m.param].buffer;
+      t.dtype = tensor_map_dtype(b->dtype);
+      t.elem_bytes = b->dtype.bytes();
+      t.box.assign(m.box.begin(), m.box.end());
+      t.swizzle = m.swizzle;
+      l.tensor_maps.push_back(t);
+    }
     return l;
   }
 };
@@ -227,6 +256,8 @@ transform::Options parse_options(const py::dict& d) {
     else if (key == "disable_vectorize") o.disable_vectorize = item.second.cast<bool>();
     else if (key == "disable_safe_memory") o.disable_safe_memory = item.second.cast<bool>();
     else if (key == "disable_wgmma") o.disable_wgmma = item.second.cast<bool>();
+    else if (key == "disable_tma") o.disable_tma = item.second.cast<bool>();
+    else if (key == "disable_warp_specialized") o.disable_warp_specialized = item.second.cast<bool>();
     else if (key == "dynamic_alignment") o.dynamic_alignment = item.second.cast<int>();
     else throw py::value_error("unknown lowering option '" + key + "'");
   }
@@ -274,8 +305,18 @@ void init_compile(py::module_& m) {
         run_reference(l.lowered.stages.front().second, args);
       }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
       .def("simulate", [](const LoweredKernel& l, const py::list& args) {
-        return run_simulator(l.lowered, args);
-      }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).");
+        if (!l.lowered.kernel.consumer_threads) return run_simulator(l.lowered, args);
+        // The simulator models cp.async pipelines, not the copy engine and its mbarriers:
+        // a warp-specialised kernel is simulated in the form the pass config gives.
+        transform::Options o = l.options;
+        o.disable_warp_specialized = true;
+        return run_simulator(transform::lower(*l.input, l.target, o, false), args);
+      }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
+      .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })
+      .def_property_readonly("tensor_maps", [](const LoweredKernel& l) { return l.lowered.kernel.tensor_maps.size(); })
+      .def("compile_log", [](LoweredKernel& l) {
+        return runtime::compile(l.source.code, l.source.entry + ".cu", l.compile_options()).log;
+      }, "Compiles without the cache and returns NVRTC's (and ptxas') warnings; works without a GPU.");
 
   m.def("lower", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const py::dict& options) {
     auto l = std::make_shared<LoweredKernel>();

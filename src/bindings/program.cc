@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "bindings/bindings.h"
 #include "codegen/cuda_printer.h"
@@ -381,7 +382,62 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
     if (skip[ki]) continue;
     Kernel& k = kernels_[ki];
     const Loaded& l = loaded_for(k, device);
-    l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, argv);
+    if (k.launch.tensor_maps.empty()) {
+      l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, argv);
+      continue;
+    }
+    // The tensor maps follow the shared arguments, each by the address of its 128 bytes.
+    constexpr size_t kMaxMaps = 8;
+    internal_assert(k.launch.tensor_maps.size() <= kMaxMaps && n + kMaxMaps <= size_t(kMaxArgs)) << "too many tensor maps";
+    alignas(64) unsigned char maps[kMaxMaps][128];
+    encode_maps(k, tensors, maps);
+    void* kargv[kMaxArgs];
+    for (size_t i = 0; i < n; ++i) kargv[i] = argv[i];
+    for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) kargv[n + i] = maps[i];
+    l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, kargv);
+  }
+}
+
+// Each tensor map of kernel k for this call's tensors: from the cache when the tensor's
+// address and sizes were seen lately, else encoded (and cached).
+void Program::encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (k.map_cache.size() != k.launch.tensor_maps.size()) k.map_cache.resize(k.launch.tensor_maps.size());
+  for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) {
+    const TensorMapSpec& spec = k.launch.tensor_maps[i];
+    const at::Tensor& t = tensors[spec.param];
+    int rank = int(t.dim());
+    const void* ptr = t.data_ptr();
+    MapCache& cache = k.map_cache[i];
+    MapCacheEntry* hit = nullptr;
+    for (auto& e : cache.entries) {
+      if (e.ptr != ptr) continue;
+      bool same = true;
+      for (int d = 0; d < rank; ++d) same = same && e.dims[d] == t.size(d);
+      if (same) {
+        hit = &e;
+        break;
+      }
+    }
+    if (!hit) {
+      hit = &cache.entries[cache.next];
+      cache.next = (cache.next + 1) % 4;
+      uint64_t dims[5], strides[5];
+      uint32_t box[5], ones[5];
+      for (int d = 0; d < rank; ++d) {
+        int src = rank - 1 - d;  // innermost first
+        dims[d] = uint64_t(std::max<int64_t>(t.size(src), 1));
+        strides[d] = uint64_t(t.stride(src)) * spec.elem_bytes;
+        box[d] = spec.box[d];
+        ones[d] = 1;
+        hit->dims[src] = t.size(src);
+      }
+      hit->ptr = nullptr;
+      runtime::encode_tensor_map(hit->map, spec.dtype, rank, const_cast<void*>(ptr), dims, strides + 1, box, ones,
+                                 spec.swizzle, params_[spec.param].name);
+      hit->ptr = ptr;
+    }
+    std::memcpy(out[i], hit->map, 128);
   }
 }
 

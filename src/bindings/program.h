@@ -47,6 +47,16 @@ struct GridRules {
 };
 using Args = c10::SmallVector<at::Tensor, 8>;
 
+// A tensor map the launch encodes for a kernel (ir::Kernel::TensorMap, with the element
+// type resolved), from the tensor the call passes for `param`.
+struct TensorMapSpec {
+  int param = 0;
+  int dtype = 0;       // CUtensorMapDataType
+  int elem_bytes = 2;
+  std::vector<uint32_t> box;  // innermost first
+  int swizzle = 0;
+};
+
 // One kernel of a program: what its launch needs besides the shared arguments.
 struct Launch {
   std::string entry;
@@ -54,6 +64,7 @@ struct Launch {
   std::vector<ir::Expr> grid;
   int threads = 0, smem_bytes = 0;
   GridRules rules;
+  std::vector<TensorMapSpec> tensor_maps;  // passed after the dynamic sizes, in order
 };
 
 // A compiled prim_func: one kernel per `with T.Kernel` block, launched in order on one
@@ -78,8 +89,20 @@ class Program {
     std::unique_ptr<runtime::Module> module;
     runtime::Function fn;
   };
+  // Encoded tensor maps of recent calls, per map of a kernel: encoding costs about a
+  // microsecond, a hit a compare of the pointer and the sizes.
+  struct MapCacheEntry {
+    const void* ptr = nullptr;
+    int64_t dims[5] = {0, 0, 0, 0, 0};
+    alignas(64) unsigned char map[128];
+  };
+  struct MapCache {
+    MapCacheEntry entries[4];
+    int next = 0;
+  };
   struct Kernel {
     Launch launch;
+    std::vector<MapCache> map_cache;
     std::vector<int64_t> const_grid;  // empty unless every grid extent is a constant
     std::vector<Loaded> loaded;
   };
@@ -90,6 +113,7 @@ class Program {
   at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
   runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
+  void encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]);
 
   std::string kernel_name_;
   std::vector<ParamSpec> params_;

@@ -59,7 +59,10 @@ class Printer {
   CudaSource run() {
     CudaSource out;
     out.entry = k_.name + "_kernel";
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads << ") " << out.entry << "(";
+    // A warp-specialised kernel states one block per SM, so that ptxas knows the register
+    // count at entry that setmaxnreg moves registers from.
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads << (k_.consumer_threads ? ", 1" : "")
+        << ") " << out.entry << "(";
     bool first = true;
     auto sep = [&] {
       if (!first) os_ << ", ";
@@ -76,6 +79,10 @@ class Printer {
     for (auto& v : k_.dynamic_vars) {
       sep();
       os_ << cuda_type(v.dtype()) << " " << name(v);
+    }
+    for (size_t i = 0; i < k_.tensor_maps.size(); ++i) {
+      sep();
+      os_ << "const __grid_constant__ tegula::TensorMap tegula_tmap_" << i;
     }
     os_ << ") {\n";
     indent_ = 1;
@@ -175,9 +182,10 @@ class Printer {
   }
 
   Text& line() {
-    for (int i = 0; i < indent_; ++i) os_ << "  ";
+    os_ << pad();
     return os_;
   }
+  std::string pad() const { return std::string(2 * indent_, ' '); }
 
   std::string unique(const void* key, std::string base) {
     auto it = names_.find(key);
@@ -350,6 +358,32 @@ class Printer {
     return s;
   }
 
+  // tma_copy(dst, src, map, R, C, bar): one bulk tensor copy per box of the tensor map,
+  // coordinates innermost first; a panelled destination takes one box per panel.
+  std::string tma_copy(const CallNode* c) {
+    auto* dst = c->args[0].as<BufferLoadNode>();
+    auto* src = c->args[1].as<BufferLoadNode>();
+    int64_t map = *as_const_int(c->args[2]);
+    int64_t cols = *as_const_int(c->args[4]);
+    auto* bar = c->args[5].as<BufferLoadNode>();
+    const auto& m = k_.tensor_maps.at(map);
+    int rank = int(m.box.size());
+    std::string out;
+    for (int64_t col = 0; col < cols; col += m.box[0]) {
+      std::vector<Expr> at = dst->indices;
+      at[1] = at[1] + make_int(col);
+      std::string s = "tma_load_" + std::to_string(rank) + "d(&" + access(dst->buffer, at, 1, false) + ", &tegula_tmap_" +
+                      std::to_string(map) + ", &" + access(bar->buffer, bar->indices, 1, false);
+      for (int d = 0; d < rank; ++d) {
+        Expr coord = src->indices[rank - 1 - d];
+        if (d == 0 && col) coord = coord + make_int(col);
+        s += ", " + expr(coord);
+      }
+      out += (out.empty() ? "" : ";\n" + pad()) + s + ")";
+    }
+    return out;
+  }
+
   std::string call(const CallNode* c) {
     if (c->op == "atomic_add") {
       // args[2], when there, is the memory order (TileLang's ids; see ops/atomic_add.cc).
@@ -365,6 +399,19 @@ class Printer {
       auto* src = c->args[1].as<BufferLoadNode>();
       return "cp_async_16_pred(&" + access(dst->buffer, dst->indices, 1, false) + ", &" +
              access(src->buffer, src->indices, 1, true) + ", " + expr(c->args[2]) + ")";
+    }
+    if (c->op == "tma_copy") return tma_copy(c);
+    if (c->op == "ws_producer") return "(threadIdx.x >= " + std::to_string(k_.consumer_threads) + ")";
+    if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
+    if (c->op == "sync_all") return "__syncthreads()";
+    if (c->op == "fence_barrier_init") return "fence_barrier_init()";
+    if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") return c->op + "<" + expr(c->args[0]) + ">()";
+    if (c->op.rfind("mbar_", 0) == 0) {
+      // mbar_init / _wait / _arrive / _arrive_expect_tx(barrier, ...): the barrier by address.
+      auto* bar = c->args[0].as<BufferLoadNode>();
+      std::string s = c->op + "(&" + access(bar->buffer, bar->indices, 1, false);
+      for (size_t i = 1; i < c->args.size(); ++i) s += ", " + expr(c->args[i]);
+      return s + ")";
     }
     if (c->op == "cp_async_commit") return "cp_async_commit()";
     if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
@@ -427,7 +474,13 @@ class Printer {
         // wait before the barrier completes them, as CUTLASS's and Triton's cp.async
         // mainloops rely on). Inside a loop that stores, every barrier fences: the store
         // of one iteration precedes the next iteration's first barrier.
-        line() << ((proxy_dirty_ || proxy_loops_ > 0) ? "sync_async_proxy();\n" : "__syncthreads();\n");
+        if (k_.consumer_threads) {
+          // Warp specialised: the consumer threads only (named barrier 1).
+          line() << ((proxy_dirty_ || proxy_loops_ > 0) ? "fence_proxy_async(); " : "") << "barrier_sync(1, "
+                 << k_.consumer_threads << ");\n";
+        } else {
+          line() << ((proxy_dirty_ || proxy_loops_ > 0) ? "sync_async_proxy();\n" : "__syncthreads();\n");
+        }
         proxy_dirty_ = false;
         break;
       case NodeKind::BufferStore: {

@@ -138,6 +138,18 @@ struct Kernel {
   // panels (tegula::panel_offset), and the pool is 1024-byte aligned.
   std::set<const BufferNode*> smem_panelled;
   bool uses_wgmma = false;  // barriers then also order generic writes before wgmma reads
+  // Bulk tensor copies (sm_90a): one tensor map per (global tensor, box, swizzle), each
+  // passed as a __grid_constant__ parameter after the dynamic sizes; the launcher encodes
+  // them from the tensors of the call (plan_bulk_copies.cc).
+  struct TensorMap {
+    int param = 0;               // index into params: the global tensor it describes
+    std::vector<int64_t> box;    // box extents, innermost dimension first
+    int swizzle = 0;             // 0 none, 1: 32-byte, 2: 64-byte, 3: 128-byte rows
+  };
+  std::vector<TensorMap> tensor_maps;
+  // Warp specialised (warp_specialize.cc): threads [0, consumer_threads) run the program,
+  // the last warpgroup, [consumer_threads, threads), only issues its bulk copies. 0: not.
+  int consumer_threads = 0;
   int panel_size = 0;          // T.use_swizzle
   bool swizzle_row_major = true;
 };

@@ -48,6 +48,9 @@ struct DriverApi {
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                            void**, void**);
+  // CUDA 12+; null on an older driver (bulk tensor copies then cannot launch).
+  CUresult (*TensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const uint32_t*,
+                                   const uint32_t*, int, int, int, int) = nullptr;
 };
 
 struct DriverState {
@@ -86,6 +89,7 @@ DriverState load_driver() {
     lib.bind(api->ModuleGetFunction, "cuModuleGetFunction");
     lib.bind(api->FuncSetAttribute, "cuFuncSetAttribute");
     lib.bind(api->LaunchKernel, "cuLaunchKernel");
+    api->TensorMapEncodeTiled = reinterpret_cast<decltype(api->TensorMapEncodeTiled)>(lib.find("cuTensorMapEncodeTiled"));
     CUresult rc = api->Init(0);
     if (rc != kSuccess) throw CudaError("cuInit failed: " + describe(*api, rc));
     state.api = std::move(api);
@@ -207,6 +211,23 @@ void Function::launch(Dim3 grid, Dim3 block, int smem_bytes, void* stream, void*
                 "grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
                     ") block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," +
                     std::to_string(block.z) + ") smem " + std::to_string(smem_bytes));
+  }
+}
+
+void encode_tensor_map(void* out, int dtype, int rank, void* addr, const uint64_t* dims, const uint64_t* strides,
+                       const uint32_t* box, const uint32_t* element_strides, int swizzle, const std::string& what) {
+  const DriverApi& api = driver();
+  if (!api.TensorMapEncodeTiled) {
+    throw CudaError("cuTensorMapEncodeTiled is missing from this CUDA driver (it needs CUDA 12 or newer); compile the "
+                    "kernel with pass_configs {'tl.disable_tma_lower': True}");
+  }
+  constexpr int kL2Promotion256 = 3;
+  CUresult rc = api.TensorMapEncodeTiled(out, dtype, unsigned(rank), addr, dims, strides, box, element_strides,
+                                         /*interleave=*/0, swizzle, kL2Promotion256, /*oob_fill=*/0);
+  if (rc != kSuccess) {
+    std::string shape;
+    for (int d = rank - 1; d >= 0; --d) shape += std::to_string(dims[d]) + (d ? ", " : "");
+    throw_error(rc, "cuTensorMapEncodeTiled", "tensor '" + what + "' of shape (" + shape + ")");
   }
 }
 

@@ -2,6 +2,7 @@
 // loads on machines without a driver. Every failure throws CudaError naming the call, the driver's
 // error name and its description.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ std::string device_arch(int device);
 int device_sm_count(int device);
 // Largest dynamic shared memory a block may opt into (227 KB on sm_90).
 int device_max_smem_optin(int device);
+
+// cuTensorMapEncodeTiled into out (128 bytes, 64-byte aligned): a tiled tensor map of
+// `rank` dimensions, innermost first (strides: of dimensions 1..rank-1, in bytes), no
+// interleave, zero fill out of bounds, 256-byte L2 promotion. `what` names the tensor in
+// the error when the driver refuses.
+void encode_tensor_map(void* out, int dtype, int rank, void* addr, const uint64_t* dims, const uint64_t* strides,
+                       const uint32_t* box, const uint32_t* element_strides, int swizzle, const std::string& what);
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;

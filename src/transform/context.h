@@ -22,6 +22,8 @@ struct Options {
   bool disable_vectorize = false;
   bool disable_safe_memory = false;
   bool disable_wgmma = false;  // sm_90a gemms on mma.sync instead of wgmma
+  bool disable_tma = false;    // tl.disable_tma_lower: no bulk tensor copies (and so no warp specialisation)
+  bool disable_warp_specialized = false;  // tl.disable_warp_specialized: today's cp.async pipeline
   int dynamic_alignment = 1;  // elements every dynamic dimension is assumed to be a multiple of
 };
 
@@ -43,6 +45,16 @@ struct PassContext {
   // canonical layouts a wgmma descriptor describes; see tegula::panel_offset).
   std::set<const ir::BufferNode*> panelled;
   bool wgmma = false;  // the kernel's gemms run on wgmma (ops::kernel_uses_wgmma)
+  // Set by plan_bulk_copies when the kernel's T.Pipelined loop will be warp specialised:
+  // its global->shared copies (and those ahead of it) became tma_copy calls.
+  bool warp_specialize = false;
+  // The mbarriers pipeline_loops and warp_specialize allocate: (buffer, index, arrival count).
+  struct Mbarrier {
+    ir::Buffer buffer;
+    int64_t index;
+    int64_t count;
+  };
+  std::vector<Mbarrier> mbarriers;
   int fresh_id = 0;
   std::string fresh_name(const std::string& base) { return base + "_" + std::to_string(fresh_id++); }
 };

@@ -65,7 +65,7 @@ Touch touched_raw(const Stmt& s) {
     }
     if (auto* c = e.as<CallNode>()) {
       // cp.async writes its destination (its first argument, an element of the buffer).
-      if (c->op == "cp_async") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+      if (c->op == "cp_async" || c->op == "tma_copy") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
       // So does an atomic add into shared memory (its address is its first argument).
       if (c->op == "atomic_add") {
         auto* addr = c->args[0].as<BufferLoadNode>();
@@ -86,7 +86,14 @@ bool meets(const BufSet& a, const BufSet& b) {
 class Barriers : public IRMutator {
  public:
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
-  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode*) override { return self; }
+  // A branch is a unit, except the split of a warp-specialised kernel (warp_specialize):
+  // its consumer side is the program, placed like any other.
+  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
+    auto* c = op->cond.as<CallNode>();
+    if (!c || c->op != "ws_producer" || !op->else_case) return self;
+    auto* seq = op->else_case.as<SeqNode>();
+    return make_if(op->cond, op->then_case, run(seq ? seq->seq : std::vector<Stmt>{op->else_case}, op->loc), op->loc);
+  }
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     Stmt body = mutate(op->body);
     // The next iteration's accesses follow this one's: check the body against itself.
@@ -119,6 +126,8 @@ class Barriers : public IRMutator {
 };
 
 }  // namespace
+
+Stmt place_barriers_in_loop(const Stmt& loop) { return Barriers().mutate(loop); }
 
 Stmt place_barriers(const std::vector<Stmt>& seq) { return Barriers().run(seq, seq.empty() ? SourceLoc() : seq[0]->loc); }
 

@@ -19,5 +19,13 @@ void insert_barriers(ir::Kernel& k, PassContext& ctx);
 // The same placement over one statement list, for a pass that builds a region it keeps
 // closed to insert_barriers (pipeline_loops' loop body).
 ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq);
+// The same over a loop: inside its body, and at its end when an iteration writes shared
+// memory the next may touch.
+ir::Stmt place_barriers_in_loop(const ir::Stmt& loop);
+void plan_bulk_copies(ir::Kernel& k, PassContext& ctx);
+// Thrown by a pass when the warp-specialised form cannot work for this kernel; lower()
+// then lowers it again without (transform/pipeline.cc).
+struct WarpSpecializationRefused {};
+void warp_specialize(ir::Kernel& k, PassContext& ctx);
 
 }  // namespace tegula::transform

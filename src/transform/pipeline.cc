@@ -19,19 +19,22 @@ struct Step {
 const Step kPipeline[] = {
     {"simplify", simplify},
     {"read_annotations", read_annotations},
+    {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
     {"infer_layout", infer_layout},
     {"lower_fragments", lower_fragments},
     {"partition_loops", partition_loops},
     {"lower_tile_ops", lower_tile_ops},
     {"pipeline_loops", pipeline_loops},
+    {"warp_specialize", warp_specialize},
     {"plan_storage", plan_storage},
     {"insert_barriers", insert_barriers},
     {"final_simplify", simplify},
 };
 }  // namespace
 
-Lowered lower(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
+namespace {
+Lowered lower_once(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
   Lowered out;
   out.kernel = k;
   PassContext ctx;
@@ -49,6 +52,19 @@ Lowered lower(const ir::Kernel& k, const Target& target, const Options& options,
   }
   ir::verify(out.kernel, "final");
   return out;
+}
+}  // namespace
+
+Lowered lower(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
+  try {
+    return lower_once(k, target, options, dump);
+  } catch (const WarpSpecializationRefused&) {
+    // A later pass found the warp-specialised form unworkable (shared memory over the
+    // limit without the lifetime reuse the cp.async form may use): today's path.
+    Options o = options;
+    o.disable_warp_specialized = true;
+    return lower_once(k, target, o, dump);
+  }
 }
 
 }  // namespace tegula::transform

@@ -199,9 +199,157 @@ class CompleteNestedCopies : public IRMutator {
   const std::set<const StmtNode*>& staged_;
 };
 
+bool is_tma_copy(const Stmt& s) {
+  auto* ev = s.as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  return c && c->op == "tma_copy";
+}
+
+const Buffer& tma_dst(const Stmt& s) {
+  return s.as<EvaluateNode>()->value.as<CallNode>()->args[0].as<BufferLoadNode>()->buffer;
+}
+
+// Bytes one tma_copy lands (the whole box counts, zero-filled parts included).
+int64_t tma_bytes(const Stmt& s) {
+  auto* c = s.as<EvaluateNode>()->value.as<CallNode>();
+  return *as_const_int(c->args[3]) * *as_const_int(c->args[4]) * c->args[0].as<BufferLoadNode>()->buffer->dtype.bytes();
+}
+
+// The tma_copy with the mbarrier it completes on as a last argument.
+Stmt with_barrier(const Stmt& copy, Expr bar) {
+  auto* c = copy.as<EvaluateNode>()->value.as<CallNode>();
+  std::vector<Expr> args = c->args;
+  args.push_back(std::move(bar));
+  return make_evaluate(make_call(c->op, args, c->dtype, c->loc), copy->loc);
+}
+
+Stmt mbar(const std::string& op, Expr bar, std::vector<Expr> more = {}) {
+  std::vector<Expr> args = {std::move(bar)};
+  args.insert(args.end(), more.begin(), more.end());
+  return call(op, args);
+}
+
+bool reads_buffer(const Stmt& s, const BufferNode* b) {
+  bool found = false;
+  post_order(s, nullptr, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) found |= ld->buffer.get() == b;
+  });
+  return found;
+}
+
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
+
+  // The warp-specialised form of a T.Pipelined loop whose copies are tma_copy statements
+  // (plan_bulk_copies): if (ws_producer) { producer loop } else { consumer loop }, which
+  // warp_specialize then spreads over the whole kernel. Per stage s of S, one "full"
+  // mbarrier per group of copies (the copies the same compute statement reads first) and
+  // one "empty" mbarrier. Iteration i uses stage i % S with phase parity (i / S) & 1:
+  //   producer: wait empty[s] (parity ^ 1: the first pass finds it free);
+  //             per group: arrive with the group's bytes expected, issue its copies
+  //   consumer: before the first statement reading a group: wait full[g][s] (parity);
+  //             the compute; arrive on empty[s] (every consumer thread: count = threads)
+  // A compute that is only a wgmma gemm keeps one gemm running across iterations: stage
+  // s is released after the next iteration's gemm has been issued and the previous one
+  // has finished (wgmma_wait with 1 pending), as the cp.async path does.
+  Stmt specialize(const ForNode* op) {
+    auto* seq = op->body.as<SeqNode>();
+    std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
+    std::vector<Stmt> copies, compute;
+    for (auto& u : units) (is_tma_copy(u) ? copies : compute).push_back(u);
+    internal_assert(!copies.empty() && !compute.empty()) << "a warp-specialised loop has copies and compute";
+    const int S = op->num_stages;
+    std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
+    for (auto& c : copies) {
+      const Buffer& b = tma_dst(c);
+      if (staged.count(b.get())) continue;
+      int64_t rows = *as_const_int(b->shape[0]);
+      std::vector<Expr> shape = b->shape;
+      shape[0] = make_int(rows * S);
+      staged[b.get()] = {make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc), rows};
+    }
+    for (auto& b : k_.allocs) {
+      auto it = staged.find(b.get());
+      if (it == staged.end()) continue;
+      if (ctx_.swizzled.erase(b.get())) ctx_.swizzled.insert(it->second.first.get());
+      if (ctx_.panelled.erase(b.get())) ctx_.panelled.insert(it->second.first.get());
+      b = it->second.first;
+    }
+    // Groups: by the compute statement that first reads the copy's buffer.
+    std::map<size_t, std::vector<size_t>> groups;
+    for (size_t i = 0; i < copies.size(); ++i) {
+      size_t first = 0;
+      for (size_t j = 0; j < compute.size(); ++j) {
+        if (reads_buffer(compute[j], tma_dst(copies[i]).get())) {
+          first = j;
+          break;
+        }
+      }
+      groups[first].push_back(i);
+    }
+    const int64_t G = int64_t(groups.size());
+    Buffer bars = make_buffer(ctx_.fresh_name("tma_bars"), Scope::Shared, DataType{DataType::UInt, 64, 1},
+                              {make_int(G * S + S)}, op->loc);
+    k_.allocs.push_back(bars);
+    for (int64_t i = 0; i < G * S; ++i) ctx_.mbarriers.push_back({bars, i, 1});
+    for (int64_t s = 0; s < S; ++s) ctx_.mbarriers.push_back({bars, G * S + s, k_.threads});
+    auto bar = [&](Expr idx) { return make_load(bars, {std::move(idx)}, op->loc); };
+    Expr it = op->var - op->min;
+    Expr stage = floormod(it, make_int(S));
+    Expr parity = floormod(floordiv(it, make_int(S)), make_int(2));
+    auto full = [&](int64_t g) { return bar(make_int(g * S) + stage); };
+    Expr empty = bar(make_int(G * S) + stage);
+    // Producer.
+    std::vector<Stmt> prod = {mbar("mbar_wait", empty, {make_int(1) - parity})};
+    int64_t g = 0;
+    for (auto& [first, members] : groups) {
+      int64_t bytes = 0;
+      for (size_t i : members) bytes += tma_bytes(copies[i]);
+      prod.push_back(mbar("mbar_arrive_expect_tx", full(g), {make_int(bytes)}));
+      for (size_t i : members) prod.push_back(with_barrier(Restage(staged, stage).mutate(copies[i]), full(g)));
+      ++g;
+    }
+    Stmt producer = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(prod), 0, op->loc);
+    // Consumer.
+    std::vector<Stmt> body;
+    std::vector<Stmt> restaged;
+    for (auto& c : compute) restaged.push_back(Restage(staged, stage).mutate(c));
+    Stmt issue, rest, wait;
+    bool async = split_async_issue(restaged[0], &issue, &rest);
+    // (With one stage the release must come before the next wait for it.)
+    bool deferred = async && restaged.size() == 1 && S >= 2 && only_wait(rest, &wait);
+    std::vector<Stmt> after;
+    if (deferred) {
+      for (int64_t gi = 0; gi < G; ++gi) body.push_back(mbar("mbar_wait", full(gi), {parity}));
+      body.push_back(issue);
+      body.push_back(with_pending(wait, 1));
+      Expr prev = bar(make_int(G * S) + floormod(it + int64_t(S - 1), make_int(S)));
+      body.push_back(make_if(make_binary(BinaryOp::GT, it, make_int(0)), mbar("mbar_arrive", prev)));
+      after.push_back(wait);
+    } else {
+      g = 0;
+      for (size_t j = 0; j < restaged.size(); ++j) {
+        if (groups.count(j)) {
+          int64_t gi = 0;
+          for (auto& kv : groups) {
+            if (kv.first == j) break;
+            ++gi;
+          }
+          body.push_back(mbar("mbar_wait", full(gi), {parity}));
+        }
+        body.push_back(restaged[j]);
+      }
+      body.push_back(mbar("mbar_arrive", empty));
+    }
+    Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc));
+    after.insert(after.begin(), loop);
+    // Closed to insert_barriers, as the cp.async form is.
+    Stmt consumer = make_if(make_bool(true), make_seq(after), {}, op->loc);
+    Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
+    staged_loops_.insert(unit.get());
+    return unit;
+  }
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     bool pipelined = op->for_kind == ForKind::Pipelined;
@@ -209,6 +357,11 @@ class Pipeliner : public IRMutator {
     Stmt inner = IRMutator::mutate_For(self, op);
     in_pipelined_ -= pipelined;
     op = inner.as<ForNode>();
+    if (op->for_kind == ForKind::Pipelined && ctx_.warp_specialize) {
+      bool tma = false;
+      for (auto& u : op->body.as<SeqNode>() ? op->body.as<SeqNode>()->seq : std::vector<Stmt>{op->body}) tma |= is_tma_copy(u);
+      if (tma) return specialize(op);
+    }
     if (op->for_kind != ForKind::Pipelined || !has_async_copy(op->body)) return inner;
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};

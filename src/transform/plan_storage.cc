@@ -212,6 +212,9 @@ void plan_storage(ir::Kernel& k, PassContext& ctx) {
   // Buffers each in their own bytes keep every kernel that fits simple to read and to
   // simulate; one that does not fit has buffers whose lifetimes do not overlap share bytes
   // (an attention output tile staged where the K/V stages were).
+  // Warp specialised, the producer fills stages while the consumers run the statements
+  // around the loop, so program order says nothing of lifetimes: no reuse.
+  if (k.consumer_threads && k.smem_bytes > smem_limit(ctx.target.sm)) throw WarpSpecializationRefused{};
   if (k.smem_bytes > smem_limit(ctx.target.sm)) {
     auto separate = k.smem_offset;
     int64_t shared_bytes = plan_shared_reuse(k, ctx);

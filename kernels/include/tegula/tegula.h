@@ -18,6 +18,7 @@
 //   async.h    cp.async, named barriers; fence.proxy.async and mbarrier (sm_90+)
 //   gemm.h     the block GEMM on mma.sync that T.gemm lowers to; the operand swizzle
 //   wgmma.h    the block GEMM on wgmma (sm_90a); panelled operand layouts
+//   tma.h      bulk tensor copies and the mbarriers of warp-specialised pipelines (sm_90a)
 #pragma once
 
 #include "tegula/config.h"
@@ -33,3 +34,4 @@
 #include "tegula/async.h"
 #include "tegula/gemm.h"
 #include "tegula/wgmma.h"
+#include "tegula/tma.h"

@@ -182,6 +182,12 @@ def test_cp_async_sources_need_16_byte_alignment():
     for name, kernel in _async_kernels().items():
         src, needs = _needs(kernel)
         sources = set(CP_ASYNC_SOURCE.findall(src))
+        if kernel._lowered.warp_specialized:
+            # sm_90a's bulk tensor copies: a tensor map needs a 16-byte aligned address.
+            assert "tma_load_" in src and not sources, name
+            for buf in ("A", "B") if name == "matmul" else ("Q", "K", "V"):
+                assert needs[buf] >= 16, f"{name}: {buf} has a tensor map but needs only {needs[buf]} bytes"
+            continue
         assert sources, f"{name}: no cp.async in the generated code"
         for buf in sources:
             assert needs[buf] >= 16, f"{name}: {buf} is read by cp.async but needs only {needs[buf]} bytes"

@@ -84,8 +84,10 @@ def test_pass_configs_translate_and_unknown_keys_are_named():
     assert transform.to_options({key.TL_ENABLE_FAST_MATH: True, "tir.disable_vectorize": 1}) == {
         "fast_math": True, "disable_vectorize": True}
     assert transform.to_options({"tl.disable_fast_math": True}) == {"fast_math": False}
-    assert transform.to_options({key.TL_DISABLE_TMA_LOWER: True}) == {}  # accepted, no effect
-    assert "no-op" in transform.describe(key.TL_DISABLE_TMA_LOWER)
+    assert transform.to_options({key.TL_DISABLE_TMA_LOWER: True}) == {"disable_tma": True}
+    assert transform.to_options({"tl.disable_warp_specialized": 1}) == {"disable_warp_specialized": True}
+    assert transform.to_options({key.TL_DISABLE_VECTORIZE_256: True}) == {}  # accepted, no effect
+    assert "no-op" in transform.describe(key.TL_DISABLE_VECTORIZE_256)
     with pytest.raises(ValueError, match=r"'tl\.no_such_key'.*tl\.enable_fast_math"):
         transform.to_options({"tl.no_such_key": True})
     with pytest.raises(ValueError, match="32-bit"):

@@ -156,6 +156,9 @@ def test_annotate_layout_refuses_a_tile_it_cannot_swizzle():
 
 # ---- the wgmma path (sm_90a) ----
 
+OFF = {"tl.disable_warp_specialized": True}
+
+
 def _hopper(program, configs=None):
     return tegula.compile(program, target="sm_90a", pass_configs=configs)
 
@@ -168,13 +171,14 @@ def test_sm90a_gemm_runs_on_wgmma(tmp_path):
     assert "tegula::wgmma_ss<128, 256, 64, 2, 1, 0, 0, 0, 512, 256, wgmma_ss_n256_f16>" in src
     assert "struct wgmma_ss_n256_f16" in src and "m64n256k16.f32.f16.f16" in src
     assert "panel_offset<256, 2, 256>" in src and "__align__(1024)" in src
-    # All operands arrive by cp.async: no proxy fence is needed before the barriers.
+    # All operands arrive by the copy engine (sm_90a's default path): no proxy fence is
+    # needed before the barriers.
     assert "sync_async_proxy();" not in src
     sass = _sass(k.cubin(), tmp_path)
     assert sass.count("HGMMA.64x256x16.F32") == 4, "one instruction per k-step of 16"
     assert "tnspB" in sass and "tnspA" not in sass, "B is N-major, A K-major"
     assert "HMMA" not in sass and "LDSM" not in sass, "wgmma reads the operands from shared memory itself"
-    assert "LDGSTS" in sass
+    assert "UTMALDG" in sass and "LDGSTS" not in sass
 
 
 def _loop(src):
@@ -183,7 +187,9 @@ def _loop(src):
 
 
 def test_a_gemm_only_loop_keeps_one_wgmma_group_in_flight():
-    deep = _hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=4, threads=256)).get_kernel_source()
+    # The cp.async pipeline (the warp-specialised one releases each stage the same way:
+    # test_hopper_async.py).
+    deep = _hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=4, threads=256), OFF).get_kernel_source()
     loop = _loop(deep)
     body, after = loop.split("\n  }\n", 1)
     # Issued, then the copies S - 2 = 2 stages ahead, while one group runs on.
@@ -191,7 +197,7 @@ def test_a_gemm_only_loop_keeps_one_wgmma_group_in_flight():
     assert "(k + 2)" in body and "wgmma_wait_regs<0, 128>" in after
     # Three stages: the copies go S - 1 ahead and each iteration's group completes in it.
     shallow = _loop(_hopper(issue_example(4096, 4096, 4096, 128, 256, 64, num_stages=3,
-                                          threads=256)).get_kernel_source())
+                                          threads=256), OFF).get_kernel_source())
     body = shallow.split("\n  }\n", 1)[0]
     assert body.index("tegula::wgmma_ss<") < body.index("cp_async_16_pred") < body.index("wgmma_wait_regs<0, 128>")
     assert "(k + 2)" in body

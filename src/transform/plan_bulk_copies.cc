@@ -1,0 +1,240 @@
+// Pass: plan_bulk_copies (sm_90a).
+//
+// Expects: the frontend's IR (tile ops not yet expanded), annotations read.
+// Guarantees: when the kernel can be warp specialised, every global->shared T.copy of its
+// T.Pipelined loop, and those ahead of the loop in the same block, is an
+// Evaluate(tma_copy(dst[0, 0], src[mins...], map, rows, cols)) whose tensor map is
+// k.tensor_maps[map], and ctx.warp_specialize is set; otherwise nothing changes (the
+// cp.async pipeline is today's path and stays the fallback).
+//
+// A copy becomes a bulk tensor copy (cp.async.bulk.tensor, completing on an mbarrier)
+// when the copy engine can write exactly the shared layout the rest of the kernel reads:
+//   - the destination is a whole 2-D shared buffer of R x C elements, R <= 256, and the
+//     source region spans R x C of a global tensor whose innermost dimension is the C one
+//     (unit dimensions in between are fine: Q[b, s0:s0+R, h, :]);
+//   - every stride of the tensor is a compile-time multiple of 16 bytes (so only the
+//     outermost dimension may be dynamic) and the tensor has at most 5 dimensions;
+//   - the buffer is a wgmma operand (stored in 128-byte-wide panels, swizzled: one box per
+//     panel with the matching 32/64/128-byte swizzle mode, R a multiple of 8), or a buffer
+//     stored plainly with rows of 16-byte multiples of at most 256 elements (one box);
+//   - its index expressions read no shared, fragment or local memory (one producer thread
+//     computes them).
+// Ragged edges need no mask: the copy engine fills what lies outside the tensor with 0.
+// The kernel is warp specialised when it has exactly one T.Pipelined loop (num_stages >=
+// 1), a direct statement of the kernel body, all of whose global->shared copies are
+// direct statements of its body and qualify, whose other statements neither copy into
+// shared memory from global nor write a buffer those copies fill, and whose gemms run on
+// wgmma; statements before the loop may not touch a buffer the producer fills early.
+// tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
+#include <map>
+#include <set>
+
+#include "ir/functor.h"
+#include "ops/region.h"
+#include "ops/tile_op.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+
+namespace {
+
+using namespace ir;
+
+std::vector<Stmt> flat(const Stmt& s) {
+  if (auto* seq = s.as<SeqNode>()) return seq->seq;
+  return {s};
+}
+
+bool is_global_to_shared_copy(const Stmt& s) {
+  auto* op = s.as<TileOpNode>();
+  return op && op->op == "copy" && op->regions.size() == 2 && op->regions[0].buffer->scope == Scope::Global &&
+         op->regions[1].buffer->scope == Scope::Shared;
+}
+
+bool has_global_to_shared_copy(const Stmt& s) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) { found |= is_global_to_shared_copy(x); }, nullptr);
+  return found;
+}
+
+// Whether an expression reads only what a lone producer thread can compute: indices,
+// parameters and global memory.
+bool producer_computable(const Expr& e) {
+  bool ok = true;
+  post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
+    if (auto* ld = x.as<BufferLoadNode>()) ok &= ld->buffer->scope == Scope::Global;
+  });
+  return ok;
+}
+
+// Shared buffers a statement writes or reads (any access counts).
+void touched(const Stmt& s, std::set<const BufferNode*>* reads, std::set<const BufferNode*>* writes) {
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) writes->insert(st->buffer.get());
+    if (auto* op = x.as<TileOpNode>()) {
+      // The last region of every tile op is what it writes (copy dst, gemm C, reduce out,
+      // fill, atomic dst); the others are read.
+      for (size_t i = 0; i < op->regions.size(); ++i) {
+        (i + 1 == op->regions.size() ? writes : reads)->insert(op->regions[i].buffer.get());
+      }
+    }
+  }, [&](const Expr& x) {
+    if (auto* ld = x.as<BufferLoadNode>()) reads->insert(ld->buffer.get());
+  });
+}
+
+struct Planner {
+  Kernel& k;
+  PassContext& ctx;
+  std::set<const BufferNode*> gemm_operands;
+
+  // The tma_copy a copy statement becomes, or a null Stmt when it does not qualify.
+  Stmt bulk_copy(const Stmt& s) {
+    auto* op = s.as<TileOpNode>();
+    BufferRegion src = op->regions[0], dst = op->regions[1];
+    const Buffer& sb = dst.buffer;
+    const Buffer& gb = src.buffer;
+    if (!ops::is_whole(dst) || sb->shape.size() != 2 || gb->dtype != sb->dtype) return {};
+    if (ops::all_ones(src)) src = ops::widen(src, dst, op->loc);
+    const int64_t* rows = as_const_int(sb->shape[0]);
+    const int64_t* cols = as_const_int(sb->shape[1]);
+    if (!rows || !cols) return {};
+    int64_t R = *rows, C = *cols, E = sb->dtype.bytes();
+    int rank = int(gb->shape.size());
+    if (rank < 1 || rank > 5 || R > 256) return {};
+    // The source region: the innermost dimension spans C, one other spans R, the rest 1.
+    std::vector<int> dims;
+    std::vector<int64_t> ext = ops::squeeze(src.extents, &dims);
+    for (int64_t e : ext) {
+      if (e < 0) return {};
+    }
+    if (ext.empty() || dims.back() != rank - 1 || ext.back() != C) return {};
+    if (ext.size() == 1 ? R != 1 : (ext.size() != 2 || ext[0] != R)) return {};
+    // Strides: each dimension past the first a compile-time multiple of 16 bytes.
+    int64_t stride = E;
+    for (int d = rank - 1; d >= 1; --d) {
+      const int64_t* n = as_const_int(gb->shape[d]);
+      if (!n || *n >= (int64_t(1) << 31)) return {};
+      stride *= *n;
+      if (stride % 16 != 0) return {};
+    }
+    for (auto& m : src.mins) {
+      if (!producer_computable(m)) return {};
+    }
+    // The shared layout the box must produce.
+    int swizzle = 0;
+    int64_t box_cols = C;
+    if (gemm_operands.count(sb.get())) {
+      int64_t row = C * E;
+      if (!(row == 32 || row == 64 || row % 128 == 0) || R % 8 != 0) return {};
+      box_cols = std::min<int64_t>(C, 128 / E);
+      swizzle = box_cols * E == 128 ? 3 : box_cols * E == 64 ? 2 : 1;
+    } else {
+      if (ctx.swizzled.count(sb.get()) || (C * E) % 16 != 0 || C > 256) return {};
+    }
+    // The box: the region's extents, innermost first, the innermost one panel wide.
+    std::vector<int64_t> box;
+    for (int d = rank - 1; d >= 0; --d) box.push_back(d == rank - 1 ? box_cols : *as_const_int(src.extents[d]));
+    int param = -1;
+    for (size_t i = 0; i < k.params.size(); ++i) {
+      if (k.params[i].buffer.get() == gb.get()) param = int(i);
+    }
+    if (param < 0) return {};
+    int map = -1;
+    for (size_t i = 0; i < k.tensor_maps.size(); ++i) {
+      auto& m = k.tensor_maps[i];
+      if (m.param == param && m.box == box && m.swizzle == swizzle) map = int(i);
+    }
+    if (map < 0) {
+      k.tensor_maps.push_back({param, box, swizzle});
+      map = int(k.tensor_maps.size()) - 1;
+    }
+    std::vector<Expr> args = {make_load(sb, {make_int(0), make_int(0)}, op->loc), make_load(gb, src.mins, op->loc),
+                              make_int(map), make_int(R), make_int(C)};
+    return make_evaluate(make_call("tma_copy", args, DataType::i32(), op->loc), op->loc);
+  }
+
+  void run() {
+    if (ctx.target.arch != "sm_90a" || ctx.options.disable_tma || ctx.options.disable_warp_specialized) return;
+    if (!ops::kernel_uses_wgmma(k, ctx)) return;
+    post_order(k.body, [&](const Stmt& s) {
+      auto* op = s.as<TileOpNode>();
+      if (!op || op->op != "gemm") return;
+      for (int i = 0; i < 2; ++i) {
+        if (op->regions[i].buffer->scope == Scope::Shared) gemm_operands.insert(op->regions[i].buffer.get());
+      }
+    }, nullptr);
+    std::vector<Stmt> top = flat(k.body);
+    int loop_at = -1, loops = 0;
+    post_order(k.body, [&](const Stmt& s) {
+      auto* f = s.as<ForNode>();
+      loops += f && f->for_kind == ForKind::Pipelined;
+    }, nullptr);
+    for (size_t i = 0; i < top.size(); ++i) {
+      auto* f = top[i].as<ForNode>();
+      if (f && f->for_kind == ForKind::Pipelined) loop_at = int(i);
+    }
+    if (loops != 1 || loop_at < 0) return;
+    auto* loop = top[loop_at].as<ForNode>();
+    if (loop->num_stages < 1 || !producer_computable(loop->min) || !producer_computable(loop->extent)) return;
+    std::vector<Stmt> body = flat(loop->body);
+    std::set<const BufferNode*> filled;
+    std::vector<Stmt> new_body;
+    for (const Stmt& s : body) {
+      if (is_global_to_shared_copy(s)) {
+        Stmt b = bulk_copy(s);
+        if (!b) return;
+        filled.insert(s.as<TileOpNode>()->regions[1].buffer.get());
+        new_body.push_back(b);
+      } else {
+        if (has_global_to_shared_copy(s)) return;
+        new_body.push_back(s);
+      }
+    }
+    if (filled.empty()) return;
+    for (const Stmt& s : body) {
+      if (is_global_to_shared_copy(s)) continue;
+      std::set<const BufferNode*> r, w;
+      touched(s, &r, &w);
+      for (auto* b : w) {
+        if (filled.count(b)) return;
+      }
+    }
+    // Copies ahead of the loop: the producer issues them first. Nothing before the loop
+    // may touch what the producer fills early, nor a buffer such a copy fills.
+    std::vector<Stmt> new_top;
+    std::set<const BufferNode*> seen_r, seen_w;
+    for (int i = 0; i < loop_at; ++i) {
+      const Stmt& s = top[i];
+      Stmt b;
+      if (is_global_to_shared_copy(s)) {
+        const BufferNode* dst = s.as<TileOpNode>()->regions[1].buffer.get();
+        if (!seen_r.count(dst) && !seen_w.count(dst) && !filled.count(dst)) b = bulk_copy(s);
+      }
+      touched(s, &seen_r, &seen_w);
+      new_top.push_back(b ? b : s);
+    }
+    for (auto* b : filled) {
+      if (seen_r.count(b) || seen_w.count(b)) {
+        k.tensor_maps.clear();
+        return;
+      }
+    }
+    new_top.push_back(make_for(loop->var, loop->min, loop->extent, loop->for_kind, make_seq(new_body, loop->loc),
+                               loop->num_stages, loop->loc));
+    for (size_t i = loop_at + 1; i < top.size(); ++i) new_top.push_back(top[i]);
+    k.body = make_seq(new_top, k.body->loc);
+    ctx.warp_specialize = true;
+  }
+};
+
+}  // namespace
+
+void plan_bulk_copies(Kernel& k, PassContext& ctx) {
+  k.tensor_maps.clear();
+  Planner p{k, ctx, {}};
+  p.run();
+  if (!ctx.warp_specialize) k.tensor_maps.clear();
+}
+
+}  // namespace tegula::transform

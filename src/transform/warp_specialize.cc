@@ -1,0 +1,105 @@
+// Pass: warp_specialize (sm_90a).
+//
+// Expects: pipeline_loops left, as a direct statement of the kernel body, the
+// warp-specialised loop `if (ws_producer()) { producer loop } else { consumer loop }`
+// (ctx.warp_specialize); bulk copies ahead of it are tma_copy statements of the body.
+// Guarantees: the kernel runs one more warpgroup. The body becomes
+//   if (tx == 0) { init every mbarrier; fence }   sync_all()
+//   if (ws_producer()) {                         threads [T, T + 128)
+//     setmaxnreg_dec<P>()
+//     if (ws_leader()) { the copies ahead of the loop, each completing on its own
+//                        mbarrier; the producer loop }
+//   } else {                                     threads [0, T): the program as written
+//     setmaxnreg_inc<C>()
+//     the body, each copy ahead of the loop replaced by a wait for its mbarrier, the
+//     loop by the consumer loop
+//   }
+// k.consumer_threads = T, k.threads = T + 128. Consumer code keeps every thread index it
+// had; its barriers are printed as a named barrier of T threads (the producer never
+// meets one). Register counts: the producer keeps P = 24 (40 with one consumer
+// warpgroup), the consumers take what is left of the 64K registers, up to 240, when that
+// is more than the launch bounds gave them.
+#include "ir/functor.h"
+#include "transform/passes.h"
+
+namespace tegula::transform {
+
+namespace {
+
+using namespace ir;
+
+Stmt call(const std::string& op, std::vector<Expr> args = {}) {
+  return make_evaluate(make_call(op, std::move(args), DataType::i32()));
+}
+
+bool is_call(const Stmt& s, const char* name) {
+  auto* ev = s.as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  return c && c->op == name;
+}
+
+}  // namespace
+
+void warp_specialize(Kernel& k, PassContext& ctx) {
+  if (!ctx.warp_specialize) return;
+  auto* seq = k.body.as<SeqNode>();
+  std::vector<Stmt> top = seq ? seq->seq : std::vector<Stmt>{k.body};
+  int at = -1;
+  for (size_t i = 0; i < top.size(); ++i) {
+    auto* br = top[i].as<IfThenElseNode>();
+    auto* c = br ? br->cond.as<CallNode>() : nullptr;
+    if (c && c->op == "ws_producer") at = int(i);
+  }
+  internal_assert(at >= 0) << "warp_specialize: the specialised loop is not a statement of the kernel body";
+  auto* unit = top[at].as<IfThenElseNode>();
+  int npre = 0;
+  for (int i = 0; i < at; ++i) npre += is_call(top[i], "tma_copy");
+  Buffer pre;
+  if (npre > 0) {
+    pre = make_buffer(ctx.fresh_name("tma_bars"), Scope::Shared, DataType{DataType::UInt, 64, 1}, {make_int(npre)}, k.loc);
+    k.allocs.push_back(pre);
+    for (int i = 0; i < npre; ++i) ctx.mbarriers.push_back({pre, i, 1});
+  }
+  std::vector<Stmt> producer, consumer;
+  int j = 0;
+  for (int i = 0; i < at; ++i) {
+    if (!is_call(top[i], "tma_copy")) {
+      consumer.push_back(top[i]);
+      continue;
+    }
+    auto* c = top[i].as<EvaluateNode>()->value.as<CallNode>();
+    Expr bar = make_load(pre, {make_int(j++)}, c->loc);
+    int64_t bytes = *as_const_int(c->args[3]) * *as_const_int(c->args[4]) * c->args[0].as<BufferLoadNode>()->buffer->dtype.bytes();
+    producer.push_back(call("mbar_arrive_expect_tx", {bar, make_int(bytes)}));
+    std::vector<Expr> args = c->args;
+    args.push_back(bar);
+    producer.push_back(make_evaluate(make_call("tma_copy", args, c->dtype, c->loc), top[i]->loc));
+    consumer.push_back(call("mbar_wait", {bar, make_int(0)}));
+  }
+  producer.push_back(unit->then_case);
+  consumer.push_back(unit->else_case);
+  for (size_t i = at + 1; i < top.size(); ++i) consumer.push_back(top[i]);
+
+  const int T = k.threads;
+  const int total = T + 128;
+  const int entry = std::min(255, 65536 / total) / 8 * 8;
+  const int preg = T >= 256 ? 24 : 40;
+  const int creg = std::min(240, (65536 - 128 * preg) / T / 8 * 8);
+  std::vector<Stmt> prod_side, cons_side;
+  if (preg < entry) prod_side.push_back(call("setmaxnreg_dec", {make_int(preg)}));
+  prod_side.push_back(make_if(make_call("ws_leader", {}, DataType::boolean()), make_seq(producer)));
+  if (creg > entry) cons_side.push_back(call("setmaxnreg_inc", {make_int(creg)}));
+  cons_side.push_back(make_seq(consumer));
+
+  std::vector<Stmt> init;
+  for (auto& m : ctx.mbarriers) init.push_back(call("mbar_init", {make_load(m.buffer, {make_int(m.index)}), make_int(m.count)}));
+  init.push_back(call("fence_barrier_init"));
+  std::vector<Stmt> body = {
+      make_if(make_binary(BinaryOp::EQ, k.thread_var, make_int(0)), make_seq(init)), call("sync_all"),
+      make_if(unit->cond, make_seq(prod_side), make_seq(cons_side), unit->loc)};
+  k.body = make_seq(body, k.body->loc);
+  k.consumer_threads = T;
+  k.threads = total;
+}
+
+}  // namespace tegula::transform
