@@ -61,8 +61,9 @@ class Printer {
     out.entry = k_.name + "_kernel";
     // A warp-specialised kernel states one block per SM, so that ptxas knows the register
     // count at entry that setmaxnreg moves registers from.
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads << (k_.consumer_threads ? ", 1" : "")
-        << ") " << out.entry << "(";
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads;
+    if (k_.consumer_threads) os_ << ", " << ws_registers(k_).blocks_per_sm;
+    os_ << ") " << out.entry << "(";
     bool first = true;
     auto sep = [&] {
       if (!first) os_ << ", ";
@@ -405,7 +406,13 @@ class Printer {
     if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "sync_all") return "__syncthreads()";
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
-    if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") return c->op + "<" + expr(c->args[0]) + ">()";
+    if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
+      WsRegisters r = ws_registers(k_);
+      bool inc = c->op == "setmaxnreg_inc";
+      int n = inc ? r.consumer : r.producer;
+      if (inc ? n <= r.entry : n >= r.entry) return "/* " + c->op + ": the launch bounds' " + std::to_string(r.entry) + " registers stay */ (void)0";
+      return c->op + "<" + std::to_string(n) + ">()";
+    }
     if (c->op.rfind("mbar_", 0) == 0) {
       // mbar_init / _wait / _arrive / _arrive_expect_tx(barrier, ...): the barrier by address.
       auto* bar = c->args[0].as<BufferLoadNode>();
@@ -565,6 +572,19 @@ class Printer {
 }  // namespace
 
 CudaSource print_cuda(const Kernel& k, const transform::Target& target) { return Printer(k, target).run(); }
+
+WsRegisters ws_registers(const Kernel& k) {
+  WsRegisters r;
+  const int T = k.consumer_threads;
+  // 228 KB of shared memory per SM, 1 KB of it reserved per block.
+  constexpr int64_t kSmemPerSm = 228 * 1024, kReserved = 1024;
+  if (T == 128 && 2 * (k.smem_bytes + kReserved) <= kSmemPerSm) r.blocks_per_sm = 2;
+  const int regs = 65536 / r.blocks_per_sm;
+  r.entry = std::min(255, regs / k.threads) / 8 * 8;
+  r.producer = 24;
+  r.consumer = std::min(240, (regs - 128 * r.producer) / T / 8 * 8);
+  return r;
+}
 
 bool folds_grid(const Kernel& k) {
   // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.

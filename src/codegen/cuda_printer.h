@@ -23,6 +23,17 @@ constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 20);
 // block indices from a folded launch grid (program.cc: launch_grid).
 bool folds_grid(const ir::Kernel& k);
 
+// Registers of a warp-specialised kernel (k.consumer_threads > 0): with one consumer
+// warpgroup, two blocks share an SM when their shared memory allows (the cp.async form
+// of such a kernel runs two as well); each block's 64K / blocks registers go 24 per
+// producer thread and the rest, up to 240, to the consumers. setmaxnreg is printed only
+// where it moves a count away from the launch bounds' (`entry`).
+struct WsRegisters {
+  int blocks_per_sm = 1;
+  int entry = 0, producer = 0, consumer = 0;
+};
+WsRegisters ws_registers(const ir::Kernel& k);
+
 // The C++ spelling of a scalar type ("half_t", "float", ...).
 std::string cuda_type(ir::DataType t);
 

@@ -16,9 +16,8 @@
 //   }
 // k.consumer_threads = T, k.threads = T + 128. Consumer code keeps every thread index it
 // had; its barriers are printed as a named barrier of T threads (the producer never
-// meets one). Register counts: the producer keeps P = 24 (40 with one consumer
-// warpgroup), the consumers take what is left of the 64K registers, up to 240, when that
-// is more than the launch bounds gave them.
+// meets one). The register counts of setmaxnreg are the printer's
+// (codegen::ws_registers): they depend on the blocks per SM the shared memory allows.
 #include "ir/functor.h"
 #include "transform/passes.h"
 
@@ -82,13 +81,12 @@ void warp_specialize(Kernel& k, PassContext& ctx) {
 
   const int T = k.threads;
   const int total = T + 128;
-  const int entry = std::min(255, 65536 / total) / 8 * 8;
-  const int preg = T >= 256 ? 24 : 40;
-  const int creg = std::min(240, (65536 - 128 * preg) / T / 8 * 8);
+  // The register counts depend on how many blocks share an SM, which the storage plan
+  // decides: the printer fills them in (codegen::warp_specialized_registers).
   std::vector<Stmt> prod_side, cons_side;
-  if (preg < entry) prod_side.push_back(call("setmaxnreg_dec", {make_int(preg)}));
+  prod_side.push_back(call("setmaxnreg_dec"));
   prod_side.push_back(make_if(make_call("ws_leader", {}, DataType::boolean()), make_seq(producer)));
-  if (creg > entry) cons_side.push_back(call("setmaxnreg_inc", {make_int(creg)}));
+  cons_side.push_back(call("setmaxnreg_inc"));
   cons_side.push_back(make_seq(consumer));
 
   std::vector<Stmt> init;

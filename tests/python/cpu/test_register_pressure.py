@@ -61,14 +61,14 @@ def compile_recording(func, **kwargs):
 
 def budget(threads):
     """Computed here, not by the module: 64K registers shared by the block, at most 255 a
-    thread, allocated in eights; 32 kept for addresses and indices. (A warp-specialised
+    thread, allocated in eights; 24 kept for addresses and indices. (A warp-specialised
     kernel's consumers may get a little less: 240 at most.)"""
-    return min(255, 65536 // threads) // 8 * 8 - 32
+    return min(255, 65536 // threads) // 8 * 8 - 24
 
 
 def test_registers_per_thread_limit_and_budget():
     assert [registers.register_limit(t) for t in (32, 128, 256, 384, 512, 1024)] == [248, 248, 248, 168, 128, 64]
-    assert registers.fragment_budget(registers.register_limit(128)) == budget(128) == 216
+    assert registers.fragment_budget(registers.register_limit(128)) == budget(128) == 224
     assert issubclass(tegula.RegisterPressureWarning, UserWarning)
     assert "RegisterPressureWarning" in tegula.__all__
 
@@ -117,7 +117,7 @@ def test_more_threads_or_smaller_tiles_do_not_warn(block_M, block_N, threads):
     usage = kernel.register_usage()
     assert usage.fragments["acc_o"] == block_M * 128 // threads
     assert usage.fragments["acc_s"] == block_M * block_N // threads
-    assert usage.peak <= usage.budget and budget(threads) - 8 <= usage.budget <= budget(threads)
+    assert usage.peak <= usage.budget and budget(threads) - 16 <= usage.budget <= budget(threads)  # warp specialised, two blocks an SM: 232
 
 
 def test_a_fragment_cast_into_another_counts_once_and_both_when_both_are_read_later():
