@@ -36,6 +36,11 @@ class Builder:
         # T.alloc_global buffers: workspaces the runtime allocates per call, seen by every kernel.
         self.workspaces: list[BufferValue] = []
         self._names: dict[str, int] = {}
+        # The T.* call being evaluated, as (intrinsic, args, kwargs): what emitted a statement.
+        self.call: tuple | None = None
+        # While a list: (block depth, statement, call) of every statement emitted, in order
+        # (a scheduled T.Pipelined body reads what its statements are: pipeline_schedule).
+        self.trace: list | None = None
 
     # ---- statements ----
     def emit(self, stmt) -> None:
@@ -43,6 +48,8 @@ class Builder:
             raise ArgError(None, "this statement must be inside `with T.Kernel(...)`")
         if stmt is not None:
             self.blocks[-1].append(stmt)
+            if self.trace is not None:
+                self.trace.append((len(self.blocks), stmt, self.call))
 
     def push(self) -> None:
         self.blocks.append([])

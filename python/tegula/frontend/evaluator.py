@@ -272,6 +272,10 @@ class Evaluator:
         if problem is not None:
             raise self.error(self._argument_node(node, problem[0]), problem[1])
         self.set_loc(node)  # the statement a tile op emits carries the call's position
+        owner = getattr(self, "builder", None)  # the parser's; the statements' origin is noted there
+        outer = owner.call if owner is not None else None
+        if owner is not None:
+            owner.call = (fn, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except ArgError as err:
@@ -282,6 +286,9 @@ class Evaluator:
             if err.item is not None and isinstance(culprit, (ast.Tuple, ast.List)) and err.item < len(culprit.elts):
                 culprit = culprit.elts[err.item]
             raise self.error(culprit, err.message) from None
+        finally:
+            if owner is not None:
+                owner.call = outer
 
     @staticmethod
     def _argument_node(node: ast.Call, where):
