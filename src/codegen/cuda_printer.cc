@@ -405,10 +405,6 @@ class Printer {
     if (c->op == "ws_producer") return "(threadIdx.x >= " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "sync_all") return "__syncthreads()";
-    // The two consumer warpgroups' turns (pipeline_loops: TakeTurns), named barriers 2 and 3.
-    if (c->op == "wg_turn_wait") return "barrier_sync(2 + (threadIdx.x >= 128), 256)";
-    if (c->op == "wg_turn_pass") return "barrier_arrive(3 - (threadIdx.x >= 128), 256)";
-    if (c->op == "wg_pingpong_start") return "if (threadIdx.x >= 128) barrier_arrive(2, 256)";
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
     if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
       WsRegisters r = ws_registers(k_);

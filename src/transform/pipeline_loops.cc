@@ -237,29 +237,6 @@ bool reads_buffer(const Stmt& s, const BufferNode* b) {
   return found;
 }
 
-// Ping-pong of two consumer warpgroups (FlashAttention-3's schedule): when each of two
-// warpgroups owns its own rows of every wgmma gemm of the loop (the policy splits them
-// along M only) and the loop issues several gemms, the warpgroups take turns issuing
-// them, through two named barriers: warpgroup w waits for its turn (barrier 2 + w)
-// before an issue and hands the turn over (barrier 3 - w) after it. The tensor cores then
-// run one warpgroup's gemm while the other does its softmax. Warpgroup 1 starts by
-// giving warpgroup 0 the first turn.
-bool wgmma_issue(const Stmt& s, const CallNode** out = nullptr) {
-  auto* ev = s.as<EvaluateNode>();
-  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
-  if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return false;
-  if (out) *out = c;
-  return true;
-}
-
-class TakeTurns : public IRMutator {
- public:
-  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override {
-    if (!wgmma_issue(self)) return self;
-    return make_seq({call("wg_turn_wait"), self, call("wg_turn_pass")}, op->loc);
-  }
-};
-
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
@@ -276,22 +253,6 @@ class Pipeliner : public IRMutator {
   // A compute that is only a wgmma gemm keeps one gemm running across iterations: stage
   // s is released after the next iteration's gemm has been issued and the previous one
   // has finished (wgmma_wait with 1 pending), as the cp.async path does.
-  bool pingpong(const std::vector<Stmt>& compute) const {
-    if (k_.threads != 256) return false;
-    int issues = 0;
-    bool ok = true;
-    for (auto& u : compute) {
-      post_order(u, [&](const Stmt& x) {
-        const CallNode* c = nullptr;
-        if (x.as<SyncNode>()) ok = false;  // a block barrier between turns: keep it simple
-        if (!wgmma_issue(x, &c)) return;
-        ++issues;
-        ok &= is_const_int(c->args[3], 2) && is_const_int(c->args[4], 1);
-      }, nullptr);
-    }
-    return ok && issues >= 2;
-  }
-
   Stmt specialize(const ForNode* op) {
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
@@ -358,7 +319,7 @@ class Pipeliner : public IRMutator {
     bool async = split_async_issue(restaged[0], &issue, &rest);
     // (With one stage the release must come before the next wait for it.)
     bool deferred = async && restaged.size() == 1 && S >= 2 && only_wait(rest, &wait);
-    std::vector<Stmt> before, after;
+    std::vector<Stmt> after;
     if (deferred) {
       for (int64_t gi = 0; gi < G; ++gi) body.push_back(mbar("mbar_wait", full(gi), {parity}));
       body.push_back(issue);
@@ -367,10 +328,6 @@ class Pipeliner : public IRMutator {
       body.push_back(make_if(make_binary(BinaryOp::GT, it, make_int(0)), mbar("mbar_arrive", prev)));
       after.push_back(wait);
     } else {
-      if (pingpong(restaged)) {
-        for (auto& u : restaged) u = TakeTurns().mutate(u);
-        before.push_back(call("wg_pingpong_start"));
-      }
       g = 0;
       for (size_t j = 0; j < restaged.size(); ++j) {
         if (groups.count(j)) {
@@ -386,8 +343,7 @@ class Pipeliner : public IRMutator {
       body.push_back(mbar("mbar_arrive", empty));
     }
     Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc));
-    before.push_back(loop);
-    after.insert(after.begin(), before.begin(), before.end());
+    after.insert(after.begin(), loop);
     // Closed to insert_barriers, as the cp.async form is.
     Stmt consumer = make_if(make_bool(true), make_seq(after), {}, op->loc);
     Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
