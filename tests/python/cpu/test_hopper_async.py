@@ -6,6 +6,7 @@ cp.async pipeline back. Numbers: the warp-specialised kernels run on the GPU tie
 (gpu/test_hopper_async_gpu.py); here `simulate` checks the lowering they share."""
 import importlib
 import os
+import re
 import sys
 
 import pytest
@@ -120,7 +121,15 @@ def test_sass_has_bulk_copies_mbarriers_and_wgmma(name, tmp_path):
     src = k.get_kernel_source()
     assert "tma_load_" in src and "__grid_constant__ tegula::TensorMap" in src and "cp_async_16" not in src
     # The producer warpgroup is the block's last: the program's own threads keep their indices.
-    assert f"__launch_bounds__({program.kernels[0].threads + 128}, 1)" in src
+    threads = program.kernels[0].threads
+    bounds = re.search(rf"__launch_bounds__\({threads + 128}, ([12])\)", src)
+    assert bounds, "the block is the program's threads and one producer warpgroup"
+    # Registers: 64K per SM over the blocks sharing it, 24 for each producer thread, the
+    # rest (at most 240) for the consumers.
+    blocks = int(bounds.group(1))
+    assert blocks == (2 if threads == 128 and k._lowered.smem_bytes <= 113 * 1024 else 1)
+    consumer = min(240, (65536 // blocks - 128 * 24) // threads // 8 * 8)
+    assert "setmaxnreg_dec<24>()" in src and f"setmaxnreg_inc<{consumer}>()" in src
     for configs in OFF:
         legacy = tegula.compile(program, out_idx=out_idx, target="sm_90a", pass_configs=configs)
         assert not legacy._lowered.warp_specialized
