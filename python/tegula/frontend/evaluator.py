@@ -279,16 +279,20 @@ class Evaluator:
         try:
             return fn(*args, **kwargs)
         except ArgError as err:
-            where = err.arg if isinstance(err.arg, int) or err.arg is None else argument_index(fn, err.arg, len(args))
-            culprit = self._argument_node(node, where)
-            if isinstance(culprit, ast.keyword):
-                culprit = culprit.value
-            if err.item is not None and isinstance(culprit, (ast.Tuple, ast.List)) and err.item < len(culprit.elts):
-                culprit = culprit.elts[err.item]
-            raise self.error(culprit, err.message) from None
+            raise self.arg_error(node, fn, err, len(args)) from None
         finally:
             if owner is not None:
                 owner.call = outer
+
+    def arg_error(self, node: ast.Call, fn, err: ArgError, n_positional: int) -> TegulaCompileError:
+        """An intrinsic's ArgError shown at the argument (or its element) it is about."""
+        where = err.arg if isinstance(err.arg, int) or err.arg is None else argument_index(fn, err.arg, n_positional)
+        culprit = self._argument_node(node, where)
+        if isinstance(culprit, ast.keyword):
+            culprit = culprit.value
+        if err.item is not None and isinstance(culprit, (ast.Tuple, ast.List)) and err.item < len(culprit.elts):
+            culprit = culprit.elts[err.item]
+        return self.error(culprit, err.message)
 
     @staticmethod
     def _argument_node(node: ast.Call, where):

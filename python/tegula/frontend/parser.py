@@ -11,13 +11,13 @@ from __future__ import annotations
 import ast
 import inspect
 
-from ..language.builtins import AllocRequest, KernelSpec, LoopSpec
+from ..language.builtins import AllocRequest, KernelSpec, LoopSpec, Pipelined
 from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
 from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, to_expr
-from .errors import TegulaCompileError
+from .errors import ArgError, TegulaCompileError
 
 UNSUPPORTED_STMTS = {
     ast.While: "while loops are not supported in a kernel: use `for i in T.serial(n)` with an `if`",
@@ -306,20 +306,44 @@ class Parser(Evaluator):
         self.scopes.append({})
         for name, var, (start, _, step) in zip(names, loop_vars, spec.dims):
             self.bind(name, var if step == 1 else start + var * step)
+        schedule = getattr(spec, "schedule", None)  # T.Pipelined's order/stage/group
+        traced = schedule is not None and self.builder.trace is None
+        if traced:
+            self.builder.trace = []
+        first = len(self.builder.trace) if schedule is not None else 0
         self.builder.push()
+        num_stages = spec.num_stages
         try:
             self.parse_block(stmt.body)
+            if schedule is not None:
+                num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
         finally:
             self.scopes.pop()
+            if traced:
+                self.builder.trace = None
         body = self.builder.pop_optional()
         if body is None:
             return None
         for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
             low = start if step == 1 else 0
             body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
-                                 spec.num_stages)
+                                 num_stages)
         self.builder.emit(body)
         return None
+
+    def _schedule(self, stmt, schedule, trace: list, num_stages: int) -> int:
+        """Puts the loop body's statements (the innermost block) in the order the hand
+        schedule emits them; returns the loop's num_stages. Errors point at the argument."""
+        block = self.builder.blocks[-1]
+        try:
+            ordered, num_stages = schedule.apply(trace, len(self.builder.blocks), num_stages)
+        except ArgError as err:
+            if isinstance(stmt.iter, ast.Call):
+                raise self.arg_error(stmt.iter, Pipelined, err, len(stmt.iter.args)) from None
+            raise self.error(stmt.iter, err.message) from None
+        assert len(ordered) == len(block), "the traced statements are the loop body's"
+        block[:] = ordered
+        return num_stages
 
     def _loop_names(self, target, count: int) -> list[str]:
         elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]

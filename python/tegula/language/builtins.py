@@ -14,6 +14,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.dtypes import is_float, is_int, normalize_dtype
 from ..frontend.errors import ArgError
+from ..frontend.pipeline_schedule import PipelineSchedule
 from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
 
 # ---- scalar math ----
@@ -193,11 +194,16 @@ Vectorized = vectorized
 
 @intrinsic("T.Pipelined")
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
-    # order/stage/sync/group hand-schedule TileLang's pipeline; Tegula's pipeline planning
-    # pass chooses the schedule itself, so they are accepted for portability and ignored.
-    if not isinstance(num_stages, int) or num_stages < 0:
+    """A loop whose global->shared copies run num_stages - 1 iterations ahead of the rest.
+    order/stage/group are TileLang's hand schedule: honoured where it is the schedule
+    Tegula's pipeline runs, a compile error otherwise (frontend/pipeline_schedule.py);
+    sync is accepted with no effect, as in TileLang."""
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
         raise ArgError("num_stages", f"T.Pipelined: num_stages must be a non-negative int, got {num_stages!r}")
-    return _range("pipelined", "T.Pipelined", start, stop, None, num_stages)
+    schedule = PipelineSchedule.from_arguments(order, stage, sync, group)
+    spec = _range("pipelined", "T.Pipelined", start, stop, None, num_stages)
+    spec.schedule = schedule  # applied by the parser once the body is known
+    return spec
 
 
 @intrinsic("T.Parallel")
