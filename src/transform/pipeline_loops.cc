@@ -253,16 +253,11 @@ class Pipeliner : public IRMutator {
   // A compute that is only a wgmma gemm keeps one gemm running across iterations: stage
   // s is released after the next iteration's gemm has been issued and the previous one
   // has finished (wgmma_wait with 1 pending), as the cp.async path does.
-  Stmt specialize(const ForNode* op) {
-    auto* seq = op->body.as<SeqNode>();
-    std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
-    std::vector<Stmt> copies, compute;
-    for (auto& u : units) (is_tma_copy(u) ? copies : compute).push_back(u);
-    internal_assert(!copies.empty() && !compute.empty()) << "a warp-specialised loop has copies and compute";
-    const int S = op->num_stages;
+  // Each buffer stacked S deep along its first dimension (declared in the kernel's place,
+  // keeping its swizzle): buffer -> (the stacked buffer, rows of one stage).
+  std::map<const BufferNode*, std::pair<Buffer, int64_t>> stack(const std::vector<Buffer>& filled, int S) {
     std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
-    for (auto& c : copies) {
-      const Buffer& b = tma_dst(c);
+    for (const Buffer& b : filled) {
       if (staged.count(b.get())) continue;
       int64_t rows = *as_const_int(b->shape[0]);
       std::vector<Expr> shape = b->shape;
@@ -276,6 +271,19 @@ class Pipeliner : public IRMutator {
       if (ctx_.panelled.erase(b.get())) ctx_.panelled.insert(it->second.first.get());
       b = it->second.first;
     }
+    return staged;
+  }
+
+  Stmt specialize(const ForNode* op) {
+    auto* seq = op->body.as<SeqNode>();
+    std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
+    std::vector<Stmt> copies, compute;
+    for (auto& u : units) (is_tma_copy(u) ? copies : compute).push_back(u);
+    internal_assert(!copies.empty() && !compute.empty()) << "a warp-specialised loop has copies and compute";
+    const int S = op->num_stages;
+    std::vector<Buffer> filled;
+    for (auto& c : copies) filled.push_back(tma_dst(c));
+    auto staged = stack(filled, S);
     // Groups: by the compute statement that first reads the copy's buffer.
     std::map<size_t, std::vector<size_t>> groups;
     for (size_t i = 0; i < copies.size(); ++i) {
@@ -422,22 +430,7 @@ class Pipeliner : public IRMutator {
     units.insert(units.end(), compute_units.begin(), compute_units.end());
     int S = op->num_stages;
     // The shared buffers the copies fill, each stacked S deep.
-    std::map<const BufferNode*, std::pair<Buffer, int64_t>> staged;
-    for (const Buffer& b : filled) {
-      if (staged.count(b.get())) continue;
-      int64_t rows = *as_const_int(b->shape[0]);
-      std::vector<Expr> shape = b->shape;
-      shape[0] = make_int(rows * S);
-      Buffer stacked = make_buffer(b->name, Scope::Shared, b->dtype, shape, b->loc);
-      staged[b.get()] = {stacked, rows};
-    }
-    for (auto& b : k_.allocs) {
-      auto it = staged.find(b.get());
-      if (it == staged.end()) continue;
-      if (ctx_.swizzled.erase(b.get())) ctx_.swizzled.insert(it->second.first.get());
-      if (ctx_.panelled.erase(b.get())) ctx_.panelled.insert(it->second.first.get());
-      b = it->second.first;
-    }
+    auto staged = stack(filled, S);
     Expr k = op->var, n = op->extent;
     auto copies = [&](Expr iter, Expr stage) {
       std::vector<Stmt> out;
