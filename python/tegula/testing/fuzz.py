@@ -231,9 +231,10 @@ def run_reference(program: Program, kernel, seed: int) -> dict:
     return _results(program, inputs, reference(kernel, *inputs))
 
 
-def check(program: Program, seed: int = 0, interpret: bool | None = None) -> None:
+def check(program: Program, seed: int = 0, interpret: bool | None = None) -> str:
     """Compile (lower + cubin); then, when the interpreters exist, reference vs simulate.
-    Raises Mismatch (with the program) on any failure."""
+    Raises Mismatch (with the program) on any failure; returns how far it went: "compiled"
+    or "agreed" (reference and simulate compared)."""
     from . import SimulationError, simulate
 
     stage = "compile"
@@ -243,7 +244,7 @@ def check(program: Program, seed: int = 0, interpret: bool | None = None) -> Non
         if interpret is None:
             interpret = interpreters_available()
         if not interpret:
-            return
+            return "compiled"
         stage = "reference"
         ref = run_reference(program, kernel, seed)
         stage = "simulate"
@@ -257,6 +258,7 @@ def check(program: Program, seed: int = 0, interpret: bool | None = None) -> Non
         raise Mismatch(f"{stage} failed: {type(err).__module__}.{type(err).__name__}: {err}\n"
                        f"{program.describe()}") from None
     _compare_all(program, ref, sim, "simulate")
+    return "agreed"
 
 
 def check_invalid(program: Program) -> None:

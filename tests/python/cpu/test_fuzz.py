@@ -31,7 +31,8 @@ def test_generated_programs_compile_and_agree(program):
     _SEEN["valid"] += 1
     # Fresh inputs per program, the same ones every run. check raises fuzz.Mismatch (with the
     # program) on any disagreement or compile failure.
-    fuzz.check(program, seed=zlib.crc32(program.source.encode()))
+    outcome = fuzz.check(program, seed=zlib.crc32(program.source.encode()))
+    assert outcome == ("agreed" if fuzz.interpreters_available() else "compiled"), outcome
 
 
 def test_enough_programs_were_checked():
