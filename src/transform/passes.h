@@ -23,6 +23,12 @@ ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq);
 // memory the next may touch.
 ir::Stmt place_barriers_in_loop(const ir::Stmt& loop);
 void plan_bulk_copies(ir::Kernel& k, PassContext& ctx);
+// tma_copy(dst, src, map, rows, cols[, mbarrier]) statements, which plan_bulk_copies makes
+// and pipeline_loops / warp_specialize hand to the producer: whether s is one, the bytes
+// it lands (the whole box, zero-filled parts included), and the copy completing on bar.
+bool is_tma_copy(const ir::Stmt& s);
+int64_t tma_bytes(const ir::Stmt& copy);
+ir::Stmt with_barrier(const ir::Stmt& copy, ir::Expr bar);
 // Thrown by a pass when the warp-specialised form cannot work for this kernel; lower()
 // then lowers it again without (transform/pipeline.cc).
 struct WarpSpecializationRefused {};

@@ -199,28 +199,8 @@ class CompleteNestedCopies : public IRMutator {
   const std::set<const StmtNode*>& staged_;
 };
 
-bool is_tma_copy(const Stmt& s) {
-  auto* ev = s.as<EvaluateNode>();
-  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
-  return c && c->op == "tma_copy";
-}
-
 const Buffer& tma_dst(const Stmt& s) {
   return s.as<EvaluateNode>()->value.as<CallNode>()->args[0].as<BufferLoadNode>()->buffer;
-}
-
-// Bytes one tma_copy lands (the whole box counts, zero-filled parts included).
-int64_t tma_bytes(const Stmt& s) {
-  auto* c = s.as<EvaluateNode>()->value.as<CallNode>();
-  return *as_const_int(c->args[3]) * *as_const_int(c->args[4]) * c->args[0].as<BufferLoadNode>()->buffer->dtype.bytes();
-}
-
-// The tma_copy with the mbarrier it completes on as a last argument.
-Stmt with_barrier(const Stmt& copy, Expr bar) {
-  auto* c = copy.as<EvaluateNode>()->value.as<CallNode>();
-  std::vector<Expr> args = c->args;
-  args.push_back(std::move(bar));
-  return make_evaluate(make_call(c->op, args, c->dtype, c->loc), copy->loc);
 }
 
 Stmt mbar(const std::string& op, Expr bar, std::vector<Expr> more = {}) {
@@ -527,6 +507,26 @@ class Pipeliner : public IRMutator {
 };
 
 }  // namespace
+
+// tma_copy statements (plan_bulk_copies): passes.h.
+bool is_tma_copy(const ir::Stmt& s) {
+  auto* ev = s.as<ir::EvaluateNode>();
+  auto* c = ev ? ev->value.as<ir::CallNode>() : nullptr;
+  return c && c->op == "tma_copy";
+}
+
+int64_t tma_bytes(const ir::Stmt& copy) {
+  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
+  return *ir::as_const_int(c->args[3]) * *ir::as_const_int(c->args[4]) *
+         c->args[0].as<ir::BufferLoadNode>()->buffer->dtype.bytes();
+}
+
+ir::Stmt with_barrier(const ir::Stmt& copy, ir::Expr bar) {
+  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
+  std::vector<ir::Expr> args = c->args;
+  args.push_back(std::move(bar));
+  return ir::make_evaluate(ir::make_call(c->op, args, c->dtype, c->loc), copy->loc);
+}
 
 void pipeline_loops(Kernel& k, PassContext& ctx) { k.body = Pipeliner(k, ctx).mutate(k.body); }
 

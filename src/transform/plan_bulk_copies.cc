@@ -215,10 +215,7 @@ struct Planner {
       new_top.push_back(b ? b : s);
     }
     for (auto* b : filled) {
-      if (seen_r.count(b) || seen_w.count(b)) {
-        k.tensor_maps.clear();
-        return;
-      }
+      if (seen_r.count(b) || seen_w.count(b)) return;
     }
     new_top.push_back(make_for(loop->var, loop->min, loop->extent, loop->for_kind, make_seq(new_body, loop->loc),
                                loop->num_stages, loop->loc));

@@ -31,12 +31,6 @@ Stmt call(const std::string& op, std::vector<Expr> args = {}) {
   return make_evaluate(make_call(op, std::move(args), DataType::i32()));
 }
 
-bool is_call(const Stmt& s, const char* name) {
-  auto* ev = s.as<EvaluateNode>();
-  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
-  return c && c->op == name;
-}
-
 }  // namespace
 
 void warp_specialize(Kernel& k, PassContext& ctx) {
@@ -52,7 +46,7 @@ void warp_specialize(Kernel& k, PassContext& ctx) {
   internal_assert(at >= 0) << "warp_specialize: the specialised loop is not a statement of the kernel body";
   auto* unit = top[at].as<IfThenElseNode>();
   int npre = 0;
-  for (int i = 0; i < at; ++i) npre += is_call(top[i], "tma_copy");
+  for (int i = 0; i < at; ++i) npre += is_tma_copy(top[i]);
   Buffer pre;
   if (npre > 0) {
     pre = make_buffer(ctx.fresh_name("tma_bars"), Scope::Shared, DataType{DataType::UInt, 64, 1}, {make_int(npre)}, k.loc);
@@ -62,17 +56,13 @@ void warp_specialize(Kernel& k, PassContext& ctx) {
   std::vector<Stmt> producer, consumer;
   int j = 0;
   for (int i = 0; i < at; ++i) {
-    if (!is_call(top[i], "tma_copy")) {
+    if (!is_tma_copy(top[i])) {
       consumer.push_back(top[i]);
       continue;
     }
-    auto* c = top[i].as<EvaluateNode>()->value.as<CallNode>();
-    Expr bar = make_load(pre, {make_int(j++)}, c->loc);
-    int64_t bytes = *as_const_int(c->args[3]) * *as_const_int(c->args[4]) * c->args[0].as<BufferLoadNode>()->buffer->dtype.bytes();
-    producer.push_back(call("mbar_arrive_expect_tx", {bar, make_int(bytes)}));
-    std::vector<Expr> args = c->args;
-    args.push_back(bar);
-    producer.push_back(make_evaluate(make_call("tma_copy", args, c->dtype, c->loc), top[i]->loc));
+    Expr bar = make_load(pre, {make_int(j++)}, top[i]->loc);
+    producer.push_back(call("mbar_arrive_expect_tx", {bar, make_int(tma_bytes(top[i]))}));
+    producer.push_back(with_barrier(top[i], bar));
     consumer.push_back(call("mbar_wait", {bar, make_int(0)}));
   }
   producer.push_back(unit->then_case);
@@ -82,7 +72,7 @@ void warp_specialize(Kernel& k, PassContext& ctx) {
   const int T = k.threads;
   const int total = T + 128;
   // The register counts depend on how many blocks share an SM, which the storage plan
-  // decides: the printer fills them in (codegen::warp_specialized_registers).
+  // decides: the printer fills them in (codegen::ws_registers).
   std::vector<Stmt> prod_side, cons_side;
   prod_side.push_back(call("setmaxnreg_dec"));
   prod_side.push_back(make_if(make_call("ws_leader", {}, DataType::boolean()), make_seq(producer)));

@@ -27,11 +27,6 @@ def splitk(target, M, N, K, splits, path="auto", **kw):
         M, N, K, splits, **{**SMALL, **kw})
 
 
-def simulate(k, *args):
-    """tt.simulate (a warp-specialised sm_90a kernel is simulated in its cp.async form)."""
-    return tt.simulate(k, *args)
-
-
 def torch_reference(a, b, bias=None, activation="none"):
     c = a.float() @ b.float()
     if bias is not None:
@@ -94,7 +89,7 @@ def test_simulated_and_reference_match_torch(target, path, M, N, K, splits, epil
     has_bias, act = gemm._parse_epilogue(epilogue)
     ref = torch_reference(a, b, bias if has_bias else None, act)
     assert_near(tt.reference(k, a, b, bias), ref, dtype)
-    assert_near(simulate(k, a, b, bias), ref, dtype)
+    assert_near(tt.simulate(k, a, b, bias), ref, dtype)
 
 
 @pytest.mark.parametrize("target,path", TARGET_PATHS)
@@ -104,7 +99,7 @@ def test_padded_rows_of_b_are_not_stored(target, path):
     k = splitk(target, M, N, K, 2, path, ldb=ldb)
     a = torch.randn(M, K).half()
     b = torch.randn(K, ldb).half()
-    assert_near(simulate(k, a, b, torch.zeros(N).half()), a.float() @ b[:, :N].float(), torch.float16)
+    assert_near(tt.simulate(k, a, b, torch.zeros(N).half()), a.float() @ b[:, :N].float(), torch.float16)
 
 
 def test_an_empty_slice_is_refused():

@@ -8,18 +8,17 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
+try:
+    from ._util import rel_err
+except ImportError:
+    from _util import rel_err
+
 gemm = importlib.import_module("tegula.kernels.gemm")
 
 SHAPES = [(16, 4096, 4096), (64, 8192, 1024), (33, 1000, 4100)]
 # Relative Frobenius error, as in test_gemm.py: a few roundings of the output dtype.
 TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 EPILOGUE_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
-
-
-def _rel(out, ref):
-    out, ref = out.double(), ref.double()
-    assert not torch.isnan(out).any(), "NaN in the output"
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 def _inputs(M, N, K, dtype, seed):
@@ -42,7 +41,7 @@ def test_matmul_runs_split_k(M, N, K, dtype):
     a, b, _ = _inputs(M, N, K, dtype, seed=M + N + K)
     c = gemm.matmul(a, b)
     assert c.shape == (M, N) and c.dtype == dtype
-    assert _rel(c, a.float() @ b.float()) < TOL[dtype]
+    assert rel_err(c, a.float() @ b.float()) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -56,7 +55,7 @@ def test_split_k_epilogues(M, N, K, activation, dtype):
         ref = torch.relu(ref)
     if activation == "gelu":
         ref = torch.nn.functional.gelu(ref, approximate="tanh")
-    assert _rel(c, ref) < EPILOGUE_TOL[dtype]
+    assert rel_err(c, ref) < EPILOGUE_TOL[dtype]
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
@@ -68,7 +67,7 @@ def test_every_element_is_written_into_a_poisoned_output(M, N, K):
     kernel.launch(a, b, bias, c)
     torch.cuda.synchronize()
     ref = torch.nn.functional.gelu(a.float() @ b.float() + bias.float(), approximate="tanh")
-    assert _rel(c, ref) < EPILOGUE_TOL[torch.float16]
+    assert rel_err(c, ref) < EPILOGUE_TOL[torch.float16]
 
 
 def test_the_slices_are_summed_in_a_fixed_order():
@@ -84,11 +83,11 @@ def test_forced_slice_counts_agree(splits):
     a, b, _ = _inputs(M, N, K, torch.float16, seed=splits)
     kernel = gemm.kernel_for(M, N, K, torch.float16, splits=splits)
     assert kernel.num_kernels == (1 if splits == 1 else 2)
-    assert _rel(kernel(a, b, a.new_empty(N)), a.float() @ b.float()) < TOL[torch.float16]
+    assert rel_err(kernel(a, b, a.new_empty(N)), a.float() @ b.float()) < TOL[torch.float16]
 
 
 @pytest.mark.parametrize("M,N,K", [(16, 4096, 4096), (256, 512, 768)])
 def test_the_legacy_path_gives_the_same_product(M, N, K):
     a, b, bias = _inputs(M, N, K, torch.float16, seed=3)
     legacy = gemm.matmul(a, b, bias=bias, path="legacy")
-    assert _rel(legacy, a.float() @ b.float() + bias.float()) < EPILOGUE_TOL[torch.float16]
+    assert rel_err(legacy, a.float() @ b.float() + bias.float()) < EPILOGUE_TOL[torch.float16]

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lang_kernels import gemm_relu_program, gemm_variant_program  # noqa: E402
 
-from _util import poison, randn, seed_of  # noqa: E402
+from _util import poison, randn, rel_err, seed_of  # noqa: E402
 
 fa = importlib.import_module("tegula.kernels.flash_attention")
 gemm = importlib.import_module("tegula.kernels.gemm")
@@ -30,12 +30,6 @@ OFF = {"tl.disable_tma_lower": True}
 def _hopper():
     if not torch.cuda.is_available() or not common.wgmma_gpu():
         pytest.skip("the bulk-copy path needs an sm_90 GPU")
-
-
-def _rel(out, ref):
-    out, ref = out.double(), ref.double()
-    assert not torch.isnan(out).any(), "NaN left in the output: an element was never written"
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 def _both(program, out_idx=None):
@@ -65,7 +59,7 @@ def test_gemm_operand_layouts(ta, tb, M, N, K, tile, dtype):
         k(a, b, c)
         outs.append(c)
     tol = 1e-3 if dtype == torch.float16 else 8e-3
-    assert _rel(outs[0], ref) < tol and _rel(outs[1], ref) < tol
+    assert rel_err(outs[0], ref) < tol and rel_err(outs[1], ref) < tol
     # The same instructions in the same order on the same tiles: the same numbers.
     assert torch.equal(outs[0], outs[1])
 
@@ -77,7 +71,7 @@ def test_register_a_operand():
     a, b = randn((M, K), torch.float16, 1), randn((K, N), torch.float16, 2)
     c = poison((M, N), torch.float16)
     new(a, b, c)
-    assert _rel(c, a.float() @ b.float()) < 1e-3
+    assert rel_err(c, a.float() @ b.float()) < 1e-3
 
 
 def test_tensor_maps_follow_the_tensors_of_each_call():
@@ -88,9 +82,9 @@ def test_tensor_maps_follow_the_tensors_of_each_call():
     assert k._lowered.warp_specialized
     for seed in range(3):
         a, b = randn((M, K), torch.float16, seed), randn((K, N), torch.float16, seed + 10)
-        assert _rel(k(a, b), torch.relu(a.float() @ b.float())) < 1e-3
+        assert rel_err(k(a, b), torch.relu(a.float() @ b.float())) < 1e-3
     a.copy_(randn((M, K), torch.float16, 99))
-    assert _rel(k(a, b), torch.relu(a.float() @ b.float())) < 1e-3
+    assert rel_err(k(a, b), torch.relu(a.float() @ b.float())) < 1e-3
     out = k(a, b)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -109,7 +103,7 @@ def test_a_misaligned_view_is_refused_by_name():
     with pytest.raises(tegula.env.native().ArgumentError, match=r"'A'.*aligned to 16 bytes"):
         k(a, b)
     # The context is alive and the kernel still runs.
-    assert _rel(k(a.clone(), b), torch.relu(a.float() @ b.float())) < 1e-3
+    assert rel_err(k(a.clone(), b), torch.relu(a.float() @ b.float())) < 1e-3
 
 
 def _sdpa_ref(q, k, v, causal, window, layout):
@@ -158,7 +152,7 @@ def test_attention_on_the_new_path(case):
         lse = poison((c["b"], c["h"], c["sq"]), torch.float32)
         kern(q, k, v, o, lse)
         outs.append((o, lse))
-    assert _rel(outs[0][0], ref) < 2e-3
+    assert rel_err(outs[0][0], ref) < 2e-3
     assert torch.allclose(outs[0][0].float(), outs[1][0].float(), atol=2e-3, rtol=0)
     assert torch.allclose(outs[0][1], outs[1][1], atol=1e-4, rtol=1e-4, equal_nan=True)
 
@@ -167,7 +161,7 @@ def test_shipped_entry_points_take_the_new_path():
     q = randn((1, 512, 8, 128), torch.float16, 5)
     k, v = randn((1, 512, 8, 128), torch.float16, 6), randn((1, 512, 8, 128), torch.float16, 7)
     o = fa.flash_attention(q, k, v, causal=True)
-    assert _rel(o, _sdpa_ref(q, k, v, True, 0, "bshd")) < 2e-3
+    assert rel_err(o, _sdpa_ref(q, k, v, True, 0, "bshd")) < 2e-3
     a, b = randn((1024, 768), torch.float16, 8), randn((768, 512), torch.float16, 9)
-    assert _rel(gemm.matmul(a, b), a.float() @ b.float()) < 1e-3
+    assert rel_err(gemm.matmul(a, b), a.float() @ b.float()) < 1e-3
     assert gemm.kernel_for(1024, 512, 768, torch.float16)._lowered.warp_specialized
