@@ -21,7 +21,7 @@ import torch
 
 import tegula.language as T
 
-from ._common import check_rank, check_tensor, describe
+from ._common import check_rank, check_tensor, describe, refuse_grad
 
 
 @T.macro
@@ -49,6 +49,7 @@ def check_operand(op, name, t, ndim, layout=""):
 
 
 def check_like_q(op, name, t, q):
+    refuse_grad(op, name, t)
     if t.dtype != q.dtype:
         raise ValueError(f"{op}: {name} must have q's dtype {str(q.dtype).replace('torch.', '')}, "
                          f"got {describe(t)}")

@@ -67,11 +67,23 @@ def _dtype_text(dtypes) -> str:
 # The checks run in one order in every entry point: each tensor's type and dtype, then
 # ranks and shapes, then devices (check_devices), so an error names the first argument
 # that is wrong in itself, and structural errors show up even on a CPU tensor.
+def refuse_grad(op: str, name: str, t) -> None:
+    """The entry points have no backward yet: an output computed from a tensor that requires
+    grad would be silently detached from the autograd graph (training would stop learning
+    through it), so that call is an error naming the op and the argument."""
+    if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: {name} requires grad, but {op} has no backward yet: its output would be "
+                           f"detached from the autograd graph. Call it under torch.no_grad() or "
+                           f"torch.inference_mode(), or pass {name}.detach()")
+
+
 def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES, like=None, like_name: str = "x") -> None:
     """TypeError when `t` is not a tensor; ValueError when its dtype is not one of `dtypes`,
-    or (with `like`) not `like`'s dtype. Layout is free: see `launchable`."""
+    or (with `like`) not `like`'s dtype; RuntimeError when it requires grad (refuse_grad).
+    Layout is free: see `launchable`."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
+    refuse_grad(op, name, t)
     if like is not None and t.dtype != like.dtype:
         want = str(like.dtype).replace("torch.", "")
         raise ValueError(f"{op}: {name} must be a {want} tensor (the dtype of {like_name}), got {describe(t)}")
@@ -83,6 +95,7 @@ def check_devices(op: str, *named) -> None:
     """Every (name, tensor) is a CUDA tensor on the first one's device."""
     first_name, first = named[0]
     for name, t in named:
+        refuse_grad(op, name, t)
         if t.device.type != "cuda":
             raise ValueError(f"{op}: {name} must be a CUDA tensor, got {describe(t)}")
         if t.device != first.device:

@@ -151,3 +151,36 @@ def test_every_kernel_compiles(name, target):
     for m in re.finditer(r"(?<![:\w])(max|min)\(([^,]*)", source):
         assert not re.search(r"\d\.\d*f\b|infinity<float>|\bfloat\b", m.group(2)), \
             f"{name}: float {m.group(1)} printed unqualified: {m.group(0)}"
+
+
+def _g(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+# (call with one argument requiring grad, the op, that argument): every entry point.
+NO_BACKWARD = {
+    "rms_norm": (lambda: K.rms_norm(_g(x), w), "rms_norm", "x"),
+    "rms_norm-weight": (lambda: K.rms_norm(x, _g(w)), "rms_norm", "weight"),
+    "rms_norm_silu": (lambda: K.rms_norm_silu(_g(x), w), "rms_norm_silu", "x"),
+    "layer_norm-bias": (lambda: K.layer_norm(x, w, _g(w)), "layer_norm", "bias"),
+    "softmax": (lambda: K.softmax(_g(x)), "softmax", "x"),
+    "row_sum": (lambda: K.row_sum(_g(x)), "row_sum", "x"),
+    "add-y": (lambda: K.add(x, _g(x)), "add", "y"),
+    "transpose": (lambda: K.transpose(_g(x)), "transpose", "x"),
+    "matmul-b": (lambda: gemm.matmul(x, _g(x.t())), "matmul", "b"),
+    "attention-v": (lambda: fa.flash_attention(q, kv, _g(kv)), "flash_attention", "v"),
+    "decode-k_cache": (lambda: fd.flash_decode(dq, _g(cache), cache, lens), "flash_decode", "k_cache"),
+}
+
+
+@pytest.mark.parametrize("name", list(NO_BACKWARD))
+def test_inputs_that_require_grad_are_refused_not_detached(name):
+    call, op, arg = NO_BACKWARD[name]
+    with pytest.raises(RuntimeError, match=rf"^{op}: {arg} requires grad, but {op} has no backward yet") as info:
+        call()
+    assert "torch.no_grad()" in str(info.value)
+    # Without grad recording nothing is lost: the call goes on to the next check (here, the
+    # CUDA device of these CPU tensors).
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"must be a CUDA tensor"):
+            call()
