@@ -22,8 +22,19 @@ target >= 80 % of it. References: SDPA on q (B, H, 1, D) against (B, Hkv, S, D) 
 the caches with enable_gqa, a few num_split values, and a ragged batch (lengths uniform in
 [1, 8192], bytes counted on the actual lengths).
 
-    python benchmarks/bench_attention.py                  # both parts
-    python benchmarks/bench_attention.py --part forward   # or: --part decode
+Part 3, backward (tegula.kernels.flash_attention_bwd.flash_attention_backward, layout
+"bhsd"): everything after the forward (preprocess, main and postprocess kernels) given the
+forward's output and log-sum-exp, against SDPA's flash and cuDNN backends timed as
+torch.autograd.grad(out, (q, k, v), do) on a graph whose forward ran once outside the
+timed region (retain_graph=True). FLOPs = 10·B·H·Sq·Skv·D (five GEMMs), halved when causal.
+Our gradients are compared once with float32 autograd (chunked by KV head): relative
+error of each of dq, dk, dv <= 1e-2, else the row is WRONG. Target: >= 1.0x SDPA flash.
+--bwd-sweep also times every tile config of flash_attention_bwd.configs on those cases.
+
+    python benchmarks/bench_attention.py                  # all parts
+    python benchmarks/bench_attention.py --part forward   # or: --part decode, --part backward
+    python benchmarks/bench_attention.py --backward       # the same as --part backward
+    python benchmarks/bench_attention.py --part backward --bwd-sweep   # and the tile sweep
     python benchmarks/bench_attention.py --no-sweep       # forward headline cases only
     python benchmarks/bench_attention.py --sweep-legacy   # the sweep times the legacy path too
     python benchmarks/bench_attention.py --rep 100        # timing budget (ms) per measurement
@@ -58,6 +69,17 @@ SWEEP_S = (512, 1024, 2048, 4096, 8192)
 SWEEP_TOKENS = 16384                       # B * S held constant over the sweep
 SWEEP_H, SWEEP_D = 32, 128
 BACKENDS = ("flash", "cudnn", "efficient")
+
+# (B, H, Hkv, S, D, causal, target ratio vs SDPA flash or None)
+BACKWARD_CASES = [
+    (2, 32, 32, 4096, 128, False, 1.0),
+    (2, 32, 32, 4096, 128, True, 1.0),
+    (2, 16, 16, 4096, 64, True, 1.0),
+    (2, 32, 8, 4096, 128, True, None),      # grouped-query attention
+]
+BWD_TOL = 1e-2
+BWD_TARGET_BACKEND = "flash"
+BWD_BACKENDS = ("flash", "cudnn")
 
 DEC_B, DEC_H, DEC_HKV, DEC_D, DEC_S = 64, 32, 8, 128, 8192
 DEC_SPLITS = (None, 1, 4, 8)
@@ -288,6 +310,160 @@ def run_forward(args):
     return rows + sweep, sweep, notes
 
 
+def reference_backward(q, k, v, out_grad, causal):
+    """(dq, dk, dv) of attention in float32 by autograd, one (batch, KV head) at a time so
+    that no chunk's score matrix exceeds group x S x S floats; (B, H, S, D) layout."""
+    B, H, S, D = q.shape
+    Hkv = k.shape[1]
+    group = H // Hkv
+    grads = [torch.empty(t.shape, device=t.device, dtype=torch.float32) for t in (q, k, v)]
+    mask = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if causal else None
+    for b in range(B):
+        for h in range(Hkv):
+            heads = slice(h * group, (h + 1) * group)
+            qf = q[b, heads].float().requires_grad_()
+            kf = k[b, h].float().requires_grad_()
+            vf = v[b, h].float().requires_grad_()
+            s = qf @ kf.transpose(-1, -2) / math.sqrt(D)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            o = torch.softmax(s, dim=-1) @ vf
+            dq, dk, dv = torch.autograd.grad(o, (qf, kf, vf), out_grad[b, heads].float())
+            grads[0][b, heads], grads[1][b, h], grads[2][b, h] = dq, dk, dv
+            del s, o
+    return grads
+
+
+def _sdpa_backward_fn(name, q, k, v, do, causal):
+    """The forward once under backend `name` (on leaves that require grad, K/V expanded to
+    H heads where the heads differ), then a function timing only its backward."""
+    from torch.nn.attention import sdpa_kernel
+    group = q.shape[1] // k.shape[1]
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    qg, kg, vg = leaves
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(_backend(name)):
+                kk = kg.repeat_interleave(group, dim=1) if group > 1 else kg
+                vv = vg.repeat_interleave(group, dim=1) if group > 1 else vg
+                out = F.scaled_dot_product_attention(qg, kk, vv, is_causal=causal)
+                grads = torch.autograd.grad(out, leaves, do, retain_graph=True)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            return None, None, _reason(exc, caught)
+
+    def backward():
+        with sdpa_kernel(_backend(name)):
+            return torch.autograd.grad(out, leaves, do, retain_graph=True)
+    return backward, grads, None
+
+
+def backward_case(bw, B, H, Hkv, S, D, causal, target, rep, failures, sweep=False):
+    fa = importlib.import_module("tegula.kernels.flash_attention").flash_attention
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    k = torch.randn(B, Hkv, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    v = torch.randn(B, Hkv, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    do = torch.randn(B, H, S, D, generator=gen, device="cuda", dtype=DTYPE)
+    heads = f"H{H}" if H == Hkv else f"H{H}/{Hkv}"
+    case = f"bwd B{B} {heads} S{S} D{D} {'causal' if causal else 'full'}"
+    flops = 10.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+    row = {"case": case, "B": B, "H": H, "Hkv": Hkv, "S": S, "D": D, "causal": causal, "flops": flops,
+           "part": "backward"}
+    out, lse = fa(q, k, v, causal=causal, layout="bhsd", return_lse=True)
+
+    def ours(**config):
+        return bw.flash_attention_backward(do, q, k, v, out, lse, causal=causal, layout="bhsd", **config)
+
+    ref = reference_backward(q, k, v, do, causal)
+    row["error"] = None
+    try:
+        got = ours()
+        torch.cuda.synchronize()
+        errs = [common.rel_err(g, r) for g, r in zip(got, ref)]
+        row["rel_err"] = max(errs)
+        row["errs"] = errs
+        del got
+    except Exception as exc:
+        row["rel_err"], row["error"] = None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    row["ours_ms"] = None if row["error"] else common.bench(ours, rep=rep)
+    row["ours_tflops"] = None if row["error"] else flops / row["ours_ms"] / 1e9
+    for name in BWD_BACKENDS:
+        fn, grads, reason = _sdpa_backward_fn(name, q, k, v, do, causal)
+        if reason:
+            row[f"{name}_ms"] = row[f"{name}_tflops"] = None
+            row[f"{name}_reason"] = reason
+            failures.setdefault((name, reason), []).append(case)
+            continue
+        row[f"{name}_rel_err"] = max(common.rel_err(g, r) for g, r in zip(grads, ref))
+        del grads
+        row[f"{name}_ms"] = _bench_backend(name, fn, rep)
+        row[f"{name}_tflops"] = flops / row[f"{name}_ms"] / 1e9
+        del fn
+
+    def speedup(other_ms):
+        return other_ms / row["ours_ms"] if row["ours_ms"] is not None and other_ms is not None else None
+
+    row["vs_flash"] = speedup(row["flash_ms"])
+    row["vs_cudnn"] = speedup(row["cudnn_ms"])
+    row["target"] = f">={target}x SDPA flash" if target is not None else "-"
+    if row["error"]:
+        row["status"] = "ERROR"
+    elif not row["rel_err"] <= BWD_TOL:
+        row["status"] = "WRONG"
+    elif target is None:
+        row["status"] = "-"
+    elif row[f"vs_{BWD_TARGET_BACKEND}"] is None:
+        row["status"] = "n/a"
+    else:
+        row["status"] = common.status(row[f"vs_{BWD_TARGET_BACKEND}"] >= target)
+
+    sweep_rows = []
+    if sweep:
+        for config in bw.configs:
+            label = "{block_M}x{block_N} t{threads} s{num_stages}".format(**config) + ("" if config.get("dq_staged", True) else " dq-regs")
+            srow = {"case": f"{case} {label}", "part": "backward-sweep", "config": config, "error": None}
+            try:
+                got = ours(**config)
+                torch.cuda.synchronize()
+                srow["rel_err"] = max(common.rel_err(g, r) for g, r in zip(got, ref))
+                del got
+                srow["ms"] = common.bench(lambda: ours(**config), rep=rep / 2)
+                srow["tflops"] = flops / srow["ms"] / 1e9
+                srow["vs_default"] = row["ours_ms"] / srow["ms"] if row["ours_ms"] else None
+                srow["status"] = "-" if srow["rel_err"] <= BWD_TOL else "WRONG"
+            except Exception as exc:  # a config that does not fit this shape or GPU
+                srow["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                srow["status"] = "n/a"
+            sweep_rows.append(srow)
+            torch.cuda.empty_cache()
+    del ref
+    return row, sweep_rows
+
+
+def run_backward(args):
+    bw = importlib.import_module("tegula.kernels.flash_attention_bwd")
+    failures, rows, sweep = {}, [], []
+    for case in BACKWARD_CASES:
+        row, sweep_rows = backward_case(bw, *case, rep=args.rep, failures=failures, sweep=args.bwd_sweep)
+        rows.append(row)
+        sweep.extend(sweep_rows)
+        torch.cuda.empty_cache()
+    notes = ["FLOPs = 10*B*H*Sq*Skv*D (five GEMMs), halved for causal; ours = preprocess + main + "
+             "postprocess after our forward; SDPA = torch.autograd.grad on a retained graph of a forward "
+             "run beforehand under the same backend; vs flash / vs cuDNN = that time / our time",
+             f"err = the largest relative Frobenius error of dq, dk, dv against float32 autograd "
+             f"(tolerance {BWD_TOL:.0e}); GQA: SDPA on K/V expanded to H heads inside its graph (the "
+             "expansion's backward, a sum over the group, is timed with it)"]
+    for (name, reason), cases in failures.items():
+        notes.append(f"{name} n/a on {len(cases)} case(s), e.g. {cases[0]}: {reason}")
+    for row in sweep:
+        if row.get("reason"):
+            notes.append(f"{row['case']}: n/a, {row['reason']}")
+    return rows, sweep, notes
+
+
 def reference_decode(q, k_cache, v_cache, lens, chunk=8):
     """Float32 attention of q (B, H, D) over the first lens[b] keys, a few sequences at a time."""
     B, H, D = q.shape
@@ -408,6 +584,18 @@ FORWARD_COLUMNS = [
     ("vs cuDNN", "vs_cudnn", ".2f"), ("vs flash", "vs_flash", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
     ("target", "target", "s"), ("status", "status", "s"),
 ]
+BACKWARD_COLUMNS = [
+    ("case", "case", "s"), ("err", "rel_err", ".1e"),
+    ("ours ms", "ours_ms", ".3f"), ("ours TF/s", "ours_tflops", ".0f"),
+    ("flash ms", "flash_ms", ".3f"), ("flash TF/s", "flash_tflops", ".0f"),
+    ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
+    ("vs flash", "vs_flash", ".2f"), ("vs cuDNN", "vs_cudnn", ".2f"),
+    ("target", "target", "s"), ("status", "status", "s"),
+]
+BACKWARD_SWEEP_COLUMNS = [
+    ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".3f"), ("TF/s", "tflops", ".0f"),
+    ("vs default", "vs_default", ".2f"), ("status", "status", "s"),
+]
 DECODE_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".4f"), ("GB/s", "gbs", ".0f"),
     ("% copy", "pct_copy", ".1f"), ("target", "target", "s"), ("status", "status", "s"),
@@ -428,7 +616,10 @@ def _display(rows, keys):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("all", "forward", "decode"), default="all")
+    parser.add_argument("--part", choices=("all", "forward", "decode", "backward"), default="all")
+    parser.add_argument("--backward", action="store_true", help="the backward part only (--part backward)")
+    parser.add_argument("--bwd-sweep", action="store_true",
+                        help="backward: also time every tile config of flash_attention_bwd.configs")
     parser.add_argument("--no-sweep", action="store_true", help="skip the forward S sweep and its plot")
     parser.add_argument("--sweep-legacy", action="store_true", help="time the legacy path in the sweep too")
     parser.add_argument("--rep", type=float, default=200.0,
@@ -437,15 +628,20 @@ def main() -> int:
     common.require_gpu("bench_attention")
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 references stay float32
 
+    if args.backward:
+        args.part = "backward"
     fwd_rows, fwd_notes, dec_rows, dec_notes, messages = [], [], [], [], []
+    bwd_rows, bwd_sweep, bwd_notes = [], [], []
     if args.part in ("all", "forward"):
         fwd_rows, sweep, fwd_notes = run_forward(args)
+    if args.part in ("all", "backward"):
+        bwd_rows, bwd_sweep, bwd_notes = run_backward(args)
     if args.part in ("all", "decode"):
         dec_rows, dec_notes = run_decode(args)
 
     out_dir = os.environ.get("OUT")
     copy = common.copy_bandwidth_gbs() if dec_rows else None
-    common.write_json("attention", fwd_rows + dec_rows, copy_gbs=copy)
+    common.write_json("attention", fwd_rows + bwd_rows + bwd_sweep + dec_rows, copy_gbs=copy)
     if fwd_rows and not args.no_sweep:
         if out_dir:
             messages.append(plot_sweep(sweep, os.path.join(out_dir, "bench_attention.png")))
@@ -458,10 +654,17 @@ def main() -> int:
         common.print_table("Attention forward, float16: tegula flash_attention vs torch SDPA backends",
                            _display(fwd_rows, [f"{b}_{m}" for b in BACKENDS for m in ("ms", "tflops")]),
                            FORWARD_COLUMNS, notes=fwd_notes)
+    if bwd_rows:
+        common.print_table("Attention backward, float16: tegula flash_attention_backward vs torch SDPA backends",
+                           _display(bwd_rows, [f"{b}_{m}" for b in BWD_BACKENDS for m in ("ms", "tflops")]),
+                           BACKWARD_COLUMNS, notes=bwd_notes)
+    if bwd_sweep:
+        common.print_table("Attention backward tile sweep (flash_attention_bwd.configs)", bwd_sweep,
+                           BACKWARD_SWEEP_COLUMNS)
     if dec_rows:
         common.print_table("Flash decoding, float16: tegula flash_decode (bandwidth of K and V)",
                            dec_rows, DECODE_COLUMNS, notes=dec_notes)
-    return common.exit_status(fwd_rows + dec_rows)
+    return common.exit_status(fwd_rows + bwd_rows + bwd_sweep + dec_rows)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,16 @@ B is read once and dominates the traffic) "B % copy" is the rate at which B is s
 compared once with torch in float32: a relative error past 2e-3 (fp16) or 1e-2 (bf16) is
 WRONG whatever its speed.
 
-    python benchmarks/bench_gemm.py             # on a GPU
+Backward (matmul_backward, activation "none", no bias): its two GEMMs, dA = dC @ Bᵀ (NT:
+b read transposed in place) and dB = Aᵀ @ dC (TN: a read transposed in place), each timed
+alone (needs=(True, False, False) and (False, True, False)) against torch.matmul of the
+same transposed views (cuBLAS); and the whole backward against torch.autograd.grad of
+torch.matmul(a, b) on a graph whose forward ran once outside the timed region
+(retain_graph=True). Shapes are tokens M x out N x in K. Target: each GEMM >= 0.8x cuBLAS.
+Rows go to $OUT/bench_gemm_backward.json (with the device).
+
+    python benchmarks/bench_gemm.py             # on a GPU: forward, then backward
+    python benchmarks/bench_gemm.py --part backward
     python benchmarks/bench_gemm.py --dry-run   # no GPU: the cases, targets and kernel choices
 """
 import argparse
@@ -165,6 +174,103 @@ def plot(rows, path):
     return f"plot: {path}"
 
 
+# ---- backward ----
+
+BACKWARD_CASES = [
+    case(4096, 4096, 4096, min_ratio=0.8),
+    case(8192, 4096, 4096, min_ratio=0.8),   # tokens x hidden
+    case(64, 4096, 4096, min_ratio=0.8),     # decode-ish: dA split-K, dB an outer product over 64 tokens
+]
+
+
+def gemm_choice(gemm, M, N, K, sms, wgmma=None):
+    """What matmul_backward launches for one of its GEMMs, (M, N) output and inner K."""
+    tile = {k: gemm.SPLIT_K_CONFIG[k] for k in ("block_M", "block_N", "block_K")}
+    splits = gemm.split_k_slices(M, N, K, sms, **tile)
+    if splits > 1:
+        return f"split-K x{splits}"
+    cfg = dict(gemm.default_config(M, N, K, wgmma=wgmma), **gemm.backward_config(M, N, K))
+    return f"tile {cfg['block_M']}x{cfg['block_N']}x{cfg['block_K']} s{cfg['num_stages']}"
+
+
+def backward_choices(gemm, c, sms, wgmma=None):
+    M, N, K = c["M"], c["N"], c["K"]
+    return gemm_choice(gemm, M, K, N, sms, wgmma), gemm_choice(gemm, K, N, M, sms, wgmma)
+
+
+def backward_verdict(row, c):
+    if row.get("error"):
+        return "ERROR"
+    if any(e is None or not e <= TOL[c["dtype"]] for e in (row["da_err"], row["db_err"])):
+        return "WRONG"
+    return common.status(row["da_vs_cublas"] >= c["min_ratio"] and row["db_vs_cublas"] >= c["min_ratio"])
+
+
+def measure_backward(gemm, c, rep):
+    M, N, K, dtype = c["M"], c["N"], c["K"], c["dtype"]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a = torch.randn(M, K, generator=g, device="cuda").to(dtype)
+    b = torch.randn(K, N, generator=g, device="cuda").to(dtype)
+    dc = torch.randn(M, N, generator=g, device="cuda").to(dtype)
+    flops = 2.0 * M * N * K   # per GEMM
+    da_choice, db_choice = backward_choices(gemm, c, device_sms())
+    row = {"case": label(c), "shape": label(c), "M": M, "N": N, "K": K, "dtype": str(dtype).replace("torch.", ""),
+           "da_kernel": da_choice, "db_kernel": db_choice, "target": f">={c['min_ratio']:g}x cuBLAS each GEMM"}
+    ours_da = lambda: gemm.matmul_backward(dc, a, b, False, needs=(True, False, False))[0]  # noqa: E731
+    ours_db = lambda: gemm.matmul_backward(dc, a, b, False, needs=(False, True, False))[1]  # noqa: E731
+    ours = lambda: gemm.matmul_backward(dc, a, b, False)  # noqa: E731
+    row["da_err"], da_error = common.run_ours(ours_da, lambda: dc.float() @ b.float().t())
+    row["db_err"], db_error = common.run_ours(ours_db, lambda: a.float().t() @ dc.float())
+    row["error"] = (da_error and f"dA: {da_error}") or (db_error and f"dB: {db_error}")
+    row["cublas_da_ms"] = common.bench(lambda: torch.matmul(dc, b.t()), rep=rep)
+    row["cublas_db_ms"] = common.bench(lambda: torch.matmul(a.t(), dc), rep=rep)
+    a_r, b_r = a.detach().requires_grad_(), b.detach().requires_grad_()
+    out = torch.matmul(a_r, b_r)
+    row["autograd_ms"] = common.bench(lambda: torch.autograd.grad(out, (a_r, b_r), dc, retain_graph=True), rep=rep)
+    del out
+    ok = row["error"] is None
+    row["da_ms"] = common.bench(ours_da, rep=rep) if ok else None
+    row["db_ms"] = common.bench(ours_db, rep=rep) if ok else None
+    row["ours_ms"] = common.bench(ours, rep=rep) if ok else None
+    for name in ("da", "cublas_da", "db", "cublas_db"):
+        ms = row[f"{name}_ms"]
+        row[f"{name}_tflops"] = None if ms is None else flops / ms / 1e9
+    row["ours_tflops"] = None if row["ours_ms"] is None else 2 * flops / row["ours_ms"] / 1e9
+    row["autograd_tflops"] = 2 * flops / row["autograd_ms"] / 1e9
+    row["da_vs_cublas"] = None if row["da_ms"] is None else row["cublas_da_ms"] / row["da_ms"]
+    row["db_vs_cublas"] = None if row["db_ms"] is None else row["cublas_db_ms"] / row["db_ms"]
+    row["vs_autograd"] = None if row["ours_ms"] is None else row["autograd_ms"] / row["ours_ms"]
+    row["status"] = backward_verdict(row, c)
+    del a, b, dc, a_r, b_r
+    torch.cuda.empty_cache()
+    return row
+
+
+BACKWARD_COLUMNS = [
+    ("shape", "shape", "s"), ("dA kernel", "da_kernel", "s"), ("dB kernel", "db_kernel", "s"),
+    ("dA err", "da_err", ".1e"), ("dB err", "db_err", ".1e"),
+    ("dA ms", "da_ms", ".4f"), ("cuBLAS dA ms", "cublas_da_ms", ".4f"), ("dA TF/s", "da_tflops", ".1f"),
+    ("dA vs cuBLAS", "da_vs_cublas", ".2f"),
+    ("dB ms", "db_ms", ".4f"), ("cuBLAS dB ms", "cublas_db_ms", ".4f"), ("dB TF/s", "db_tflops", ".1f"),
+    ("dB vs cuBLAS", "db_vs_cublas", ".2f"),
+    ("bwd ms", "ours_ms", ".4f"), ("autograd ms", "autograd_ms", ".4f"), ("vs autograd", "vs_autograd", ".2f"),
+    ("target", "target", "s"), ("status", "status", "s"),
+]
+
+
+def run_backward(gemm, rep):
+    rows = [measure_backward(gemm, c, rep) for c in BACKWARD_CASES]
+    notes = ["dA = dC @ bᵀ against torch.matmul(dc, b.t()); dB = aᵀ @ dC against torch.matmul(a.t(), dc); "
+             "vs cuBLAS = cuBLAS ms / ours ms",
+             "bwd = matmul_backward (both GEMMs) against torch.autograd.grad(torch.matmul(a, b), (a, b), dc); "
+             "vs autograd = autograd ms / bwd ms",
+             "err = relative Frobenius error against torch float32"]
+    common.print_table("GEMM backward, fp32 accumulate: tegula matmul_backward vs cuBLAS", rows, BACKWARD_COLUMNS,
+                       notes=notes)
+    common.write_json("gemm_backward", rows)
+    return rows
+
+
 def dry_run(gemm, sms):
     """The cases as they would run, with no GPU: labels, targets and matmul's kernel choice
     on an sm_90 part of `sms` SMs (the tile and the split rule depend on the device)."""
@@ -173,6 +279,14 @@ def dry_run(gemm, sms):
     common.print_table(f"bench_gemm dry run (sm_90, {sms} SMs assumed): the cases and what matmul() launches", rows,
                        [("shape", "shape", "s"), ("kernel", "choice", "s"), ("GFLOP", "gflop", ".1f"),
                         ("target", "target", "s")])
+    rows = []
+    for c in BACKWARD_CASES:
+        da, db = backward_choices(gemm, c, sms, wgmma=True)
+        rows.append({"shape": label(c), "da": da, "db": db, "target": f">={c['min_ratio']:g}x cuBLAS each GEMM",
+                     "gflop": 4.0 * c["M"] * c["N"] * c["K"] / 1e9})
+    common.print_table(f"bench_gemm dry run, backward (sm_90, {sms} SMs assumed): what matmul_backward launches",
+                       rows, [("shape", "shape", "s"), ("dA = dC @ bT", "da", "s"), ("dB = aT @ dC", "db", "s"),
+                              ("GFLOP", "gflop", ".1f"), ("target", "target", "s")])
     return 0
 
 
@@ -181,12 +295,15 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="list the cases and kernel choices; no GPU needed")
     parser.add_argument("--sms", type=int, default=132, help="SM count assumed by --dry-run")
     parser.add_argument("--rep", type=float, default=200.0, help="timing budget per measurement in ms")
+    parser.add_argument("--part", choices=("all", "forward", "backward"), default="all")
     args = parser.parse_args()
     gemm = importlib.import_module("tegula.kernels.gemm")
     if args.dry_run:
         return dry_run(gemm, args.sms)
     common.require_gpu("bench_gemm")
     torch.backends.cuda.matmul.allow_tf32 = False  # the float32 references stay float32
+    if args.part == "backward":
+        return common.exit_status(run_backward(gemm, args.rep))
     rows = [measure(gemm, c, args.rep) for c in CASES]
     notes = ["vs cuBLAS = cuBLAS ms / ours ms; vs legacy = legacy ms / ours ms; "
              "err = relative Frobenius error of ours vs torch float32",
@@ -203,6 +320,8 @@ def main() -> int:
             print(plot(rows, os.path.join(out, "bench_gemm.png")))
         except Exception as e:  # the table is the result; the plot is a convenience
             print("no plot:", e)
+    if args.part == "all":
+        rows = rows + run_backward(gemm, args.rep)
     return common.exit_status(rows)
 
 

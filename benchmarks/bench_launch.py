@@ -1,11 +1,12 @@
 """Host cost of one launch: how long the CPU spends in a call that launches a small kernel,
 for our jit kernel object called directly (three tensors: x, y and a preallocated z of
-1×1024 float16), for our `add` entry point, and for torch.add(x, y, out=z).
+1×1024 float16), the same kernel with out_idx (it allocates z), our `add` entry point,
+torch.add(x, y, out=z), and a Triton kernel doing the same add when triton is importable.
 
 The GPU work is a few microseconds, so back-to-back launches without synchronising measure
 the host path alone: argument checks, packing, the driver call. Wall clock over many
 launches after a warm-up, divided by the count; the median of several such rounds.
-Target: at most 5 µs per launch through the jit kernel object.
+Target: at most 2.5 µs per launch through the jit kernel object given its three tensors.
 
     python benchmarks/bench_launch.py         # OUT=dir also writes dir/bench_launch.json
 """
@@ -22,7 +23,7 @@ DTYPE = torch.float16
 WARMUP = 500
 COUNT = 5000
 ROUNDS = 5
-TARGET_US = 5.0
+TARGET_US = 2.5
 
 
 def per_launch_us(fn) -> float:
@@ -55,6 +56,28 @@ def _row(case, fn, torch_us, target_us=None, error=None):
     return row
 
 
+def _triton_add():
+    """A launch of Triton's add on (x, y, z), or None when triton is not importable."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(z_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+                 mask=mask)
+
+    def launch(x, y, z):
+        n = x.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](x, y, z, n, BLOCK=1024)
+
+    return launch
+
+
 def main() -> int:
     common.require_gpu("bench_launch")
     from tegula.kernels import add
@@ -75,18 +98,36 @@ def main() -> int:
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
+    allocating, alloc_error = None, None
+    try:
+        allocating = elementwise.kernel_for(SHAPE[1], DTYPE, False, True)
+        if not torch.equal(allocating(x, y), x + y):
+            alloc_error = "WRONG: the out_idx kernel's result differs from x + y"
+    except Exception as exc:
+        alloc_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
     rows = [
         _row("jit kernel(x, y, z)", lambda: kernel(x, y, z), torch_us, TARGET_US, error),
+        _row("jit kernel(x, y) with out_idx (allocates z)", lambda: allocating(x, y), torch_us, None, alloc_error),
         _row("add(x, y, out=z) entry point", lambda: add(x, y, out=z), torch_us, None, error),
         {"case": "torch.add(x, y, out=z)", "us": torch_us, "torch_us": torch_us,
          "vs_torch": 1.0, "target": "-", "status": "-"},
     ]
+    triton_add = _triton_add()
+    if triton_add is not None:
+        triton_error = None
+        try:
+            triton_add(x, y, z)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            triton_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        rows.append(_row("triton add[grid](x, y, z, n)", lambda: triton_add(x, y, z), torch_us, None, triton_error))
     common.write_json("launch", rows, shape=list(SHAPE), count=COUNT, rounds=ROUNDS)
     columns = [("case", "case", "s"), ("host us/launch", "us", ".2f"),
                ("torch us/launch", "torch_us", ".2f"), ("torch/ours", "vs_torch", ".2f"),
                ("target", "target", "s"), ("status", "status", "s")]
-    common.print_table(f"Launch overhead, {SHAPE[0]}x{SHAPE[1]} float16, {COUNT} launches "
-                       f"without sync, median of {ROUNDS}", rows, columns=columns)
+    common.print_table(f"Launch overhead on {common.device_name()}, {SHAPE[0]}x{SHAPE[1]} float16, {COUNT} "
+                       f"launches without sync, median of {ROUNDS}", rows, columns=columns)
     return common.exit_status(rows)
 
 

@@ -5,6 +5,11 @@ is bounded by memory bandwidth: the measure is GB/s, as a share of this GPU's me
 copy bandwidth, and the speed-up over torch. Targets: at 32768×4096, at least 80 % of copy
 bandwidth and at least 1.0× torch; at the other sizes, at least 1.0× torch.
 
+Backward (second table): rms_norm_backward and layer_norm_backward against torch's autograd
+backward of F.rms_norm / F.layer_norm (torch.autograd.grad with retain_graph; the forward
+runs once, outside the timed region). Bytes = read dy and x, write dx (the weight and its
+gradient are one row each). Target: at least 1.0× torch.
+
     python benchmarks/bench_rmsnorm.py        # OUT=dir also writes dir/bench_rmsnorm.json
 """
 import sys
@@ -14,7 +19,7 @@ import torch.nn.functional as F
 
 import common
 
-SHAPES = [(16384, 1024), (32768, 4096), (65536, 512)]
+SHAPES = [(16384, 1024), (32768, 4096), (65536, 512), (2048, 32768)]
 HEADLINE = (32768, 4096)
 EPS = 1e-6
 DTYPE = torch.float16
@@ -42,16 +47,64 @@ def measure(shape):
         min_pct_copy=80.0 if headline else None, err=err, tol=TOL, error=error)
 
 
+BACKWARD_SHAPES = [(16384, 1024), (32768, 4096), (4096, 12288)]
+
+
+def measure_backward(shape, op):
+    """One backward row: op is "rms_norm" or "layer_norm"."""
+    import importlib
+
+    m, n = shape
+    x = torch.randn(shape, device="cuda", dtype=DTYPE)
+    dy = torch.randn(shape, device="cuda", dtype=DTYPE)
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).to(DTYPE)
+    b = (0.1 * torch.randn(n, device="cuda")).to(DTYPE)
+    nbytes = 3 * x.numel() * x.element_size() + 2 * n * w.element_size()
+    if op == "rms_norm":
+        module = importlib.import_module("tegula.kernels.rmsnorm")
+        leaves = (x.requires_grad_(), w.requires_grad_())
+        y = F.rms_norm(x, (n,), w, EPS)
+        ours = lambda: module.rms_norm_backward(dy, x.detach(), w.detach(), EPS)[0]  # noqa: E731
+    else:
+        module = importlib.import_module("tegula.kernels.layernorm")
+        leaves = (x.requires_grad_(), w.requires_grad_(), b.requires_grad_())
+        y = F.layer_norm(x, (n,), w, b, 1e-5)
+        ours = lambda: module.layer_norm_backward(dy, x.detach(), w.detach(), b.detach(), 1e-5)[0]  # noqa: E731
+
+    def torch_bwd():
+        return torch.autograd.grad(y, leaves, dy, retain_graph=True)
+
+    def ref():
+        xf = x.detach().float().requires_grad_()
+        if op == "rms_norm":
+            yf = F.rms_norm(xf, (n,), w.detach().float(), EPS)
+        else:
+            yf = F.layer_norm(xf, (n,), w.detach().float(), b.detach().float(), 1e-5)
+        return torch.autograd.grad(yf, xf, dy.float())[0]
+
+    err, error = common.run_ours(ours, ref)
+    ours_ms = None if error else common.bench(ours)
+    torch_ms = common.bench(torch_bwd)
+    return common.memory_row(f"{op} backward {m}x{n} fp16", nbytes, ours_ms, torch_ms, min_ratio=1.0,
+                             err=err, tol=TOL, error=error)
+
+
 def main() -> int:
     common.require_gpu("bench_rmsnorm")
     rows = [measure(shape) for shape in SHAPES]
-    common.write_json("rmsnorm", rows, copy_gbs=common.copy_bandwidth_gbs())
+    backward = [measure_backward(shape, op) for op in ("rms_norm", "layer_norm") for shape in BACKWARD_SHAPES]
+    common.write_json("rmsnorm", rows + backward, copy_gbs=common.copy_bandwidth_gbs())
     common.print_table(
         "RMSNorm, float16, eps=1e-6", rows,
         notes=[f"copy bandwidth (1 GiB device-to-device, read+write): "
                f"{common.copy_bandwidth_gbs():.0f} GB/s",
                "vs torch = torch time / our time; bytes = read x + write y + read weight"])
-    return common.exit_status(rows)
+    common.print_table(
+        "RMSNorm and LayerNorm backward, float16 (dx and dweight[, dbias])", backward,
+        notes=["vs torch = torch.autograd.grad time / our time (dx, dweight[, dbias] both sides); "
+               "bytes = read dy + read x + write dx",
+               "ours ms includes the fixed-order sum of the per-block weight gradients"])
+    return common.exit_status(rows + backward)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ table prints torch's own share of copy bandwidth and the ceiling that implies (c
 bandwidth / torch's bandwidth); the targets held here are those a single-pass kernel can
 meet: at least 80 % of copy bandwidth and at least 1.0× torch.
 
+Backward: softmax_backward(dy, y) against torch.autograd.grad of torch.softmax (the
+forward outside the timed region); bytes = read dy and y, write dx; target 1.0× torch.
+
     python benchmarks/bench_softmax.py        # OUT=dir also writes dir/bench_softmax.json
 """
 import sys
@@ -64,15 +67,47 @@ def row_sum_row(x):
                 lambda: x.float().sum(-1), lambda: x.sum(-1))
 
 
+def softmax_backward_row(x):
+    import importlib
+
+    module = importlib.import_module("tegula.kernels.softmax")
+    xg = x.detach().clone().requires_grad_()
+    y = torch.softmax(xg, -1)
+    dy = torch.randn_like(x)
+    nbytes = 3 * x.numel() * x.element_size()
+    yd = y.detach()
+
+    def reference():
+        yf = yd.float()
+        return yf * (dy.float() - (dy.float() * yf).sum(-1, keepdim=True))
+
+    err, error = common.run_ours(lambda: module.softmax_backward(dy, yd), reference)
+    ours_ms = None if error else common.bench(lambda: module.softmax_backward(dy, yd))
+    torch_ms = common.bench(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))
+    row = common.memory_row(f"softmax backward {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, ours_ms, torch_ms,
+                            min_ratio=1.0, err=err, tol=TOL, error=error)
+    row["ceiling_vs_torch"] = row["copy_gbs"] / row["torch_gbs"]
+    return row
+
+
+def column_sum_row(x):
+    import importlib
+
+    module = importlib.import_module("tegula.kernels.reduce")
+    nbytes = x.numel() * x.element_size() + x.shape[-1] * x.element_size()
+    return _row(f"column_sum {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, lambda: module.column_sum(x),
+                lambda: x.float().sum(0), lambda: x.sum(0))
+
+
 def main() -> int:
     common.require_gpu("bench_softmax")
     x = torch.randn(SHAPE, device="cuda", dtype=DTYPE)
-    rows = [softmax_row(x), layer_norm_row(x), row_sum_row(x)]
+    rows = [softmax_row(x), layer_norm_row(x), row_sum_row(x), softmax_backward_row(x), column_sum_row(x)]
     common.write_json("softmax", rows, copy_gbs=common.copy_bandwidth_gbs())
     columns = common.MEMORY_COLUMNS[:-2] + [("ceiling", "ceiling_vs_torch", ".2f")] \
         + common.MEMORY_COLUMNS[-2:]
     common.print_table(
-        "Softmax, LayerNorm, row sum; float16", rows, columns=columns,
+        "Softmax, LayerNorm, row sum, softmax backward, column sum; float16", rows, columns=columns,
         notes=[f"copy bandwidth (1 GiB device-to-device, read+write): "
                f"{common.copy_bandwidth_gbs():.0f} GB/s",
                "ceiling = the most any kernel moving the same bytes could beat torch by "

@@ -4,6 +4,13 @@ that takes and returns torch tensors:
     from tegula.kernels import rms_norm
     y = rms_norm(x, weight, eps=1e-6)
 
+Each entry point is also a PyTorch operator, `torch.ops.tegula.<name>`, with a fake
+implementation (torch.compile traces through it) and, for the norms, softmax, add,
+transpose, row_sum, matmul and flash_attention, a backward written in the language
+(kernels/_ops.py). The public functions, here and in the modules
+(`tegula.kernels.flash_attention.flash_attention`, `tegula.kernels.gemm.matmul`, ...), call
+those operators.
+
 Every entry point checks its arguments (CUDA tensors of float16, bfloat16 or float32;
 shapes; a ValueError or TypeError naming the argument otherwise), copies a view the kernel
 cannot read in place (strided, or not starting on a 16-byte boundary) as torch's ops would
@@ -29,16 +36,13 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .elementwise import add
-from .layernorm import layer_norm
-from .reduce import row_max, row_min, row_sum
-from .rmsnorm import rms_norm, rms_norm_silu
-from .softmax import softmax
-from .transpose import transpose
+from ._ops import (add, flash_decode, layer_norm, matmul, matmul_tuned, rms_norm, rms_norm_silu, row_max, row_min,
+                   row_sum, softmax, transpose)
 
 __all__ = [
     "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max", "row_min",
-    "transpose", "DemoKernel", "DEMO_KERNELS",
+    "transpose", "matmul", "matmul_tuned", "flash_decode",
+    "DemoKernel", "DEMO_KERNELS",
 ]
 
 

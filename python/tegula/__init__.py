@@ -21,7 +21,7 @@ __all__ = [
     "jit", "compile", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
-__all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning"]
+__all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]
 
 
 def __getattr__(name: str):
@@ -29,6 +29,8 @@ def __getattr__(name: str):
     # every build); load them on first use so `import tegula` stays light.
     import importlib
 
+    if name == "custom_op":
+        return importlib.import_module(".ops", __name__).custom_op
     if name == "profiler":
         return importlib.import_module(".profiler", __name__)
     if name == "TensorSupplyType":

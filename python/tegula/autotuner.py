@@ -18,6 +18,7 @@ through the module-level `_bench` (a `CudaBench`), so tests replace that one obj
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import inspect
@@ -152,6 +153,42 @@ def _store(key: str, entry: dict) -> None:
         os.replace(tmp, os.path.join(directory, key + ".json"))  # readers see the old file or the whole new one
     except OSError as err:
         warnings.warn(f"tegula.autotune: could not write the tuning cache in {directory}: {err}", stacklevel=3)
+
+
+class _Progress:
+    """A one-line counter on stderr ("label 3/12"): tqdm when installed, else rewritten in
+    place. Shown on a terminal, or anywhere when TEGULA_LOG names autotune (or compile)."""
+
+    def __init__(self, label: str, total: int):
+        self.label, self.total, self.done = label, total, 0
+        self.shown = sys.stderr.isatty() or env.log_enabled("autotune") or env.log_enabled("compile")
+        self.bar = None
+        if self.shown and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=label, file=sys.stderr, leave=False)
+            except ImportError:
+                pass
+        self._draw()
+
+    def _draw(self):
+        if self.shown and self.bar is None:
+            end = "\r" if sys.stderr.isatty() else "\n"
+            print(f"{self.label} {self.done}/{self.total}", end=end, file=sys.stderr, flush=True)
+
+    def step(self):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        else:
+            self._draw()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif self.shown and sys.stderr.isatty():
+            print(file=sys.stderr, flush=True)
 
 
 def _describe(config: dict) -> str:
@@ -306,14 +343,45 @@ class AutoTuner:
         kernel.config, kernel.latency, kernel.autotune_results = {**fixed, **chosen}, entry.get("latency"), results
         return AutotuneResult(kernel.config, kernel.latency, kernel, results)
 
-    def _try(self, jit_fn, args, kwargs, config, inputs: dict):
-        """(latency, error) of one configuration; `inputs` holds the inputs last made."""
-        try:
-            with warnings.catch_warnings():  # a spilling candidate is timed, not reported
-                warnings.simplefilter("ignore", RegisterPressureWarning)
-                kernel = jit_fn(*args, **kwargs, **config)
-        except _BUILD_ERRORS as err:
-            return None, f"compile: {_first_line(err)}"
+    def _build_all(self, jit_fn, args, kwargs, configs) -> list:
+        """(kernel, error) per configuration. Parsing and lowering run here, one after the
+        other; the NVRTC compiles then run in a thread pool (the binding releases the GIL)."""
+        built = []
+        for config in configs:
+            try:
+                with warnings.catch_warnings():  # a spilling candidate is timed, not reported
+                    warnings.simplefilter("ignore", RegisterPressureWarning)
+                    built.append((jit_fn(*args, **kwargs, **config), None))
+            except _BUILD_ERRORS as err:
+                built.append((None, f"compile: {_first_line(err)}"))
+        pending = [i for i, (kernel, _) in enumerate(built) if kernel is not None and kernel._program is None]
+        if not pending:
+            return built
+        progress = _Progress(f"autotune {self._name}: compiling", len(pending))
+
+        def compile_one(index):
+            kernel = built[index][0]
+            try:
+                for k in range(kernel.num_kernels):
+                    kernel._lowered_all[k].compile()
+                return index, None
+            except _BUILD_ERRORS as err:
+                return index, f"compile: {_first_line(err)}"
+
+        workers = max(1, min(len(pending), os.cpu_count() or 1, 16))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            for index, error in pool.map(compile_one, pending):
+                if error is not None:
+                    built[index] = (None, error)
+                progress.step()
+        progress.close()
+        return built
+
+    def _try(self, built, inputs: dict):
+        """(latency, error) of one built configuration; `inputs` holds the inputs last made."""
+        kernel, error = built
+        if error is not None:
+            return None, error
         supply, stage = self.supply_type or TensorSupplyType.Auto, "inputs"
         try:
             # One set of inputs serves every configuration with the same parameters.
@@ -331,9 +399,13 @@ class AutoTuner:
     def _time_all(self, jit_fn, args, kwargs, configs) -> dict:
         name, total, started = self._name, len(configs), time.perf_counter()
         results, best, inputs = [], None, {}
-        for index, config in enumerate(configs, 1):
-            began = time.perf_counter()
-            latency, error = self._try(jit_fn, args, kwargs, config, inputs)
+        building = time.perf_counter()
+        built = self._build_all(jit_fn, args, kwargs, configs)
+        # The compiles ran together: each configuration is charged an equal share.
+        build_share = (time.perf_counter() - building) / max(1, total)
+        for index, (config, one) in enumerate(zip(configs, built), 1):
+            began = time.perf_counter() - build_share
+            latency, error = self._try(one, inputs)
             # A compile or a launched kernel cannot be interrupted from Python, so the
             # limit is applied once the configuration's work has finished.
             spent = time.perf_counter() - began

@@ -9,11 +9,15 @@ Variables:
   TEGULA_DUMP_IR    "1": print the IR of every pipeline stage when a kernel compiles
                     (read by `tegula._C.lower` itself)
   TEGULA_CACHE_DIR  read by the native cache (see `cache_dir()`)
+  TEGULA_LOG        "compile" (or "all"): one line per compile stage on stderr, with its
+                    time: parse, lowering passes, printing, index and cache lookups, NVRTC
+  TEGULA_JIT_INDEX  "0": @jit calls always parse and lower (see tegula/jit_index.py)
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 
 _native = None
 
@@ -125,3 +129,14 @@ def cache_dir() -> str:
 def set_cache_enabled(enabled: bool) -> None:
     """Turn the kernel cache (memory and disk) on or off for this process."""
     native().set_cache_enabled(bool(enabled))
+
+
+def log_enabled(topic: str = "compile") -> bool:
+    """TEGULA_LOG names `topic` (a comma list), or is "1" / "all"."""
+    value = os.environ.get("TEGULA_LOG", "").strip()
+    return bool(value) and (value in ("1", "all") or topic in value.split(","))
+
+
+def log_compile(kernel: str, stage: str, ms: float, detail: str = "") -> None:
+    """One stage of a compile, in the format the C++ side prints too."""
+    sys.stderr.write(f"tegula[compile] {kernel}: {stage:<14} {ms:8.1f} ms{'  ' + detail if detail else ''}\n")

@@ -12,6 +12,10 @@
 The eager form (tegula/eager.py) writes the kernel body as the decorated function itself:
 `C = matmul(A, B, block_M=128)` compiles on first use and launches.
 
+A @jit call that a process compiled before is answered from the persistent index
+(tegula/jit_index.py): the built program comes off the disk without parsing or lowering,
+and the prim_func and IR are rebuilt only if something asks for them (get_ir, stages...).
+
 Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
 arguments, allocates the outputs and launches (see JITKernel.__call__).
 """
@@ -21,9 +25,10 @@ import functools
 import inspect
 import operator
 import os
+import time
 import warnings
 
-from . import env, registers
+from . import env, jit_index, registers
 from .frontend.dtypes import to_torch
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc
@@ -90,11 +95,41 @@ class JITKernel:
             raise from_native(err, func.source) from None
         self._lowered = self._lowered_all[0]
         self._program = None
+        self._index_entry = None  # (key, deps, fn name) to record once built; see JITFunction
         self._call = self._first_call
         self._setup_params()
         self._report(verbose, python_side.get("dump_ir", False),
                      debug_root_path or python_side.get("kernels_output_dir"))
         registers.warn_if_over_budget(self)  # RegisterPressureWarning: once per lowering
+
+    @classmethod
+    def _from_index(cls, meta: dict, program, rebuild):
+        """A kernel from a persistent-index entry: launchable at once; the prim_func and
+        the lowered kernels (IR, simulation, registers) come from `rebuild()` on first use."""
+        self = cls.__new__(cls)
+        self.out_idx = list(meta["out_idx"])
+        self.target, self._target_guessed = meta["target"], meta["guessed"]
+        self.params = [KernelParam(name, tuple(shape), to_torch(dtype), dtype, index in self.out_idx, is_scalar)
+                       for index, (name, shape, dtype, is_scalar) in enumerate(meta["params"])]
+        self.num_inputs = len(self.params) - len(self.out_idx)
+        self._name = meta["name"]
+        self._sources = list(meta["sources"])
+        self._program = program
+        self._index_entry = None
+        self._rebuild = rebuild
+        self._call = self._first_call
+        return self
+
+    def __getattr__(self, name):
+        # Only attributes a kernel from the persistent index lacks reach here.
+        rebuild = self.__dict__.get("_rebuild")
+        if rebuild is None or name not in ("prim_func", "_lowered_all", "_lowered", "options"):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        full = rebuild()
+        for attr in ("prim_func", "_lowered_all", "_lowered", "options"):
+            setattr(self, attr, getattr(full, attr))
+        del self._rebuild
+        return getattr(self, name)
 
     # ---- construction ----
     def _setup_params(self) -> None:
@@ -133,7 +168,24 @@ class JITKernel:
                 "(target='auto'); it cannot be launched. Set TEGULA_TARGET or compile where a GPU is visible.")
         C = env.native()
         self._program = C.build_program(self._lowered_all, self.out_idx, len(self.prim_func.workspaces))
+        self._record()
         return self._program
+
+    def _record(self) -> None:
+        """Writes this kernel's persistent-index entry, once its program is built."""
+        entry, self._index_entry = self._index_entry, None
+        if entry is None:
+            return
+        key, deps = entry
+        start = time.perf_counter()
+        meta = {"name": self.prim_func.name, "out_idx": self.out_idx, "target": self.target,
+                "guessed": self._target_guessed,
+                "params": [[p.name, list(p.shape), p.dtype_name, p.is_scalar] for p in self.params],
+                "sources": [lowered.source for lowered in self._lowered_all]}
+        stored = jit_index.store(key, deps, meta, self._program)
+        if env.log_enabled():
+            env.log_compile(self.prim_func.name, "index store", 1e3 * (time.perf_counter() - start),
+                            "stored" if stored else "not stored: a grid the index cannot save")
 
     def _first_call(self, *args):
         self._call = (self._program or self._build()).launcher
@@ -156,7 +208,13 @@ class JITKernel:
     def cubin(self, index: int = 0) -> bytes:
         """The compiled binary of kernel `index` (through the cache), without loading it:
         works with no GPU."""
-        return self._lowered_all[index].compile()
+        image = self._lowered_all[index].compile()
+        if self._index_entry is not None and self._program is None:
+            # Compiled without a launch (no GPU): the program costs cache hits now.
+            self._program = env.native().build_program(self._lowered_all, self.out_idx,
+                                                       len(self.prim_func.workspaces))
+            self._record()
+        return image
 
     def register_usage(self, index: int = 0) -> registers.RegisterUsage | None:
         """Registers per thread of kernel `index`'s fragments (`.fragments`, name ->
@@ -167,16 +225,18 @@ class JITKernel:
     @property
     def num_kernels(self) -> int:
         """How many `with T.Kernel` blocks one call launches."""
-        return len(self._lowered_all)
+        sources = self.__dict__.get("_sources")
+        return len(sources) if sources else len(self._lowered_all)
 
     # ---- inspection ----
     def get_kernel_source(self) -> str:
         """The CUDA source: for a prim_func of several `with T.Kernel` blocks, each
         kernel's source in launch order."""
-        if len(self._lowered_all) == 1:
-            return self._lowered.source
-        return "\n".join(f"// ---- kernel {i} of {len(self._lowered_all)} (launched in this order) ----\n{l.source}"
-                         for i, l in enumerate(self._lowered_all))
+        sources = self.__dict__.get("_sources") or [lowered.source for lowered in self._lowered_all]
+        if len(sources) == 1:
+            return sources[0]
+        return "\n".join(f"// ---- kernel {i} of {len(sources)} (launched in this order) ----\n{source}"
+                         for i, source in enumerate(sources))
 
     def get_ir(self, stage: str = "final") -> str:
         if len(self._lowered_all) == 1:
@@ -198,7 +258,8 @@ class JITKernel:
         return profiler.Profiler(self, tensor_supply_type)
 
     def __repr__(self):
-        return f"<JITKernel {self.prim_func.name} target={self.target} out_idx={self.out_idx}>"
+        name = self.__dict__.get("_name") or self.prim_func.name
+        return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
 
 
 def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verbose=False,  # noqa: A001
@@ -208,6 +269,12 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verb
     return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs, verbose=verbose,
                      debug_root_path=debug_root_path, execution_backend=execution_backend,
                      compile_flags=compile_flags)
+
+
+def _python_side_outputs(pass_configs) -> bool:
+    """Pass configs that print or write files while lowering: never skipped by the index."""
+    options = to_options(pass_configs) if pass_configs else {}
+    return bool(options.get("dump_ir") or options.get("kernels_output_dir"))
 
 
 def _freeze(value, where: str):
@@ -254,12 +321,59 @@ class JITFunction:
         key = self._key(args, kwargs)
         kernel = self._kernels.get(key)
         if kernel is None:
-            func = self.fn(*args, **kwargs)
-            if not isinstance(func, PrimFunc):
-                raise TypeError(f"@tegula.jit function {self.fn.__name__} must return a T.prim_func, "
-                                f"got {type(func).__name__}")
-            kernel = JITKernel(func, **self.settings)
+            kernel = self._compile(args, kwargs)
             self._kernels[key] = kernel
+        return kernel
+
+    def _bound(self, args, kwargs) -> list | None:
+        """(name, value) of every argument, defaults applied; None without a signature."""
+        if self._signature is None:
+            return None
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return list(bound.arguments.items())
+
+    def _construct(self, args, kwargs) -> PrimFunc:
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, PrimFunc):
+            raise TypeError(f"@tegula.jit function {self.fn.__name__} must return a T.prim_func, "
+                            f"got {type(func).__name__}")
+        return func
+
+    def _compile(self, args, kwargs) -> JITKernel:
+        """A new kernel for this call: from the persistent index when it holds a current
+        entry (no parsing, no lowering), else parsed and lowered here."""
+        log = env.log_enabled()
+        name = self.fn.__name__
+        index_key = None
+        if (jit_index.enabled() and not self.settings.get("verbose") and not self.settings.get("debug_root_path")
+                and not _python_side_outputs(self.settings.get("pass_configs"))):
+            start = time.perf_counter()
+            bound = self._bound(args, kwargs)
+            target, guessed = env.resolve_target(self.settings.get("target"))
+            index_key = None if bound is None else jit_index.key_for(self.fn, bound, self.settings, target, guessed)
+            hit = jit_index.lookup(index_key) if index_key else None
+            if log:
+                env.log_compile(name, "index lookup", 1e3 * (time.perf_counter() - start),
+                                "hit" if hit else "miss" if index_key else "not keyable")
+            if hit is not None:
+                meta, program = hit
+                return JITKernel._from_index(meta, program, lambda: JITKernel(self._construct(args, kwargs),
+                                                                              **self.settings))
+        start = time.perf_counter()
+        tracker = jit_index.Tracker() if index_key else None
+        if tracker is None:
+            func = self._construct(args, kwargs)
+        else:
+            with tracker:
+                func = self._construct(args, kwargs)
+        if log:
+            env.log_compile(name, "python parse", 1e3 * (time.perf_counter() - start))
+        kernel = JITKernel(func, **self.settings)
+        if tracker is not None:
+            deps = jit_index.dependencies(tracker, self.fn)
+            if deps is not None:
+                kernel._index_entry = (index_key, deps)
         return kernel
 
     def cache_clear(self) -> None:

@@ -1,6 +1,8 @@
 // tegula._C: lower a kernel, build it with NVRTC through the cache, launch it.
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "runtime/driver.h"
 #include "runtime/hash.h"
 #include "runtime/nvrtc.h"
+#include "runtime/nvrtc_identity.h"
 #include "transform/pipeline.h"
 
 #if __has_include("tegula_build_id.h")
@@ -29,6 +32,23 @@
 namespace tegula::bindings {
 
 namespace {
+
+// TEGULA_LOG=compile (or a list holding it, or "all"): one line per compile stage on stderr.
+bool log_compile() {
+  const char* v = std::getenv("TEGULA_LOG");
+  if (!v || !*v) return false;
+  std::string s = v;
+  return s == "1" || s == "all" || s.find("compile") != std::string::npos;
+}
+
+void log_line(const std::string& kernel, const std::string& stage, double ms, const std::string& detail = "") {
+  std::fprintf(stderr, "tegula[compile] %s: %-14s %8.1f ms%s%s\n", kernel.c_str(), stage.c_str(), ms,
+               detail.empty() ? "" : "  ", detail.c_str());
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The device library, read once and handed to NVRTC in memory.
 struct DeviceLibrary {
@@ -148,6 +168,12 @@ struct LoweredKernel {
     opts.arch = target.arch;
     opts.headers = lib.headers;
     if (options.fast_math) opts.extra_flags.push_back("-use_fast_math");
+    auto& cache = runtime::KernelCache::global();
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    opts.pch_dir = cache.disk_enabled() ? (fs::path(cache.dir()) / "pch").string()
+                                        : (fs::temp_directory_path(ec) / "tegula-pch").string();
+    opts.report_phases = log_compile();
     return opts;
   }
 
@@ -155,11 +181,26 @@ struct LoweredKernel {
     auto& lib = device_library();
     runtime::CompileOptions opts = compile_options();
     std::string build_id = std::string(TEGULA_BUILD_ID) + ":" + lib.hash;
-    try {
-      return runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id, &cache_hit);
-    } catch (const CudaError& e) {
-      throw CudaError(std::string(e.what()) + "\n(the generated source is kernel.get_kernel_source())");
+    runtime::CompileReport report;
+    std::vector<char> image;
+    {
+      // NVRTC takes a second: other Python threads (the autotuner's pool) run meanwhile.
+      py::gil_scoped_release release;
+      try {
+        image = runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id, &cache_hit, &report);
+      } catch (const CudaError& e) {
+        throw CudaError(std::string(e.what()) + "\n(the generated source is kernel.get_kernel_source())");
+      }
     }
+    if (opts.report_phases) {
+      log_line(source.entry, "cache lookup", report.lookup_ms, report.cache);
+      if (!cache_hit) {
+        std::string detail = report.phases;
+        if (report.pch != "none") detail += (detail.empty() ? "pch " : "; pch ") + report.pch;
+        log_line(source.entry, "nvrtc", report.nvrtc_ms, detail);
+      }
+    }
+    return image;
   }
 
   Launch launch_spec() {
@@ -269,10 +310,14 @@ transform::Options parse_options(const py::dict& d) {
 void init_compile(py::module_& m) {
   init_launcher(m);
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
-      .def("__call__", &Program::call)
+      .def("__call__", [](Program& p, const py::args& a) { return p.call(a); })
       .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
       .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
       .def_property_readonly("num_outputs", &Program::num_outputs)
+      .def("save", [](const Program& p) {
+        std::string bytes = p.save();
+        return py::bytes(bytes);
+      }, "The program as bytes for tegula._C.load_program; b'' when it cannot be saved.")
       .def_property_readonly("alignment", [](const Program& p) {
         py::dict d;  // parameter name -> bytes its base address must be a multiple of
         for (auto& s : p.params()) {
@@ -324,14 +369,39 @@ void init_compile(py::module_& m) {
     l->target = transform::Target::parse(target);
     l->options = parse_options(options);
     const char* dump = std::getenv("TEGULA_DUMP_IR");
+    auto t0 = std::chrono::steady_clock::now();
     l->lowered = transform::lower(*k, l->target, l->options, dump && *dump && std::string(dump) != "0");
+    double lower_ms = ms_since(t0);
+    auto t1 = std::chrono::steady_clock::now();
     l->source = codegen::print_cuda(l->lowered.kernel, l->target);
+    if (log_compile()) {
+      log_line(k->name, "passes", lower_ms, std::to_string(l->lowered.stages.size() - 1) + " passes, " + target);
+      log_line(k->name, "print cuda", ms_since(t1), std::to_string(l->source.code.size()) + " bytes");
+    }
     return l;
   }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
 
+  m.def("load_program", [](const py::bytes& b) { return Program::load(std::string(b)); }, py::arg("data"),
+        "A Program from Program.save()'s bytes: launchable, without lowering.");
+  m.def("cache_get", [](const std::string& key) -> py::object {
+    auto v = runtime::KernelCache::global().lookup(key);
+    if (!v) return py::none();
+    return py::bytes(v->data(), v->size());
+  }, py::arg("key"), "A kernel-cache entry by key (a hex string), or None.");
+  m.def("cache_put", [](const std::string& key, const py::bytes& b) {
+    std::string data(b);
+    runtime::KernelCache::global().store(key, std::vector<char>(data.begin(), data.end()));
+  }, py::arg("key"), py::arg("data"), "Stores a kernel-cache entry (memory, and disk when enabled).");
+  m.def("cache_disk_enabled", [] { return runtime::KernelCache::global().disk_enabled(); });
+  m.def("build_id", [] { return std::string(TEGULA_BUILD_ID) + ":" + device_library().hash; },
+        "The compiler core's build stamp and the device library's hash: what a cached artifact depends on.");
   m.def("build_program", &build_program, py::arg("kernels"), py::arg("out_idx"), py::arg("num_workspaces"));
   m.def("set_device_library", &set_device_library, py::arg("include_dir"));
   m.def("nvrtc_version", &runtime::nvrtc_version);
+  m.def("nvrtc_version_cached", [] {
+    auto& cache = runtime::KernelCache::global();
+    return cache.disk_enabled() ? runtime::nvrtc_version_cached(cache.dir()) : runtime::nvrtc_version();
+  }, "nvrtc_version(), read from the record next to the disk cache when it still matches (no NVRTC load).");
   m.def("driver_available", &runtime::driver_available);
   m.def("device_arch", &runtime::device_arch, py::arg("device") = 0);
   m.def("device_name", &runtime::device_name, py::arg("device") = 0);

@@ -2,8 +2,11 @@
 //
 // A plain CPython type rather than a pybind11 method: pybind11's dispatcher copies the
 // argument tuple and resolves overloads on every call, which costs a measurable part of a
-// microsecond on a path that should be dominated by cuLaunchKernel itself.
+// microsecond on a path that should be dominated by cuLaunchKernel itself. It takes the
+// vectorcall protocol, so a direct call builds no argument tuple either.
 #include "bindings/launcher.h"
+
+#include <cstddef>
 
 #include "bindings/bindings.h"
 
@@ -14,6 +17,7 @@ namespace {
 struct LauncherObject {
   PyObject_HEAD
   std::shared_ptr<Program>* program;
+  vectorcallfunc vectorcall;
 };
 
 void launcher_dealloc(PyObject* self) {
@@ -21,14 +25,9 @@ void launcher_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
-PyObject* launcher_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  if (kwargs && PyDict_Size(kwargs) != 0) {
-    PyErr_SetString(PyExc_TypeError, "a tegula kernel takes its arguments by position only");
-    return nullptr;
-  }
+PyObject* launch(PyObject* self, PyObject* const* args, size_t nargs) {
   try {
-    py::args a = py::reinterpret_borrow<py::args>(args);
-    py::object out = (*reinterpret_cast<LauncherObject*>(self)->program)->call(a);
+    py::object out = (*reinterpret_cast<LauncherObject*>(self)->program)->call(args, nargs);
     return out.release().ptr();
   } catch (py::error_already_set& e) {
     e.restore();
@@ -48,13 +47,29 @@ PyObject* launcher_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
 }
 
+PyObject* positional_only() {
+  PyErr_SetString(PyExc_TypeError, "a tegula kernel takes its arguments by position only");
+  return nullptr;
+}
+
+PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (kwnames && PyTuple_GET_SIZE(kwnames) != 0) return positional_only();
+  return launch(self, args, PyVectorcall_NARGS(nargsf));
+}
+
+PyObject* launcher_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  if (kwargs && PyDict_Size(kwargs) != 0) return positional_only();
+  return launch(self, reinterpret_cast<PyTupleObject*>(args)->ob_item, size_t(PyTuple_GET_SIZE(args)));
+}
+
 PyTypeObject launcher_type = [] {
   PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
   t.tp_name = "tegula._C.Launcher";
   t.tp_basicsize = sizeof(LauncherObject);
   t.tp_dealloc = launcher_dealloc;
   t.tp_call = launcher_call;
-  t.tp_flags = Py_TPFLAGS_DEFAULT;
+  t.tp_vectorcall_offset = offsetof(LauncherObject, vectorcall);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
   t.tp_doc = "Launches a compiled kernel: checks the arguments, allocates outputs, launches.";
   return t;
 }();
@@ -71,6 +86,7 @@ py::object make_launcher(std::shared_ptr<Program> program) {
   auto* obj = PyObject_New(LauncherObject, &launcher_type);
   if (!obj) throw py::error_already_set();
   obj->program = new std::shared_ptr<Program>(std::move(program));
+  obj->vectorcall = launcher_vectorcall;
   return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(obj));
 }
 

@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
+#include <optional>
 #include <cstring>
 
 #include "bindings/bindings.h"
@@ -73,13 +74,41 @@ void Program::bad(const ParamSpec& p, const std::string& what) const {
   throw ArgumentError(kernel_name_ + ": argument '" + p.name + "' " + what);
 }
 
-at::Tensor Program::check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const {
-  if (!THPVariable_Check(obj.ptr())) bad(p, "must be a torch.Tensor, got " + type_name(obj.ptr()));
-  at::Tensor t = THPVariable_Unpack(obj.ptr());
+// A tensor from an argument that is not a torch.Tensor but exposes __dlpack__ or
+// __cuda_array_interface__ (CuPy, JAX, numba...): tegula.interop.as_torch converts it
+// without a copy. Only reached off the hot path, for a non-Tensor argument.
+static at::Tensor foreign_tensor(const std::string& name, PyObject* obj) {
+  static PyObject* as_torch = [] {
+    py::object fn = py::module_::import("tegula.interop").attr("as_torch");
+    return fn.release().ptr();  // kept for the life of the process
+  }();
+  py::object t = py::reinterpret_steal<py::object>(PyObject_CallFunction(as_torch, "Os", obj, name.c_str()));
+  if (!t) throw py::error_already_set();
+  internal_assert(THPVariable_Check(t.ptr())) << "tegula.interop.as_torch returned a non-tensor";
+  return THPVariable_Unpack(t.ptr());
+}
+
+at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const {
+  at::Tensor t;
+  bool foreign = false;
+  if (THPVariable_Check(obj)) {
+    t = THPVariable_Unpack(obj);
+  } else if (PyObject_HasAttrString(obj, "__dlpack__") || PyObject_HasAttrString(obj, "__cuda_array_interface__")) {
+    t = foreign_tensor(p.name, obj);
+    foreign = true;
+  } else {
+    bad(p, "must be a torch.Tensor (or an array exposing __dlpack__ or __cuda_array_interface__), got " +
+               type_name(obj));
+  }
   if (t.scalar_type() != p.scalar_type) {
     bad(p, "must have dtype " + p.dtype.name() + ", got " + std::string(c10::toString(t.scalar_type())));
   }
-  if (!t.is_cuda()) bad(p, "must be on a CUDA device, got a tensor on " + t.device().str());
+  if (!t.is_cuda()) {
+    bad(p, "must be on a CUDA device, got " +
+               (foreign ? "a " + type_name(obj) + " on " + t.device().str() +
+                              " (read as a torch.Tensor through __dlpack__ or __cuda_array_interface__)"
+                        : "a tensor on " + t.device().str()));
+  }
   if (t.dim() != int64_t(p.dims.size())) {
     bad(p, "must have shape " + shape_str(p) + " (" + std::to_string(p.dims.size()) + " dimensions), got " +
                std::to_string(t.dim()) + " dimensions");
@@ -237,9 +266,9 @@ void Program::allocate(Args& tensors, const int64_t* dyn, int device, bool works
   }
 }
 
-py::object Program::call(const py::args& inputs) {
+py::object Program::call(PyObject* const* inputs, size_t count) {
   size_t expected = params_.size() - num_outputs_ - num_workspaces_;
-  if (inputs.size() != expected) {
+  if (count != expected) {
     Text os;
     os << kernel_name_ << ": expected " << expected << " argument(s) (";
     bool first = true;
@@ -248,7 +277,7 @@ py::object Program::call(const py::args& inputs) {
       os << (first ? "" : ", ") << p.name;
       first = false;
     }
-    os << "), got " << inputs.size();
+    os << "), got " << count;
     throw ArgumentError(os.str());
   }
   int64_t dyn[kMaxArgs];
@@ -261,12 +290,16 @@ py::object Program::call(const py::args& inputs) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (p.is_output || p.is_workspace) continue;
-    py::handle obj = inputs[next++];
+    PyObject* obj = inputs[next++];
     if (p.is_tensor) tensors[i] = check_tensor(p, obj, dyn, &device);
     else check_scalar(p, obj, &scalars[i]);
   }
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
+  }
+  if (num_outputs_ == 0 && num_workspaces_ == 0) {
+    run(tensors, scalars, dyn, device, nullptr);
+    return py::none();
   }
   py::object outs[kMaxArgs];
   int nout = 0;
@@ -294,7 +327,7 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_workspace) continue;
-    if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[next++], dyn, &device);
+    if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[next++].ptr(), dyn, &device);
     else check_scalar(params_[i], args[next++], &scalars[i]);
   }
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
@@ -349,7 +382,9 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
     argv[n] = &values[n];
     ++n;
   }
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  // Switching devices costs two runtime calls; most launches are on the current one.
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (c10::cuda::current_device() != device) guard.emplace(static_cast<c10::DeviceIndex>(device));
   void* s = stream ? stream : static_cast<void*>(c10::cuda::getCurrentCUDAStream(device).stream());
   // Every grid is checked before the first launch, so a bad size launches nothing.
   c10::SmallVector<runtime::Dim3, 4> grids(kernels_.size());

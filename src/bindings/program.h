@@ -76,12 +76,18 @@ class Program {
 
   // inputs: the caller's arguments (tensors, ints, floats) in parameter order, outputs
   // (params marked is_output) and workspaces left out. Returns the outputs (None, one
-  // tensor, or a list).
-  py::object call(const py::args& inputs);
+  // tensor, or a list). The vector form is the launcher's (launcher.cc): no tuple.
+  py::object call(PyObject* const* inputs, size_t count);
+  py::object call(const py::args& inputs) { return call(reinterpret_cast<PyTupleObject*>(inputs.ptr())->ob_item, inputs.size()); }
   // Every parameter given (workspaces excepted), on an explicit stream (0: torch's current stream).
   void launch(const std::vector<py::object>& args, int64_t stream);
   const std::vector<ParamSpec>& params() const { return params_; }
   int num_outputs() const { return num_outputs_; }
+
+  // The program as bytes a later process can load() and launch without lowering anything
+  // (program_io.cc); "" when a grid extent is an expression save() cannot write.
+  std::string save() const;
+  static std::shared_ptr<Program> load(const std::string& bytes);
 
  private:
   struct Loaded {
@@ -110,7 +116,7 @@ class Program {
   void allocate(Args& tensors, const int64_t* dyn, int device, bool workspaces, py::object* outs, int* nout);
   void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
-  at::Tensor check_tensor(const ParamSpec& p, py::handle obj, int64_t* dyn, int* device) const;
+  at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
   runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
   void encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]);

@@ -169,7 +169,8 @@ void KernelCache::clear_memory() {
   memory_.clear();
 }
 
-std::optional<std::vector<char>> KernelCache::lookup(const std::string& key) {
+std::optional<std::vector<char>> KernelCache::lookup(const std::string& key, bool* from_disk) {
+  if (from_disk) *from_disk = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = memory_.find(key);
@@ -186,6 +187,7 @@ std::optional<std::vector<char>> KernelCache::lookup(const std::string& key) {
     return std::nullopt;
   }
   ++stats_.disk_hits;
+  if (from_disk) *from_disk = true;
   memory_.emplace(key, *image);
   return image;
 }

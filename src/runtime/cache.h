@@ -44,7 +44,8 @@ class KernelCache {
   static std::string make_key(const std::string& source, const std::string& name, const CompileOptions& opts,
                               int nvrtc_version, const std::string& build_id);
 
-  std::optional<std::vector<char>> lookup(const std::string& key);
+  // *from_disk (when given) says which level hit.
+  std::optional<std::vector<char>> lookup(const std::string& key, bool* from_disk = nullptr);
   // Always kept in memory; on disk too when enabled (a failed write leaves the memory entry).
   void store(const std::string& key, const std::vector<char>& image);
   void clear_memory();

@@ -24,6 +24,11 @@ struct CompileOptions {
   std::vector<std::pair<std::string, std::string>> headers;
   // Searched after the in-memory headers and before the toolkit's include directories.
   std::vector<std::string> include_dirs;
+  // Where this process may keep NVRTC precompiled headers of the device library (NVRTC
+  // 12.8+); empty: none. Never part of the cache key: a PCH changes no output byte.
+  std::string pch_dir;
+  // Ask NVRTC for the time of each of its phases (CompileResult::phases).
+  bool report_phases = false;
 };
 
 struct CompileResult {
@@ -34,6 +39,10 @@ struct CompileResult {
   std::string log;
   // Filled only for compute_XX archs.
   std::string ptx;
+  // With report_phases: "front end 120 ms, nvvm 540 ms, ptxas 330 ms" (NVRTC's --time).
+  std::string phases;
+  // "used", "created", "none" or "failed: <why>": what the precompiled header did.
+  std::string pch = "none";
 };
 
 // Must be called before NVRTC is first used; returns false (and changes nothing) once it is loaded.
@@ -52,8 +61,16 @@ std::string cuda_include_dir();
 // libcu++ apart (CUDA 13: include/cccl), the directory holding <cuda/std/...>.
 std::vector<std::string> cuda_include_dirs();
 
-// Always -std=c++17 and --gpu-architecture=<arch>. Throws CudaError naming the NVRTC call and its
-// error, with the full log and the generated lines the errors point at.
+// Always -std=c++17 and --gpu-architecture=<arch>, and -minimal (none of the CUDA runtime's
+// host-side declarations: a shorter front end, the same image; a source that needs them is
+// compiled again without). Throws CudaError naming the NVRTC call and its error, with the
+// full log and the generated lines the errors point at.
+//
+// With opts.pch_dir, a source that begins with `#include "tegula/tegula.h"` (every generated
+// kernel) reuses a precompiled header of the device library. NVRTC ties a PCH to the library
+// instance that made it, so it lives only as long as this process: the second compile of a
+// process creates it (as a by-product of that compile), later ones use it; the file is
+// removed at exit. A PCH that cannot be created or used is skipped, never an error.
 CompileResult compile(const std::string& source, const std::string& name, const CompileOptions& opts);
 
 // Lines of `name` the log reports errors on, from "name(LINE): error: ..." (and "catastrophic

@@ -97,9 +97,14 @@ def parse(fn) -> PrimFunc:
 # on every call, but the inner function's code object is the same constant each time, so
 # reading (tokenizing) its source and parsing it is done once. The tree is only read.
 _SOURCE_CACHE: dict = {}
+# Callables told the file of every function whose source is parsed (prim_funcs and the
+# T.macros they inline): the JIT's persistent index records them (tegula/jit_index.py).
+SOURCE_OBSERVERS: list = []
 
 
 def _source_and_tree(fn):
+    for observe in SOURCE_OBSERVERS:
+        observe(fn.__code__.co_filename)
     # Code objects compare equal across files (equality ignores co_filename): two kernels
     # written alike at the same line of two modules would share one source, so errors
     # would show the other file and postponed (string) annotations would be read there.
