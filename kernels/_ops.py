@@ -95,10 +95,20 @@ def _eager(args) -> bool:
     real device. A custom op's Python dispatch costs microseconds per call and, on its
     first call in a process, seconds of torch's own imports; the eager path costs neither
     and runs the same implementation (and, for grad, the same formulas)."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or torch._C._is_torch_function_mode_enabled():
+    if _compiling() or _dispatch_modes() or _function_modes():
         return False
-    return all(type(a) is torch.Tensor and a.device.type != "meta" for a in args if isinstance(a, torch.Tensor))
+    for a in args:
+        if type(a) is not torch.Tensor:
+            if isinstance(a, torch.Tensor):  # a subclass: FakeTensor, a functional tensor, ...
+                return False
+        elif a.is_meta:
+            return False
+    return True
+
+
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
 
 
 def _call(name: str, *args):
