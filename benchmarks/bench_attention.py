@@ -422,7 +422,7 @@ def backward_case(bw, B, H, Hkv, S, D, causal, target, rep, failures, sweep=Fals
     sweep_rows = []
     if sweep:
         for config in bw.configs:
-            label = "{block_M}x{block_N} t{threads} s{num_stages}".format(**config) + ("" if config.get("dq_staged", True) else " dq-regs")
+            label = "{block_M}x{block_N} t{threads} s{num_stages}".format(**config) + ("" if config.get("stagger", True) else " unstaggered")
             srow = {"case": f"{case} {label}", "part": "backward-sweep", "config": config, "error": None}
             try:
                 got = ours(**config)

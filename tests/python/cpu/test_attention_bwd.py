@@ -117,6 +117,9 @@ NUMERIC_CASES = {
     "full-ragged-bf16": (1, 2, 2, 100, 72, 64, False, 0, "bhsd", torch.bfloat16, None),
     "causal-d128-several-blocks": (1, 2, 1, 136, 136, 128, True, 0, "bshd", torch.float16,
                                    dict(block_M=64, block_N=64, threads=128, num_stages=2)),
+    # No mask: each key block starts at its own query tile (stagger) and wraps around.
+    "full-staggered-gqa": (1, 4, 2, 150, 200, 64, False, 0, "bshd", torch.float16,
+                           dict(block_M=64, block_N=64, threads=128, num_stages=2)),
     # dQ's atomics issued from a shared-memory copy of the tile (dq_staged).
     "causal-dq-staged": (1, 2, 1, 136, 136, 64, True, 0, "bshd", torch.float16,
                          dict(block_M=64, block_N=64, threads=128, num_stages=2, dq_staged=True)),
