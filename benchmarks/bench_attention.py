@@ -422,7 +422,9 @@ def backward_case(bw, B, H, Hkv, S, D, causal, target, rep, failures, sweep=Fals
     sweep_rows = []
     if sweep:
         for config in bw.configs:
-            label = "{block_M}x{block_N} t{threads} s{num_stages}".format(**config) + ("" if config.get("stagger", True) else " unstaggered")
+            label = ("{block_M}x{block_N} t{threads} s{num_stages}".format(**config)
+                     + ("" if config.get("stagger", True) else " unstaggered")
+                     + {None: "", True: " heads-first", False: " kv-blocks-first"}[config.get("heads_first")])
             srow = {"case": f"{case} {label}", "part": "backward-sweep", "config": config, "error": None}
             try:
                 got = ours(**config)
