@@ -80,12 +80,15 @@ def _check(B, H, Hkv, Sq, Skv, D, causal, window, layout, dtype, sm_scale=None, 
     dq, dk, dv = bw.flash_attention_backward(do, q, k, v, out, lse, causal=causal, window=window, layout=layout,
                                              sm_scale=sm_scale, **config)
     want = reference_grads(q, k, v, do, causal, window, layout, sm_scale)
+    problems = []  # what differs from autograd; empty when dq, dk, dv all match
     for name, got, ref, like in (("dq", dq, want[0], q), ("dk", dk, want[1], k), ("dv", dv, want[2], v)):
-        assert got.shape == like.shape and got.dtype == like.dtype, f"{name}: {got.dtype} {tuple(got.shape)}"
-        assert not torch.isnan(got).any(), f"{name} has NaN (unwritten elements?)"
-        err = rel_err(got, ref)
-        assert err <= GRAD_TOL[dtype], f"{name}: relative error {err:.3e} > {GRAD_TOL[dtype]:.0e}"
-    return q, lse, dq
+        if got.shape != like.shape or got.dtype != like.dtype:
+            problems.append(f"{name}: {got.dtype} {tuple(got.shape)}")
+        elif torch.isnan(got).any():
+            problems.append(f"{name} has NaN (unwritten elements?)")
+        elif rel_err(got, ref) > GRAD_TOL[dtype]:
+            problems.append(f"{name}: relative error {rel_err(got, ref):.3e} > {GRAD_TOL[dtype]:.0e}")
+    return problems, q, lse, dq
 
 
 # (B, H, Hkv, Sq, Skv, D, causal, window, layout)
@@ -105,7 +108,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_backward_matches_autograd(case, dtype):
     B, H, Hkv, Sq, Skv, D, causal, window, layout = case
-    q, lse, dq = _check(B, H, Hkv, Sq, Skv, D, causal, window, layout, dtype)
+    problems, q, lse, dq = _check(B, H, Hkv, Sq, Skv, D, causal, window, layout, dtype)
+    assert not problems, problems
     blind = torch.isinf(lse)                        # (B, H, Sq): queries that saw no key
     if blind.any():
         dq_bhsd = dq if layout == "bhsd" else dq.transpose(1, 2)
@@ -114,20 +118,24 @@ def test_backward_matches_autograd(case, dtype):
 
 @pytest.mark.parametrize("path", ["auto", "legacy"])
 def test_both_engine_paths_and_a_non_default_scale(path):
-    _check(1, 4, 2, 600, 600, 128, True, None, "bshd", FP16, sm_scale=0.05, path=path)
+    problems, *_ = _check(1, 4, 2, 600, 600, 128, True, None, "bshd", FP16, sm_scale=0.05, path=path)
+    assert not problems, problems
 
 
 @pytest.mark.parametrize("config", bw.configs[1::3], ids=lambda c: "{block_M}x{block_N}-t{threads}-s{num_stages}".format(**c))
 def test_sweep_configs_are_correct(config):
-    _check(1, 4, 2, 333, 517, 64, True, None, "bhsd", BF16, **config)
+    problems, *_ = _check(1, 4, 2, 333, 517, 64, True, None, "bhsd", BF16, **config)
+    assert not problems, problems
 
 
 def test_grad_arriving_expanded_or_strided():
     """Autograd hands the backward grads of any strides: a broadcast (stride 0) one from a
     sum, a transposed one from a later op."""
-    _check(1, 4, 4, 256, 256, 64, True, None, "bshd", FP16, do_view=lambda do: do[:1, :1, :1].expand(do.shape))
-    _check(1, 4, 4, 256, 320, 128, False, None, "bhsd", FP16,
-           do_view=lambda do: do.transpose(2, 3).contiguous().transpose(2, 3))
+    expanded, *_ = _check(1, 4, 4, 256, 256, 64, True, None, "bshd", FP16,
+                          do_view=lambda do: do[:1, :1, :1].expand(do.shape))
+    strided, *_ = _check(1, 4, 4, 256, 320, 128, False, None, "bhsd", FP16,
+                         do_view=lambda do: do.transpose(2, 3).contiguous().transpose(2, 3))
+    assert not expanded and not strided, (expanded, strided)
 
 
 def test_empty_extents_give_zeros():

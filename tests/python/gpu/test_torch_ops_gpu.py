@@ -73,23 +73,29 @@ def test_opcheck(name):
 
 # ---- backward through torch.autograd, against torch's -----------------------------
 
-def _compare_grads(fn_ours, fn_ref, inputs, dtype, what):
+def _grad_mismatches(fn_ours, fn_ref, inputs, dtype, what):
     """Grads of sum(out * g) for a fixed random g, ours vs torch's in float64 from the same
-    rounded inputs."""
+    rounded inputs: the list of what differs (empty when the output and every grad match)."""
     ours_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     ref_in = [t.detach().double().requires_grad_(t.requires_grad) for t in inputs]
     out = fn_ours(*ours_in)
     ref = fn_ref(*ref_in)
-    assert out.dtype == dtype
+    if out.dtype != dtype:
+        return [f"{what}: output dtype {out.dtype}"]
     g = _rand(tuple(out.shape), torch.float32, "g", what).to(dtype)
     (out.float() * g.float()).sum().backward()
     (ref * g.double()).sum().backward()
-    assert rel_err(out, ref) <= GRAD_TOL[dtype], f"{what}: forward"
+    problems = []
+    if rel_err(out, ref) > GRAD_TOL[dtype]:
+        problems.append(f"{what}: forward")
     for i, (a, b) in enumerate(zip(ours_in, ref_in)):
-        if a.requires_grad:
-            assert a.grad is not None, f"{what}: input {i} got no gradient"
-            err = rel_err(a.grad, b.grad)
-            assert err <= GRAD_TOL[dtype], f"{what}: grad of input {i}: relative error {err:.3e}"
+        if not a.requires_grad:
+            continue
+        if a.grad is None:
+            problems.append(f"{what}: input {i} got no gradient")
+        elif rel_err(a.grad, b.grad) > GRAD_TOL[dtype]:
+            problems.append(f"{what}: grad of input {i}: relative error {rel_err(a.grad, b.grad):.3e}")
+    return problems
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -98,16 +104,21 @@ def test_norm_and_softmax_grads(dtype, n):
     x = _rand((3, 37, n), dtype, "x", n, grad=True)
     w = _rand((n,), dtype, "w", n, scale=0.1, offset=1.0, grad=True)
     b = _rand((n,), dtype, "b", n, scale=0.1, grad=True)
-    _compare_grads(lambda x, w: K.rms_norm(x, w, 1e-6), lambda x, w: F.rms_norm(x, (n,), w, 1e-6), [x, w], dtype,
-                   f"rms_norm n={n}")
-    _compare_grads(lambda x, w: K.rms_norm_silu(x, w, 1e-6), lambda x, w: F.silu(F.rms_norm(x, (n,), w, 1e-6)),
-                   [x, w], dtype, f"rms_norm_silu n={n}")
-    _compare_grads(lambda x, w, b: K.layer_norm(x, w, b, 1e-5), lambda x, w, b: F.layer_norm(x, (n,), w, b, 1e-5),
-                   [x, w, b], dtype, f"layer_norm n={n}")
-    _compare_grads(K.softmax, lambda x: torch.softmax(x, -1), [x], dtype, f"softmax n={n}")
-    _compare_grads(K.add, torch.add, [x, w], dtype, f"add (row broadcast) n={n}")
-    _compare_grads(K.add, torch.add, [x, _rand(x.shape, dtype, "y", n, grad=True)], dtype, f"add n={n}")
-    _compare_grads(K.row_sum, lambda x: x.sum(-1), [x], dtype, f"row_sum n={n}")
+    y = _rand(x.shape, dtype, "y", n, grad=True)
+    cases = [
+        (lambda x, w: K.rms_norm(x, w, 1e-6), lambda x, w: F.rms_norm(x, (n,), w, 1e-6), [x, w], "rms_norm"),
+        (lambda x, w: K.rms_norm_silu(x, w, 1e-6), lambda x, w: F.silu(F.rms_norm(x, (n,), w, 1e-6)), [x, w],
+         "rms_norm_silu"),
+        (lambda x, w, b: K.layer_norm(x, w, b, 1e-5), lambda x, w, b: F.layer_norm(x, (n,), w, b, 1e-5), [x, w, b],
+         "layer_norm"),
+        (K.softmax, lambda x: torch.softmax(x, -1), [x], "softmax"),
+        (K.add, torch.add, [x, w], "add (row broadcast)"),
+        (K.add, torch.add, [x, y], "add"),
+        (K.row_sum, lambda x: x.sum(-1), [x], "row_sum"),
+    ]
+    problems = [p for ours, ref, inputs, name in cases
+                for p in _grad_mismatches(ours, ref, inputs, dtype, f"{name} n={n}")]
+    assert not problems, problems
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -119,9 +130,11 @@ def test_matmul_grads(dtype, activation, mnk):
     b = _rand((Kd, N), dtype, "b", mnk, scale=Kd ** -0.25, grad=True)
     bias = _rand((N,), dtype, "bias", mnk, grad=True)
     act = {"none": lambda z: z, "relu": torch.relu, "gelu": lambda z: F.gelu(z, approximate="tanh")}[activation]
-    _compare_grads(lambda a, b, c: K.matmul(a, b, c, activation), lambda a, b, c: act(a @ b + c), [a, b, bias],
-                   dtype, f"matmul {mnk} {activation}")
-    _compare_grads(lambda a, b: K.matmul(a, b), lambda a, b: a @ b, [a, b], dtype, f"matmul {mnk} no bias")
+    with_bias = _grad_mismatches(lambda a, b, c: K.matmul(a, b, c, activation), lambda a, b, c: act(a @ b + c),
+                                 [a, b, bias], dtype, f"matmul {mnk} {activation}")
+    without = _grad_mismatches(lambda a, b: K.matmul(a, b), lambda a, b: a @ b, [a, b], dtype,
+                               f"matmul {mnk} no bias")
+    assert not with_bias and not without, with_bias + without
 
 
 def _attention_ref(q, k, v, causal, window, scale):
@@ -157,9 +170,11 @@ def test_flash_attention_grads(dtype, case):
     k = _rand((B, Skv, Hkv, D), dtype, "k", case, grad=True)
     v = _rand((B, Skv, Hkv, D), dtype, "v", case, grad=True)
     scale = D ** -0.5
-    _compare_grads(lambda q, k, v: FA.flash_attention(q, k, v, causal=case["causal"], window=case["window"]),
-                   lambda q, k, v: _attention_ref(q, k, v, case["causal"], case["window"], scale),
-                   [q, k, v], dtype, f"attention {case}")
+    problems = _grad_mismatches(
+        lambda q, k, v: FA.flash_attention(q, k, v, causal=case["causal"], window=case["window"]),
+        lambda q, k, v: _attention_ref(q, k, v, case["causal"], case["window"], scale),
+        [q, k, v], dtype, f"attention {case}")
+    assert not problems, problems
 
 
 def test_flash_attention_lse_gradient_flows():
