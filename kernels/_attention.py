@@ -71,6 +71,11 @@ def check_sm_scale(op, sm_scale):
         raise ValueError(f"{op}: sm_scale must be None or a positive finite number, got {sm_scale!r}")
 
 
+def check_num_split(op, num_split):
+    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
+        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
+
+
 def check_flag(op, name, value):
     if not isinstance(value, bool):
         raise TypeError(f"{op}: {name} must be a bool, got {value!r}")

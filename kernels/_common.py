@@ -146,6 +146,14 @@ def check_hidden(op: str, name: str, n: int) -> None:
                          f"32-bit integers, so a row holds at most {2 ** 31 - 1} elements")
 
 
+def check_grad_rows(op, name, x) -> None:
+    """x, a tensor of a backward entry point: a float dtype and at least one dimension."""
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{op}: {name} must be a tensor of {FLOAT_DTYPES_TEXT}, got {describe(x)}")
+    if x.dim() == 0:
+        raise ValueError(f"{op}: {name} must have at least one dimension, got {describe(x)}")
+
+
 def check_grad_args(op, dy, x, named, x_name: str = "x") -> None:
     """The arguments of a backward entry point: dy like x (dtype, shape, device); each
     (name, t, shape) of `named` with x's dtype and device and that shape. Errors name the
@@ -155,10 +163,7 @@ def check_grad_args(op, dy, x, named, x_name: str = "x") -> None:
     for name, t in tensors:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {describe(t)}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{op}: {x_name} must be a tensor of {FLOAT_DTYPES_TEXT}, got {describe(x)}")
-    if x.dim() == 0:
-        raise ValueError(f"{op}: {x_name} must have at least one dimension, got {describe(x)}")
+    check_grad_rows(op, x_name, x)
     if dy.dtype != x.dtype or dy.shape != x.shape:
         raise ValueError(f"{op}: dy must have the dtype and shape {tuple(x.shape)} of {x_name}, "
                          f"got {describe(dy)}")

@@ -48,7 +48,7 @@ import torch
 
 from . import elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
-from ._attention import check_flag
+from ._attention import check_flag, check_num_split, check_sm_scale
 from ._common import check_eps, describe, refuse_grad
 
 # Two modules share their function's name, which tegula.kernels re-exports over them.
@@ -505,12 +505,19 @@ def layer_norm(x, weight, bias, eps: float = 1e-5, out=None):
     return _call("layer_norm", x, weight, bias, eps)
 
 
+def _one_tensor(op: str, x, out, differentiable: bool):
+    """The public function of an op of one tensor x (and an optional out)."""
+    x = _tensor(op, "x", x)
+    if not differentiable:
+        refuse_grad(op, "x", x)
+    if out is not None:
+        return _with_out(EAGER[op], out, x)
+    return _call(op, x)
+
+
 def softmax(x, out=None):
     """torch.softmax(x, dim=-1); differentiable."""
-    x = _tensor("softmax", "x", x)
-    if out is not None:
-        return _with_out(EAGER["softmax"], out, x)
-    return _call("softmax", x)
+    return _one_tensor("softmax", x, out, differentiable=True)
 
 
 def add(x, y, out=None):
@@ -524,36 +531,22 @@ def add(x, y, out=None):
 
 def row_sum(x, out=None):
     """x.sum(-1) in x's dtype; differentiable."""
-    x = _tensor("row_sum", "x", x)
-    if out is not None:
-        return _with_out(EAGER["row_sum"], out, x)
-    return _call("row_sum", x)
+    return _one_tensor("row_sum", x, out, differentiable=True)
 
 
 def row_max(x, out=None):
     """x.amax(-1) in x's dtype (no backward)."""
-    x = _tensor("row_max", "x", x)
-    refuse_grad("row_max", "x", x)
-    if out is not None:
-        return _with_out(EAGER["row_max"], out, x)
-    return _call("row_max", x)
+    return _one_tensor("row_max", x, out, differentiable=False)
 
 
 def row_min(x, out=None):
     """x.amin(-1) in x's dtype (no backward)."""
-    x = _tensor("row_min", "x", x)
-    refuse_grad("row_min", "x", x)
-    if out is not None:
-        return _with_out(EAGER["row_min"], out, x)
-    return _call("row_min", x)
+    return _one_tensor("row_min", x, out, differentiable=False)
 
 
 def transpose(x, out=None):
     """x.t().contiguous() of a 2-D tensor; differentiable."""
-    x = _tensor("transpose", "x", x)
-    if out is not None:
-        return _with_out(EAGER["transpose"], out, x)
-    return _call("transpose", x)
+    return _one_tensor("transpose", x, out, differentiable=True)
 
 
 def matmul(a, b, bias=None, activation: str = "none", *, path: str = "auto"):
@@ -597,10 +590,8 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
     _check_window(op, causal, window)
     if not isinstance(layout, str) or layout not in _fa.LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {_fa.LAYOUTS}, got {layout!r}")
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))):
-        raise ValueError(f"{op}: sm_scale must be None or a positive float, got {sm_scale!r}")
-    out, lse = _call("flash_attention", q, k, v, causal, window, layout,
-                                                None if sm_scale is None else float(sm_scale))
+    check_sm_scale(op, sm_scale)
+    out, lse = _call("flash_attention", q, k, v, causal, window, layout, None if sm_scale is None else float(sm_scale))
     return (out, lse) if return_lse else out
 
 
@@ -613,12 +604,10 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     _refuse_all(op, q=q, k_cache=k_cache, v_cache=v_cache)
     if config:
         return EAGER["flash_decode"](q, k_cache, v_cache, cache_seqlens, sm_scale, num_split, **config)
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))):
-        raise ValueError(f"{op}: sm_scale must be None or a positive float, got {sm_scale!r}")
-    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
-        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
-    return _call("flash_decode", q, k_cache, v_cache, cache_seqlens,
-                                         None if sm_scale is None else float(sm_scale), num_split)
+    check_sm_scale(op, sm_scale)
+    check_num_split(op, num_split)
+    return _call("flash_decode", q, k_cache, v_cache, cache_seqlens, None if sm_scale is None else float(sm_scale),
+                 num_split)
 
 
 def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False):
@@ -631,12 +620,10 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
         block_table = _tensor(op, "block_table", block_table)
     _refuse_all(op, q=q, kv_cache=kv_cache)
     check_flag(op, "return_lse", return_lse)
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))):
-        raise ValueError(f"{op}: sm_scale must be None or a positive float, got {sm_scale!r}")
-    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
-        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
+    check_sm_scale(op, sm_scale)
+    check_num_split(op, num_split)
     out, lse = _call("mla_decode", q, kv_cache, cache_seqlens, block_table,
-                                           None if sm_scale is None else float(sm_scale), num_split)
+                     None if sm_scale is None else float(sm_scale), num_split)
     return (out, lse) if return_lse else out
 
 

@@ -25,7 +25,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._attention import check_heads, check_like_q, check_operand, check_sm_scale, online_softmax
+from ._attention import (check_heads, check_like_q, check_num_split, check_operand, check_sm_scale,
+                         online_softmax)
 from ._common import check_devices, describe, dtype_name, launchable, sm_count
 from .flash_attention import FAST_MATH
 
@@ -171,8 +172,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
         raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},), "
                          f"got {describe(cache_seqlens)}")
     check_sm_scale(op, sm_scale)
-    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
-        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
+    check_num_split(op, num_split)
     check_devices(op, ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens))
     if B * H * D * S == 0:  # nothing to launch: empty, or no key at all (zeros)
         return torch.zeros((B, H, D), dtype=q.dtype, device=q.device)

@@ -26,7 +26,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._attention import check_operand, check_sm_scale, online_softmax
+from ._attention import check_num_split, check_operand, check_sm_scale, online_softmax
 from ._common import check_devices, describe, dtype_name, launchable, sm_count
 from .flash_attention import FAST_MATH
 
@@ -196,8 +196,7 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
             or tuple(cache_seqlens.shape) != (B,):
         raise ValueError(f"{op}: cache_seqlens must be an int32 tensor of shape ({B},), got {describe(cache_seqlens)}")
     check_sm_scale(op, sm_scale)
-    if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
-        raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")
+    check_num_split(op, num_split)
     named = [("q", q), ("kv_cache", kv_cache), ("cache_seqlens", cache_seqlens)]
     check_devices(op, *(named + ([("block_table", block_table)] if paged else [])))
     table_width = block_table.shape[1] if paged else 0

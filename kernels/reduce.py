@@ -15,7 +15,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import (FLOAT_DTYPES, FLOAT_DTYPES_TEXT, VECTOR_BYTES, Output, as_rows, check_chunks,
+from ._common import (VECTOR_BYTES, Output, as_rows, check_chunks, check_grad_rows,
                       check_devices, check_grad_devices, check_hidden, check_tensor, chunk_loop, describe,
                       dtype_name, elem_bytes, launchable, next_pow2, plan_rows, sm_count)
 
@@ -220,10 +220,7 @@ def column_sum(x: torch.Tensor) -> torch.Tensor:
     # A gradient: checked without refuse_grad (backward runs under no-grad anyway).
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op}: x must be a torch.Tensor, got {describe(x)}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{op}: x must be a tensor of {FLOAT_DTYPES_TEXT}, got {describe(x)}")
-    if x.dim() == 0:
-        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    check_grad_rows(op, "x", x)
     n = x.shape[-1]
     check_grad_devices(op, (("x", x),))
     if x.numel() == 0:
