@@ -1,4 +1,8 @@
-"""Command line: `python -m tegula demo` and `python -m tegula info`.
+"""Command line: `python -m tegula demo`, `info`, `layout`, `bench` and `model`.
+
+layout, bench and model live in their own modules (tegula.tools.layout_cli,
+tegula.tools.bench_cli, tegula.integrations.model_cli), each with `add_arguments(parser)`
+and `run(args)`; they are imported only when their command runs.
 
 demo: compiles every shipped kernel (to a cubin, for the GPU present or for sm_90a
 without one), prints the CUDA generated for one of them, and where a GPU is present runs
@@ -194,6 +198,29 @@ def info(args) -> int:
     return 0
 
 
+# (command, module, help): the module has add_arguments(parser) and run(args).
+_COMMANDS = (
+    ("layout", "tegula.tools.layout_cli", "draw a compiled kernel's buffer layout as a PNG"),
+    ("bench", "tegula.tools.bench_cli", "time the shipped kernels and draw their roofline as a PNG"),
+    ("model", "tegula.integrations.model_cli",
+     "run a Llama-style model (random weights) eager and on Tegula kernels; compare and time them"),
+)
+
+
+def _add_arguments(module: str, parser) -> None:
+    """The command's own arguments. Its module is imported lazily, at `--help` or run time,
+    unless argparse needs the arguments now: it does, so import it (light: the modules
+    import torch and heavy packages inside their functions)."""
+    importlib.import_module(module).add_arguments(parser)
+
+
+def _lazy(module: str):
+    def run(args):
+        return importlib.import_module(module).run(args)
+
+    return run
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tegula")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -205,6 +232,10 @@ def main(argv=None) -> int:
     d.set_defaults(run=demo)
     i = sub.add_parser("info", help="NVRTC, driver, device and cache facts")
     i.set_defaults(run=info)
+    for name, module, text in _COMMANDS:
+        c = sub.add_parser(name, help=text)
+        c.set_defaults(run=_lazy(module), module=module)
+        _add_arguments(module, c)
     args = p.parse_args(argv)
     return args.run(args)
 

@@ -250,6 +250,34 @@ class JITKernel:
             return list(stages() if callable(stages) else stages)
         return list(self.prim_func.kernel.stages())
 
+    def layouts(self, index: int = 0) -> dict:
+        """name -> BufferLayout (tegula/tools/layout_data.py) for every fragment and shared
+        buffer kernel `index` declares: the layout the passes chose (a fragment's (thread,
+        register) per element; a shared buffer's swizzled offsets)."""
+        from .tools.layout_data import BufferLayout
+
+        return {entry["name"]: BufferLayout.from_native(entry) for entry in self._lowered_all[index].layouts()}
+
+    def layout_of(self, name: str, index: int | None = None):
+        """The BufferLayout of buffer `name` in kernel `index` (default: the first kernel
+        that declares it); a ValueError listing the buffers when there is none."""
+        indices = range(len(self._lowered_all)) if index is None else [index]
+        known = []
+        for i in indices:
+            found = self.layouts(i)
+            if name in found:
+                return found[name]
+            known += [f"{n} ({b.scope})" for n, b in found.items()]
+        raise ValueError(f"kernel {self.prim_func.name} has no fragment or shared buffer named {name!r}; "
+                         f"its buffers: {', '.join(known) or 'none'}")
+
+    def plot_layout(self, buffer_name: str, path: str | None = None, **options):
+        """Draws buffer `buffer_name`'s layout (to a PNG at `path` when given) and returns
+        the data drawn; options as tegula.tools.plot_layout takes them."""
+        from .tools.layout_plot import plot_layout
+
+        return plot_layout(self.layout_of(buffer_name, options.pop("kernel_index", None)), path, **options)
+
     def get_profiler(self, tensor_supply_type=None):
         from . import profiler
 

@@ -5,6 +5,7 @@
 //   ir_builder.cc  tegula._C.ir: the IR builder the frontend drives (docs/internals.md)
 //   compile.cc     tegula._C.lower / Lowered / Program: passes, NVRTC, launch
 //   interp.cc      Lowered.reference / Lowered.simulate: the CPU interpreters (tegula.testing)
+//   layouts.cc     Lowered.layouts / shared_offsets: the chosen layouts as data (tegula.tools)
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -26,6 +27,11 @@ namespace py = pybind11;
 void init_ir_builder(py::module_& ir);
 // Adds the compile and launch API to `tegula._C` itself.
 void init_compile(py::module_& m);
+
+// Lowered.layouts(): per fragment and shared buffer the program declares, the layout the
+// passes chose, as data (layouts.cc); init_layouts adds tegula._C.shared_offsets.
+py::list describe_layouts(const tegula::transform::Lowered& lowered);
+void init_layouts(py::module_& m);
 
 // The CPU interpreters on one call's arguments: float64 CPU tensors (written in place) and
 // Python numbers, one per kernel parameter.

@@ -309,6 +309,7 @@ transform::Options parse_options(const py::dict& d) {
 
 void init_compile(py::module_& m) {
   init_launcher(m);
+  init_layouts(m);
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def("__call__", [](Program& p, const py::args& a) { return p.call(a); })
       .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
@@ -359,6 +360,8 @@ void init_compile(py::module_& m) {
       }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
       .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })
       .def_property_readonly("tensor_maps", [](const LoweredKernel& l) { return l.lowered.kernel.tensor_maps.size(); })
+      .def("layouts", [](const LoweredKernel& l) { return describe_layouts(l.lowered); },
+           "Per fragment and shared buffer the kernel declares, the layout the passes chose (a dict each).")
       .def("compile_log", [](LoweredKernel& l) {
         return runtime::compile(l.source.code, l.source.entry + ".cu", l.compile_options()).log;
       }, "Compiles without the cache and returns NVRTC's (and ptxas') warnings; works without a GPU.");

@@ -1,0 +1,320 @@
+"""`python -m tegula model`: a Llama-style transformers model with random weights, run eager
+and patched by `tegula.integrations.transformers.apply`, compared and timed.
+
+    python -m tegula model                      # a small model (about 0.3 B parameters)
+    python -m tegula model --size 8b            # Llama-3-8B's shapes, bf16: needs ~40 GB
+    python -m tegula model --size tiny --device cpu --ops torch   # the plumbing, on a CPU
+
+Steps: build the model from a config (weights drawn by transformers' initialiser, seeded);
+run prefill of `--batch` prompts of `--prompt-len` random tokens and greedy decoding of
+`--new-tokens` tokens eager (transformers as shipped: SDPA attention, DynamicCache),
+keeping the logits of every step; patch the same model; run the same prefill and, fed the
+eager run's tokens (so each step sees the same input), the same decode steps on a
+`KVCache`; compare the logits step by step (max |patched - eager| / max |eager|, target
+--rtol) and the greedy tokens; then time both (median of CUDA-event timings: prefill
+tokens/s and decode ms/token), and time each op class in one instrumented pass (GEMM,
+attention, norm, RoPE, MLP activation, other) for the table and the PNG (--plot).
+Exit status 1 when the logits disagree beyond --rtol.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+SIZES = {
+    # name: (hidden, intermediate, layers, heads, kv heads, vocab, rope)
+    "tiny": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512),
+    "small": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=12, num_attention_heads=8,
+                  num_key_value_heads=2, vocab_size=32000),
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256),
+}
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--size", choices=tuple(SIZES), default="small",
+                   help="model shape: tiny, small (default) or 8b (Llama-3-8B's)")
+    p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    p.add_argument("--batch", type=int, default=None, help="prompts (default 8; 2 for tiny)")
+    p.add_argument("--prompt-len", type=int, default=None, help="prompt tokens (default 1024; 16 for tiny)")
+    p.add_argument("--new-tokens", type=int, default=None, help="decoded tokens (default 128; 8 for tiny)")
+    p.add_argument("--check-steps", type=int, default=None,
+                   help="decode steps whose logits are compared (default: all)")
+    p.add_argument("--rtol", type=float, default=2e-2, help="max |patched - eager| / max |eager| per step")
+    p.add_argument("--gemm", choices=("auto", "tegula", "torch"), default="auto",
+                   help="which GEMM the patch uses (see tegula.integrations.transformers.apply)")
+    p.add_argument("--ops", choices=("tegula", "torch"), default="tegula",
+                   help="'torch' runs the patched structure on torch's ops (the reference)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--repeat", type=int, default=5, help="timed prefill repetitions (median)")
+    p.add_argument("--plot", default="model_ops.png", help="PNG of the time per op class ('' for none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _progress(iterable, total, desc, enabled):
+    if enabled:
+        try:
+            from tqdm import tqdm
+
+            return tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+        except ImportError:
+            pass
+    return iterable
+
+
+def build_model(size: str, dtype, device, seed: int = 0, max_positions: int = 8192):
+    """A LlamaForCausalLM of `size` (SIZES) with seeded random weights, in eval mode."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = dict(SIZES[size])
+    rope = dict(LLAMA3_ROPE) if size == "8b" else {"rope_type": "default", "rope_theta": 10000.0}
+    config = LlamaConfig(**shape, max_position_embeddings=max(max_positions, 8192), rope_parameters=rope,
+                         rms_norm_eps=1e-5, attn_implementation="sdpa", tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+
+
+class _Clock:
+    """Wall time of GPU work: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device):
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.device(device).type == "cuda"
+
+    def time(self, fn):
+        torch = self.torch
+        if not self.cuda:
+            t0 = time.perf_counter()
+            out = fn()
+            return out, (time.perf_counter() - t0) * 1e3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        end.record()
+        torch.cuda.synchronize()
+        return out, start.elapsed_time(end)
+
+
+def _rel(a, b) -> float:
+    a, b = a.float(), b.float()
+    return ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
+
+
+def run(args) -> int:
+    import torch
+
+    import tegula.integrations.transformers as tt
+
+    tiny = args.size == "tiny"
+    batch = args.batch or (2 if tiny else 8)
+    prompt_len = args.prompt_len or (16 if tiny else 1024)
+    new_tokens = args.new_tokens if args.new_tokens is not None else (8 if tiny else 128)
+    for name, value in (("--batch", batch), ("--prompt-len", prompt_len), ("--new-tokens", new_tokens)):
+        if value < 1:
+            print(f"model: {name} must be >= 1, got {value}", file=sys.stderr)
+            return 2
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("model: no CUDA device; use --device cpu --ops torch to run the patched structure on the CPU",
+              file=sys.stderr)
+        return 2
+    if args.ops == "tegula" and device.type != "cuda":
+        print("model: Tegula's kernels need a CUDA device (--ops torch runs on the CPU)", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, args.dtype)
+    progress = not args.no_progress
+    total_len = prompt_len + new_tokens
+    clock = _Clock(device)
+
+    print(f"building the {args.size} model ({args.dtype}, random weights) ...", flush=True)
+    model = build_model(args.size, dtype, device, args.seed, total_len)
+    n_params = sum(p.numel() for p in model.parameters())
+    cfg = model.config
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"model: {args.size}, {n_params / 1e9:.2f} B parameters, hidden {cfg.hidden_size}, "
+          f"{cfg.num_hidden_layers} layers, heads {cfg.num_attention_heads}/{cfg.num_key_value_heads}; "
+          f"batch {batch} x {prompt_len} prompt tokens, {new_tokens} new; device {dev_name}")
+    gen = torch.Generator(device="cpu").manual_seed(args.seed + 1)
+    prompts = torch.randint(0, cfg.vocab_size, (batch, prompt_len), generator=gen).to(device)
+
+    def eager_cache():
+        return None   # transformers makes its DynamicCache
+
+    def decode_run(cache_maker, tokens=None, label="", keep=True):
+        """prefill + decode; tokens: the inputs of each decode step (None: greedy own)."""
+        logits, chosen = [], []
+        cache = cache_maker()
+        out = model(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        last = out.logits[:, -1]
+        if keep:
+            logits.append(last.float().cpu())
+        steps = range(new_tokens)
+        for i in _progress(steps, new_tokens, label, progress):
+            nxt = last.argmax(-1, keepdim=True)
+            chosen.append(nxt)
+            feed = nxt if tokens is None else tokens[i]
+            out = model(feed, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            last = out.logits[:, -1]
+            if keep:
+                logits.append(last.float().cpu())
+        return logits, chosen
+
+    def timed(cache_maker, label):
+        """(prefill ms median, decode ms per token)."""
+        prefill = []
+        for _ in range(args.repeat):
+            _, ms = clock.time(lambda: model(prompts, past_key_values=cache_maker(), use_cache=True,
+                                             logits_to_keep=1))
+            prefill.append(ms)
+        cache = cache_maker()
+        out = model(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+
+        def decode():
+            tok = nxt
+            for _ in _progress(range(new_tokens), new_tokens, f"timing {label} decode", progress):
+                tok = model(tok, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1] \
+                    .argmax(-1, keepdim=True)
+            return tok
+
+        _, ms = clock.time(decode)
+        return statistics.median(prefill), ms / new_tokens
+
+    def op_profile(timer, cache_maker):
+        """Time per op class, ms: (prefill, decode per token) from one instrumented pass."""
+        timer.reset()
+        timer.enabled = True
+        try:
+            cache = cache_maker()
+            (out, total_pre) = clock.time(lambda: model(prompts, past_key_values=cache, use_cache=True,
+                                                        logits_to_keep=1))
+            pre = timer.totals()
+            timer.reset()
+            cache = out.past_key_values
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            steps = min(new_tokens, 16)
+
+            def decode():
+                tok = nxt
+                for _ in range(steps):
+                    tok = model(tok, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1] \
+                        .argmax(-1, keepdim=True)
+
+            _, total_dec = clock.time(decode)
+            dec = {k: v / steps for k, v in timer.totals().items()}
+        finally:
+            timer.enabled = False
+            timer.reset()
+        pre["other"] = pre.get("other", 0.0) + max(total_pre - sum(pre.values()), 0.0)
+        dec["other"] = dec.get("other", 0.0) + max(total_dec / steps - sum(dec.values()), 0.0)
+        return pre, dec
+
+    with torch.no_grad():
+        # --- eager: reference logits and tokens, timings, op profile
+        ref_logits, ref_tokens = decode_run(eager_cache, label="eager")
+        eager_pre, eager_dec = timed(eager_cache, "eager")
+        timer = tt.OpTimer(device)
+        remove = tt.instrument_eager(model, timer)
+        eager_ops = op_profile(timer, eager_cache)
+        remove()
+
+        # --- patched
+        report = tt.apply(model, gemm=args.gemm, ops=args.ops, max_positions=total_len, timer=timer)
+        print(f"patched: {dict(report)}; GEMM: {report.gemm}")
+
+        def our_cache():
+            return tt.KVCache(model, batch, total_len)
+
+        pat_logits, pat_tokens = decode_run(our_cache, tokens=ref_tokens, label="patched")
+        pat_pre, pat_dec = timed(our_cache, "patched")
+        pat_ops = op_profile(timer, our_cache)
+
+    # --- compare
+    check = len(ref_logits) if args.check_steps is None else min(len(ref_logits), args.check_steps + 1)
+    worst, first_bad = 0.0, None
+    for step in range(check):
+        r = _rel(ref_logits[step], pat_logits[step])
+        worst = max(worst, r)
+        if r > args.rtol and first_bad is None:
+            first_bad = step
+    agree = 0
+    for a, b in zip(ref_tokens, pat_tokens):
+        if not torch.equal(a, b):
+            break
+        agree += 1
+    ok = first_bad is None
+    print(f"logits: {check} steps checked (prefill + {check - 1} decode), max relative difference "
+          f"{worst:.2e} (target <= {args.rtol:g}): {'PASS' if ok else f'FAIL from step {first_bad}'}")
+    print(f"greedy tokens: patched agrees with eager for the first {agree} of {len(ref_tokens)} steps "
+          f"(each step fed eager's token)")
+
+    # --- speed
+    tok = batch * prompt_len
+    rows = [("prefill ms", eager_pre, pat_pre), ("prefill tokens/s", tok / eager_pre * 1e3, tok / pat_pre * 1e3),
+            ("decode ms/token", eager_dec, pat_dec)]
+    print(f"\n{'':<18}{'eager':>12}{'patched':>12}{'speed-up':>10}")
+    for name, e, p in rows:
+        speed = (p / e) if "tokens/s" in name else (e / p)
+        print(f"{name:<18}{e:>12.2f}{p:>12.2f}{speed:>9.2f}x")
+    print(f"\ntime per op class, ms ({dev_name}; decode: per token):")
+    print(f"{'op class':<16}{'prefill eager':>15}{'patched':>10}{'decode eager':>15}{'patched':>10}")
+    for cls in tt.OP_CLASSES:
+        vals = (eager_ops[0].get(cls, 0.0), pat_ops[0].get(cls, 0.0), eager_ops[1].get(cls, 0.0),
+                pat_ops[1].get(cls, 0.0))
+        print(f"{cls:<16}{vals[0]:>15.3f}{vals[1]:>10.3f}{vals[2]:>15.3f}{vals[3]:>10.3f}")
+    if args.plot:
+        plot_ops(args.plot, eager_ops, pat_ops, title=f"{args.size} model, {dev_name}")
+        print(f"plot: {args.plot}")
+    return 0 if ok else 1
+
+
+def plot_ops(path, eager_ops, patched_ops, title=""):
+    """Bars of the time per op class, eager beside patched, for prefill and for one decode
+    step; returns the plotted values {(phase, run, class): ms}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tegula.integrations.transformers import OP_CLASSES
+
+    values = {}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, phase, e, p in ((axes[0], "prefill", eager_ops[0], patched_ops[0]),
+                            (axes[1], "decode (per token)", eager_ops[1], patched_ops[1])):
+        ys = range(len(OP_CLASSES))
+        ev = [e.get(c, 0.0) for c in OP_CLASSES]
+        pv = [p.get(c, 0.0) for c in OP_CLASSES]
+        ax.barh([y + 0.2 for y in ys], ev, height=0.4, label="eager", color="#8c8c8c")
+        ax.barh([y - 0.2 for y in ys], pv, height=0.4, label="Tegula", color="#2a7ab9")
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels(OP_CLASSES)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms")
+        ax.set_title(f"{phase}: {sum(ev):.2f} -> {sum(pv):.2f} ms")
+        ax.legend(loc="lower right")
+        for c, a, b in zip(OP_CLASSES, ev, pv):
+            values[(phase, "eager", c)] = a
+            values[(phase, "patched", c)] = b
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return values

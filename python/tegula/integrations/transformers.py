@@ -1,0 +1,650 @@
+"""Tegula's kernels inside a Hugging Face `transformers` Llama-family model.
+
+    import tegula.integrations.transformers as tt
+    report = tt.apply(model)      # {"rms_norm": 65, "rope": 32, "attention": 32, "mlp": 32}
+    cache = tt.KVCache(model, batch=8, max_length=1152)
+    logits = model(input_ids, past_key_values=cache, use_cache=True).logits
+
+`apply` patches, in place, every module of the layout Llama, Mistral and Qwen2 share
+(`model.model.layers[i]` with `self_attn` {q,k,v,o}_proj, `mlp` {gate,up,down}_proj and
+the `input_layernorm` / `post_attention_layernorm` RMSNorms, and the final `norm`):
+
+    RMSNorm       tegula.kernels.rms_norm; the norm after attention fuses the residual add
+                  (`add_rms_norm`: h = x + residual and rms_norm(h) in one pass)
+    rotary        tegula.kernels.rope on q and k together, in place, from a cos/sin cache
+                  built once from the model's own `rotary_emb.inv_freq` and
+                  `attention_scaling` (so Llama-3's scaled frequencies are kept)
+    attention     prefill: tegula.kernels.flash_attention (causal, GQA, read in the
+                  projections' (B, S, H, D) layout); decode: flash_decode over the KV cache
+    MLP           gate and up as one product with the SwiGLU epilogue fused
+                  (`swiglu_linear`) where Tegula's GEMM is the faster, else one cuBLAS
+                  product of the concatenated [gate; up] weight and the `swiglu` kernel;
+                  down_proj as a plain product
+
+and returns a `PatchReport`: the dict of counts, plus `.gemm`, which says which GEMM ran
+where (see `gemm=` below).
+
+What runs on Tegula and what does not, so nothing is silently approximated:
+
+- Attention needs the causal mask alone. A batch with padding (an attention_mask with
+  zeros) makes the model pass an explicit mask: the patched attention then calls torch's
+  scaled_dot_product_attention with that mask (counted in `report.fallbacks`).
+- Decode through flash_decode needs the cache to hold keys in Tegula's layout: pass a
+  `KVCache` (a transformers `Cache` whose layers keep (B, max_length, Hkv, D) buffers). With
+  transformers' own DynamicCache the keys are (B, Hkv, L, D), L growing every step: decode
+  then runs through SDPA (prefill still runs flash_attention), also counted in `fallbacks`.
+- Rotary types whose frequencies change with the length (`dynamic`, `longrope`) are not
+  patched (their count stays out of "rope"; transformers' rotation runs).
+- Training: the patched forwards are for inference (the model in eval mode, no grad);
+  `apply` refuses a model in training mode.
+
+`ops="torch"` patches the same structure with torch implementations of every op (the
+reference semantics of each kernel call), which is what the CPU tests run and what to
+compare with when a patched model disagrees with the original: the two differ only in the
+kernels.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import types
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["apply", "KVCache", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POLICIES"]
+
+GEMM_POLICIES = ("auto", "tegula", "torch")
+OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
+
+# gemm="auto": Tegula's GEMM for products of at most this many rows (decode: split-K over
+# the weight, and the SwiGLU epilogue fused into gate/up), cuBLAS above (prefill).
+AUTO_TEGULA_MAX_ROWS = 64
+
+
+def _transformers():
+    try:
+        import transformers  # noqa: F401
+        from transformers import cache_utils
+    except ImportError as e:  # pragma: no cover - exercised where transformers is absent
+        raise ImportError("tegula.integrations.transformers needs the `transformers` package: "
+                          "pip install 'tegula[transformers]'") from e
+    return cache_utils
+
+
+class PatchReport(dict):
+    """What `apply` replaced: {"rms_norm": n, "rope": n, "attention": n, "mlp": n}, and
+    `gemm` (which library ran which products), `ops` ("tegula" or "torch") and
+    `fallbacks`, a running count of calls that took torch's path (see the module doc)."""
+
+    def __init__(self, counts, gemm: str, ops: str):
+        super().__init__(counts)
+        self.gemm = gemm
+        self.ops = ops
+        self.fallbacks = {"attention_mask": 0, "dynamic_cache_decode": 0}
+
+    def __repr__(self):
+        return f"PatchReport({dict(self)}, gemm={self.gemm!r}, ops={self.ops!r}, fallbacks={self.fallbacks})"
+
+
+# --- timing per op class -------------------------------------------------------------
+
+class OpTimer:
+    """Time per op class. `scope(label)` brackets work; scopes nest, and a scope's own time
+    excludes its children's, so a GEMM inside the MLP counts as GEMM only. On a CUDA
+    device the brackets are CUDA events on the current stream (no synchronisation until
+    `totals()`); on the CPU, wall-clock time. `totals()` sums each label's own time in ms.
+    Off (the default) a scope costs one attribute test."""
+
+    def __init__(self, device="cuda"):
+        self.enabled = False
+        self.cuda = torch.device(device).type == "cuda"
+        self._records = []   # [label, start, end, parent index]
+        self._stack = []
+
+    def reset(self):
+        self._records.clear()
+        self._stack.clear()
+
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def push(self, label: str):
+        if not self.enabled:
+            return
+        parent = self._stack[-1] if self._stack else None
+        self._stack.append(len(self._records))
+        self._records.append([label, self._mark(), None, parent])
+
+    def pop(self):
+        if not self.enabled:
+            return
+        self._records[self._stack.pop()][2] = self._mark()
+
+    @contextmanager
+    def scope(self, label: str):
+        if not self.enabled:
+            yield
+            return
+        self.push(label)
+        try:
+            yield
+        finally:
+            self.pop()
+
+    def totals(self) -> dict:
+        if self.cuda:
+            torch.cuda.synchronize()
+            inclusive = [start.elapsed_time(end) for _, start, end, _ in self._records]
+        else:
+            inclusive = [(end - start) * 1e3 for _, start, end, _ in self._records]
+        own = list(inclusive)
+        for i, (_, _, _, parent) in enumerate(self._records):
+            if parent is not None:
+                own[parent] -= inclusive[i]
+        out = {}
+        for (label, *_), t in zip(self._records, own):
+            out[label] = out.get(label, 0.0) + t
+        return out
+
+
+# --- the ops, two implementations ------------------------------------------------------
+
+class _TorchOps:
+    """Each op the patched model calls, in torch: the reference semantics."""
+
+    name = "torch"
+
+    def __init__(self, timer: OpTimer):
+        self.timer = timer
+
+    def linear(self, x, weight, bias=None):
+        with self.timer.scope("GEMM"):
+            return F.linear(x, weight, bias)
+
+    def rms_norm(self, x, weight, eps):
+        with self.timer.scope("norm"):
+            return F.rms_norm(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)
+
+    def add_rms_norm(self, x, residual, weight, eps):
+        with self.timer.scope("norm"):
+            h = x + residual
+            return F.rms_norm(h.float(), (h.shape[-1],), weight.float(), eps).to(x.dtype), h
+
+    def rope(self, q, k, cos, sin, positions):
+        """q (B, S, Hq, D), k (B, S, Hk, D) rotated in place (half-split form); cos/sin
+        (P, D/2) float32; positions (S,) or (B, S)."""
+        with self.timer.scope("RoPE"):
+            c, s = cos[positions], sin[positions]                   # (..., S, D/2)
+            if c.dim() == 2:
+                c, s = c[None], s[None]
+            c, s = c[:, :, None, :], s[:, :, None, :]
+            for t in (q, k):
+                half = t.shape[-1] // 2
+                x1, x2 = t[..., :half].float(), t[..., half:].float()
+                r1 = x1 * c - x2 * s
+                r2 = x2 * c + x1 * s
+                t.copy_(torch.cat((r1, r2), dim=-1).to(t.dtype))
+            return q, k
+
+    def attention(self, q, k, v, scale):
+        """Causal attention, q (B, Sq, H, D), k/v (B, Skv, Hk, D): the last query sees
+        the last key."""
+        with self.timer.scope("attention"):
+            return _sdpa_bshd(q, k, v, scale, None)
+
+    def decode(self, q, k_cache, v_cache, seqlens, length, scale):
+        """One query per sequence, q (B, 1, H, D), over the first `length` cached keys."""
+        with self.timer.scope("attention"):
+            return _sdpa_bshd(q, k_cache[:, :length], v_cache[:, :length], scale, None)
+
+    def swiglu_linear(self, x, w_gate_up):
+        with self.timer.scope("GEMM"):
+            h = F.linear(x, w_gate_up)
+        return self.swiglu(h)
+
+    def swiglu(self, h):
+        with self.timer.scope("MLP activation"):
+            inter = h.shape[-1] // 2
+            return (F.silu(h[..., :inter].float()) * h[..., inter:].float()).to(h.dtype)
+
+
+def _sdpa_bshd(q, k, v, scale, mask):
+    """torch's attention on (B, S, H, D) tensors: causal (aligned at the end) without a
+    mask, else the given additive/boolean mask; GQA by repeating the key heads."""
+    qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    group = qh.shape[1] // kh.shape[1]
+    if group > 1:
+        kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
+    if mask is None:
+        sq, skv = qh.shape[2], kh.shape[2]
+        allowed = torch.ones(sq, skv, dtype=torch.bool, device=q.device).tril(skv - sq)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=scale)
+    else:
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)
+
+
+class _TegulaOps(_TorchOps):
+    """The same ops on Tegula's kernels; GEMMs by `policy` (see GEMM_POLICIES)."""
+
+    name = "tegula"
+
+    def __init__(self, timer: OpTimer, policy: str):
+        super().__init__(timer)
+        import importlib
+
+        from tegula import kernels as K
+
+        # Modules by import path: tegula.kernels re-exports some functions over their modules' names.
+        mod = {n: importlib.import_module("tegula.kernels." + n)
+               for n in ("flash_attention", "fused_norm", "rope", "swiglu")}
+        self.K, self.fa, self.fused_norm = K, mod["flash_attention"], mod["fused_norm"]
+        self.rope_mod, self.swiglu_mod = mod["rope"], mod["swiglu"]
+        self.policy = policy
+
+    def _ours(self, rows: int) -> bool:
+        return self.policy == "tegula" or (self.policy == "auto" and rows <= AUTO_TEGULA_MAX_ROWS)
+
+    def linear(self, x, weight, bias=None):
+        with self.timer.scope("GEMM"):
+            x2 = x.reshape(-1, x.shape[-1])
+            if not self._ours(x2.shape[0]):
+                return F.linear(x, weight, bias)
+            return self.K.matmul(x2, weight.t(), bias).view(*x.shape[:-1], weight.shape[0])
+
+    def rms_norm(self, x, weight, eps):
+        with self.timer.scope("norm"):
+            return self.K.rms_norm(x, weight, eps)
+
+    def add_rms_norm(self, x, residual, weight, eps):
+        with self.timer.scope("norm"):
+            return self.fused_norm.add_rms_norm(x, residual, weight, eps)
+
+    def rope(self, q, k, cos, sin, positions):
+        with self.timer.scope("RoPE"):
+            return self.rope_mod.rope(q, k, cos, sin, positions, inplace=True)
+
+    def attention(self, q, k, v, scale):
+        with self.timer.scope("attention"):
+            return self.fa.flash_attention(q, k, v, causal=True, layout="bshd", sm_scale=scale)
+
+    def decode(self, q, k_cache, v_cache, seqlens, length, scale):
+        with self.timer.scope("attention"):
+            B, _, H, D = q.shape
+            return self.K.flash_decode(q.view(B, H, D), k_cache, v_cache, seqlens, sm_scale=scale).view(B, 1, H, D)
+
+    def swiglu_linear(self, x, w_gate_up):
+        x2 = x.reshape(-1, x.shape[-1])
+        inter = w_gate_up.shape[0] // 2
+        if self._ours(x2.shape[0]):
+            with self.timer.scope("GEMM"):   # the product and its SwiGLU epilogue, one kernel
+                return self.swiglu_mod.swiglu_linear(x2, w_gate_up).view(*x.shape[:-1], inter)
+        with self.timer.scope("GEMM"):
+            h = F.linear(x, w_gate_up)
+        return self.swiglu(h)
+
+    def swiglu(self, h):
+        with self.timer.scope("MLP activation"):
+            return self.swiglu_mod.swiglu(h)
+
+
+# --- the KV cache ------------------------------------------------------------------------
+
+def _cache_layer_class():
+    cache_utils = _transformers()
+
+    class KVCacheLayer(cache_utils.CacheLayerMixin):
+        """One layer's keys and values, (B, max_length, Hkv, D) each, written in place;
+        `length` tokens are valid. `update` takes transformers' (B, Hkv, S, D) states and
+        returns (B, Hkv, length, D) views, so an unpatched attention reads it correctly."""
+
+        is_compileable = False
+        is_sliding = False
+        is_croppable = False
+
+        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device):
+            super().__init__()
+            self.keys = torch.zeros(batch, max_length, kv_heads, head_dim, dtype=dtype, device=device)
+            self.values = torch.zeros_like(self.keys)
+            self.length = 0
+            self.max_length = max_length
+            self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
+            self.is_initialized = True
+            self.dtype, self.device = dtype, torch.device(device)
+
+        def lazy_initialization(self, key_states, value_states):
+            pass
+
+        def append(self, k, v):
+            """k, v (B, S, Hkv, D): stored at [length, length + S)."""
+            B, S = k.shape[:2]
+            if B != self.keys.shape[0] or tuple(k.shape[2:]) != tuple(self.keys.shape[2:]):
+                raise ValueError(f"KVCache: keys of shape {tuple(k.shape)} do not fit a cache of "
+                                 f"{tuple(self.keys.shape)} (batch, max_length, kv heads, head dim)")
+            if self.length + S > self.max_length:
+                raise ValueError(f"KVCache: {self.length} cached + {S} new tokens exceed max_length "
+                                 f"{self.max_length}; make the cache longer")
+            self.keys[:, self.length:self.length + S].copy_(k)
+            self.values[:, self.length:self.length + S].copy_(v)
+            self.length += S
+            self.seqlens.fill_(self.length)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.append(key_states.transpose(1, 2), value_states.transpose(1, 2))
+            n = self.length
+            return self.keys[:, :n].transpose(1, 2), self.values[:, :n].transpose(1, 2)
+
+        def get_mask_sizes(self, query_length: int):
+            return self.length + query_length, 0
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def get_max_length(self) -> int:
+            return self.max_length
+
+        def reset(self):
+            self.length = 0
+            self.seqlens.zero_()
+
+    return KVCacheLayer
+
+
+def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = None, device=None):
+    """A transformers `Cache` for `model` whose layers keep keys and values in Tegula's
+    (B, max_length, Hkv, D) layout, so the patched attention decodes with flash_decode
+    reading them in place. Every sequence of the batch has the same length (no padding)."""
+    cache_utils = _transformers()
+    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") \
+        else model.config
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"KVCache: batch must be a positive int, got {batch!r}")
+    if not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"KVCache: max_length must be a positive int, got {max_length!r}")
+    param = next(model.parameters())
+    dtype = dtype or param.dtype
+    device = device or param.device
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    layer_cls = _cache_layer_class()
+    layers = [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device)
+              for _ in range(config.num_hidden_layers)]
+    return cache_utils.Cache(layers=layers)
+
+
+def _kv_layer(cache, layer_idx):
+    layers = getattr(cache, "layers", None)
+    if layers is None or layer_idx >= len(layers):
+        return None
+    layer = layers[layer_idx]
+    return layer if hasattr(layer, "append") and hasattr(layer, "seqlens") else None
+
+
+# --- the patched forwards --------------------------------------------------------------------
+
+def _is_rms_norm(module) -> bool:
+    return type(module).__name__.endswith("RMSNorm") and hasattr(module, "weight") and \
+        hasattr(module, "variance_epsilon")
+
+
+def _norm_forward(state):
+    def forward(self, hidden_states):
+        return state.ops.rms_norm(hidden_states, self.weight, self.variance_epsilon)
+    return forward
+
+
+def _attention_forward(state, rope_tables):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
+                **kwargs):
+        ops = state.ops
+        B, S, _ = hidden_states.shape
+        D, Hq, Hk = self.head_dim, self._tegula_heads, self._tegula_kv_heads
+        q = ops.linear(hidden_states, self.q_proj.weight, self.q_proj.bias).view(B, S, Hq, D)
+        k = ops.linear(hidden_states, self.k_proj.weight, self.k_proj.bias).view(B, S, Hk, D)
+        v = ops.linear(hidden_states, self.v_proj.weight, self.v_proj.bias).view(B, S, Hk, D)
+        if rope_tables is not None:
+            positions = kwargs.get("position_ids")
+            if positions is None:
+                past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None else 0
+                positions = torch.arange(past, past + S, device=q.device)
+            elif positions.dim() == 2 and positions.shape[0] == 1:
+                positions = positions[0]
+            cos, sin = rope_tables.get(q.device)
+            q, k = ops.rope(q, k, cos, sin, positions)
+        else:   # transformers' rotation, on its (B, H, S, D) views of the same tensors
+            cos, sin = position_embeddings
+            qr, kr = self._tegula_apply_rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            q, k = qr.transpose(1, 2), kr.transpose(1, 2)
+        scale = self.scaling
+        layer = _kv_layer(past_key_values, self.layer_idx) if past_key_values is not None else None
+        if layer is not None:
+            with state.timer.scope("attention"):   # the cache write, counted with attention as in transformers
+                layer.append(k, v)
+            keys, values, length = layer.keys, layer.values, layer.length
+        elif past_key_values is not None:
+            kh, vh = past_key_values.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
+            keys, values, length = kh.transpose(1, 2), vh.transpose(1, 2), kh.shape[2]
+        else:
+            keys, values, length = k, v, S
+        if attention_mask is not None:
+            state.report.fallbacks["attention_mask"] += 1
+            mask = attention_mask[..., :length] if attention_mask.dim() == 4 else attention_mask
+            with state.timer.scope("attention"):
+                out = _sdpa_bshd(q, keys[:, :length], values[:, :length], scale, mask)
+        elif length == S:                          # prefill from an empty cache
+            out = ops.attention(q, k, v, scale)
+        elif S == 1 and layer is not None:         # decode over Tegula's cache
+            out = ops.decode(q, keys, values, layer.seqlens, length, scale)
+        elif S == 1:
+            state.report.fallbacks["dynamic_cache_decode"] += 1
+            with state.timer.scope("attention"):
+                out = _sdpa_bshd(q, keys, values, scale, None)
+        else:                                      # a continued prefill: the cached keys too
+            out = ops.attention(q, keys[:, :length], values[:, :length], scale)
+        out = ops.linear(out.reshape(B, S, Hq * D), self.o_proj.weight, self.o_proj.bias)
+        return out, None
+    return forward
+
+
+def _mlp_forward(state):
+    def forward(self, x):
+        ops = state.ops
+        return ops.linear(ops.swiglu_linear(x, self._tegula_gate_up), self.down_proj.weight)
+    return forward
+
+
+def _layer_forward(state):
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
+                use_cache=False, position_embeddings=None, **kwargs):
+        residual = hidden_states
+        h = self.input_layernorm(hidden_states)
+        h, _ = self.self_attn(hidden_states=h, attention_mask=attention_mask, position_ids=position_ids,
+                              past_key_values=past_key_values, use_cache=use_cache,
+                              position_embeddings=position_embeddings, **kwargs)
+        norm = self.post_attention_layernorm
+        h, hidden = state.ops.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
+        h = self.mlp(h)
+        with state.timer.scope("other"):
+            return hidden + h
+    return forward
+
+
+class _RopeTables:
+    """cos and sin (max_positions, D/2) float32, from the model's rotary module, built once
+    per device on first use."""
+
+    def __init__(self, rotary, max_positions: int):
+        self.inv_freq = rotary.inv_freq.detach().float()
+        self.scaling = float(getattr(rotary, "attention_scaling", 1.0))
+        self.max_positions = max_positions
+        self._tables = {}
+
+    def get(self, device):
+        key = str(device)
+        if key not in self._tables:
+            pos = torch.arange(self.max_positions, dtype=torch.float32, device=device)
+            freqs = torch.outer(pos, self.inv_freq.to(device))
+            self._tables[key] = ((freqs.cos() * self.scaling).contiguous(), (freqs.sin() * self.scaling).contiguous())
+        return self._tables[key]
+
+
+class _State:
+    def __init__(self, ops, timer, report):
+        self.ops, self.timer, self.report = ops, timer, report
+
+
+def _find_layers(model):
+    """The decoder layers and the final norm of a Llama-family model (or its base model)."""
+    base = getattr(model, "model", model)
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise TypeError(f"apply: {type(model).__name__} has no `.model.layers` / `.layers`: not a "
+                        f"Llama-family model (Llama, Mistral, Qwen2 share that layout)")
+    for i, layer in enumerate(layers):
+        for name in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"):
+            if not hasattr(layer, name):
+                raise TypeError(f"apply: layer {i} ({type(layer).__name__}) has no `{name}`: not the "
+                                f"Llama-family layout")
+        attn, mlp = layer.self_attn, layer.mlp
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            if not isinstance(getattr(attn, name, None), torch.nn.Linear):
+                raise TypeError(f"apply: layer {i}'s attention has no nn.Linear {name}: not the Llama-family layout")
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            proj = getattr(mlp, name, None)
+            if not isinstance(proj, torch.nn.Linear) or proj.bias is not None:
+                raise TypeError(f"apply: layer {i}'s MLP needs an nn.Linear {name} without a bias "
+                                f"(the fused gate/up product has no bias)")
+        act = getattr(getattr(mlp, "config", None), "hidden_act", "silu")
+        if act not in ("silu", "swish"):
+            raise TypeError(f"apply: layer {i}'s MLP activation is {act!r}; the patch fuses SiLU only")
+    return base, layers
+
+
+def _fuse_gate_up(mlp):
+    """One (2I, K) weight holding gate's rows then up's; gate_proj.weight and
+    up_proj.weight become views of it (no second copy of the weights)."""
+    gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+    fused = torch.cat([gate.detach(), up.detach()], dim=0)
+    inter = gate.shape[0]
+    mlp.gate_proj.weight = torch.nn.Parameter(fused[:inter], requires_grad=False)
+    mlp.up_proj.weight = torch.nn.Parameter(fused[inter:], requires_grad=False)
+    return fused
+
+
+def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Optional[int] = None,
+          timer: Optional[OpTimer] = None) -> PatchReport:
+    """Patch `model` (a transformers Llama, Mistral or Qwen2 model, in eval mode; the
+    attention projections may have biases, as Qwen2's do, the MLP's may not) in place to run on Tegula's kernels; returns a PatchReport.
+
+    gemm: "auto" (Tegula's GEMM for products of at most AUTO_TEGULA_MAX_ROWS rows — decode
+    — and cuBLAS above), "tegula" (always ours) or "torch" (always cuBLAS). ops: "tegula",
+    or "torch" for the same patched structure on torch's ops (the reference semantics).
+    max_positions: the rotary table's length (default the config's
+    max_position_embeddings). timer: an OpTimer the patched ops report to (enable it to
+    time each op class). Applying twice is refused."""
+    _transformers()
+    if gemm not in GEMM_POLICIES:
+        raise ValueError(f"apply: gemm must be one of {GEMM_POLICIES}, got {gemm!r}")
+    if ops not in ("tegula", "torch"):
+        raise ValueError(f"apply: ops must be 'tegula' or 'torch', got {ops!r}")
+    if getattr(model, "_tegula_report", None) is not None:
+        raise ValueError("apply: this model is already patched (its report: model._tegula_report)")
+    if model.training:
+        raise ValueError("apply: the model is in training mode; the patched forwards are for inference "
+                         "(call model.eval() first)")
+    base, layers = _find_layers(model)
+    timer = timer or OpTimer()
+    impl = _TegulaOps(timer, gemm) if ops == "tegula" else _TorchOps(timer)
+    gemm_text = {"auto": f"Tegula for products of <= {AUTO_TEGULA_MAX_ROWS} rows (decode), cuBLAS above",
+                 "tegula": "Tegula for every product", "torch": "cuBLAS for every product"}[gemm]
+    if ops == "torch":
+        gemm_text = "cuBLAS for every product (ops='torch')"
+    counts = {"rms_norm": 0, "rope": 0, "attention": 0, "mlp": 0}
+    report = PatchReport(counts, gemm_text, ops)
+    state = _State(impl, timer, report)
+
+    rotary = getattr(base, "rotary_emb", None)
+    config = model.config
+    rope_type = getattr(rotary, "rope_type", "default") if rotary is not None else None
+    rope_tables = None
+    if rotary is not None and rope_type in ("default", "llama3", "linear", "yarn"):
+        max_positions = max_positions or getattr(config, "max_position_embeddings", None) or 4096
+        rope_tables = _RopeTables(rotary, int(max_positions))
+
+    norms = [m for m in model.modules() if _is_rms_norm(m)]
+    for m in norms:
+        m.forward = types.MethodType(_norm_forward(state), m)
+    report["rms_norm"] = len(norms)
+
+    head_dim = None
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        head_dim = attn.head_dim
+        attn._tegula_heads = attn.q_proj.weight.shape[0] // head_dim
+        attn._tegula_kv_heads = attn.k_proj.weight.shape[0] // head_dim
+        if rope_tables is None:
+            module = sys.modules[type(attn).__module__]
+            attn._tegula_apply_rope = module.apply_rotary_pos_emb
+        attn.forward = types.MethodType(_attention_forward(state, rope_tables), attn)
+        report["attention"] += 1
+        report["rope"] += rope_tables is not None
+        mlp._tegula_gate_up = _fuse_gate_up(mlp)
+        mlp.forward = types.MethodType(_mlp_forward(state), mlp)
+        report["mlp"] += 1
+        layer.forward = types.MethodType(_layer_forward(state), layer)
+    if head_dim is not None and head_dim % 2:
+        raise ValueError(f"apply: head_dim {head_dim} is odd; rotary needs pairs")
+    # Masks: with "sdpa", transformers passes none where the causal mask alone is meant (no
+    # padding), which is what lets the patched attention run Tegula's kernels.
+    if getattr(config, "_attn_implementation", "sdpa") != "sdpa":
+        model.set_attn_implementation("sdpa")
+    model._tegula_report = report
+    model._tegula_timer = timer
+    return report
+
+
+def instrument_eager(model, timer: OpTimer):
+    """Forward hooks that report an unpatched model's time per op class to `timer`:
+    nn.Linear as GEMM, RMSNorm as norm, the MLP's activation as "MLP activation" (its
+    elementwise product stays in the MLP's own time, counted as "MLP activation" too), the
+    attention function and rotary as their classes. Returns a function removing them."""
+    handles = []
+
+    def bracket(module, label):
+        handles.append(module.register_forward_pre_hook(lambda *_: timer.push(label)))
+        handles.append(module.register_forward_hook(lambda *_: timer.pop()))
+
+    base, layers = _find_layers(model)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            bracket(m, "GEMM")
+        elif _is_rms_norm(m):
+            bracket(m, "norm")
+    for layer in layers:
+        bracket(layer.mlp, "MLP activation")     # minus its Linear children: silu and the product
+        bracket(layer.self_attn, "attention")    # minus projections and rotary: the attention proper
+    rotary = getattr(base, "rotary_emb", None)
+    if rotary is not None:
+        bracket(rotary, "RoPE")
+    module = sys.modules[type(layers[0].self_attn).__module__]
+    original = module.apply_rotary_pos_emb
+
+    def timed_rope(*args, **kwargs):
+        with timer.scope("RoPE"):
+            return original(*args, **kwargs)
+
+    module.apply_rotary_pos_emb = timed_rope
+
+    def remove():
+        for h in handles:
+            h.remove()
+        module.apply_rotary_pos_emb = original
+
+    return remove
