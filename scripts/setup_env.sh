@@ -30,6 +30,22 @@ if ((${#missing[@]})); then
   say "installing ${missing[*]}"
   pip_install "${missing[@]}" || { say "cannot install ${missing[*]} (offline?)"; exit 1; }
 fi
+# The optional extras the tests exercise (none is needed on the GPU machine, which has the
+# first three and runs no docs build): transformers (tegula.integrations.transformers;
+# its tests build models from a config, nothing is downloaded) and matplotlib (the layout
+# and roofline pictures, the model command's plot). Pinned to what the GPU machine has.
+extras=()
+has_module transformers || extras+=("transformers==5.17.*")
+has_module matplotlib || extras+=(matplotlib)
+has_module tqdm || extras+=(tqdm)
+# The documentation site (mkdocs.yml, docs/): tests/python/cpu/test_docs.py builds it strictly.
+has_module mkdocs || extras+=("mkdocs==1.6.*")
+has_module mkdocstrings_handlers.python || extras+=("mkdocstrings[python]>=1.0")
+has_module material || extras+=("mkdocs-material>=9.5")
+if ((${#extras[@]})); then
+  say "installing ${extras[*]}"
+  pip_install "${extras[@]}" || { say "cannot install ${extras[*]} (offline?)"; exit 1; }
+fi
 # ninja only makes the build parallel; without it the build is serial, not broken.
 if ! command -v ninja >/dev/null && ! has_module ninja; then
   pip_install ninja || say "ninja not installed (offline?): the build will be serial"

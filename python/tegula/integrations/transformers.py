@@ -17,9 +17,9 @@ the `input_layernorm` / `post_attention_layernorm` RMSNorms, and the final `norm
     attention     prefill: tegula.kernels.flash_attention (causal, GQA, read in the
                   projections' (B, S, H, D) layout); decode: flash_decode over the KV cache
     MLP           gate and up as one product with the SwiGLU epilogue fused
-                  (`swiglu_linear`) where Tegula's GEMM is the faster, else one cuBLAS
-                  product of the concatenated [gate; up] weight and the `swiglu` kernel;
-                  down_proj as a plain product
+                  (`swiglu_linear`) where Tegula's GEMM is the faster (decode), else one
+                  cuBLAS product of the concatenated [gate; up] weight and the `swiglu`
+                  kernel; down_proj as a plain product
 
 and returns a `PatchReport`: the dict of counts, plus `.gemm`, which says which GEMM ran
 where (see `gemm=` below).
@@ -59,8 +59,12 @@ __all__ = ["apply", "KVCache", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POL
 GEMM_POLICIES = ("auto", "tegula", "torch")
 OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
 
-# gemm="auto": Tegula's GEMM for products of at most this many rows (decode: split-K over
-# the weight, and the SwiGLU epilogue fused into gate/up), cuBLAS above (prefill).
+# gemm="auto" takes Tegula's GEMM only where it measured faster than cuBLAS on the
+# projections of a Llama-3-8B layer (benchmarks/bench_model_gemm.py, H100, bf16): the
+# gate/up product with the SwiGLU epilogue fused, for at most this many rows (decode:
+# 1.04-1.12x cuBLAS followed by torch's silu * up). The plain projections measured
+# 0.73-0.98x cuBLAS at 8-64 rows and 0.86-0.94x at 8192, so "auto" leaves them to cuBLAS;
+# prefill's gate/up is cuBLAS's product of the concatenated weight and the swiglu kernel.
 AUTO_TEGULA_MAX_ROWS = 64
 
 
@@ -249,14 +253,11 @@ class _TegulaOps(_TorchOps):
         self.rope_mod, self.swiglu_mod = mod["rope"], mod["swiglu"]
         self.policy = policy
 
-    def _ours(self, rows: int) -> bool:
-        return self.policy == "tegula" or (self.policy == "auto" and rows <= AUTO_TEGULA_MAX_ROWS)
-
     def linear(self, x, weight, bias=None):
         with self.timer.scope("GEMM"):
-            x2 = x.reshape(-1, x.shape[-1])
-            if not self._ours(x2.shape[0]):
+            if self.policy != "tegula":
                 return F.linear(x, weight, bias)
+            x2 = x.reshape(-1, x.shape[-1])
             return self.K.matmul(x2, weight.t(), bias).view(*x.shape[:-1], weight.shape[0])
 
     def rms_norm(self, x, weight, eps):
@@ -283,7 +284,7 @@ class _TegulaOps(_TorchOps):
     def swiglu_linear(self, x, w_gate_up):
         x2 = x.reshape(-1, x.shape[-1])
         inter = w_gate_up.shape[0] // 2
-        if self._ours(x2.shape[0]):
+        if self.policy == "tegula" or (self.policy == "auto" and x2.shape[0] <= AUTO_TEGULA_MAX_ROWS):
             with self.timer.scope("GEMM"):   # the product and its SwiGLU epilogue, one kernel
                 return self.swiglu_mod.swiglu_linear(x2, w_gate_up).view(*x.shape[:-1], inter)
         with self.timer.scope("GEMM"):
@@ -543,8 +544,9 @@ def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Opti
     """Patch `model` (a transformers Llama, Mistral or Qwen2 model, in eval mode; the
     attention projections may have biases, as Qwen2's do, the MLP's may not) in place to run on Tegula's kernels; returns a PatchReport.
 
-    gemm: "auto" (Tegula's GEMM for products of at most AUTO_TEGULA_MAX_ROWS rows — decode
-    — and cuBLAS above), "tegula" (always ours) or "torch" (always cuBLAS). ops: "tegula",
+    gemm: "auto" (Tegula's GEMM where it measured faster: the fused gate/up + SwiGLU
+    product at most AUTO_TEGULA_MAX_ROWS rows, i.e. decode; cuBLAS for the rest), "tegula"
+    (every product ours) or "torch" (every product cuBLAS; the SwiGLU still ours). ops: "tegula",
     or "torch" for the same patched structure on torch's ops (the reference semantics).
     max_positions: the rotary table's length (default the config's
     max_position_embeddings). timer: an OpTimer the patched ops report to (enable it to
@@ -562,7 +564,8 @@ def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Opti
     base, layers = _find_layers(model)
     timer = timer or OpTimer()
     impl = _TegulaOps(timer, gemm) if ops == "tegula" else _TorchOps(timer)
-    gemm_text = {"auto": f"Tegula for products of <= {AUTO_TEGULA_MAX_ROWS} rows (decode), cuBLAS above",
+    gemm_text = {"auto": f"Tegula for the gate/up product with its SwiGLU epilogue fused at <= "
+                         f"{AUTO_TEGULA_MAX_ROWS} rows (decode), cuBLAS for every other product",
                  "tegula": "Tegula for every product", "torch": "cuBLAS for every product"}[gemm]
     if ops == "torch":
         gemm_text = "cuBLAS for every product (ops='torch')"

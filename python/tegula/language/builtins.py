@@ -58,6 +58,7 @@ exp, exp2, log, log2, sqrt, rsqrt = (_unary_math(n, f) for n, f in _UNARY_MATH.i
 
 @intrinsic("T.abs")
 def abs(x):  # noqa: A001 - TileLang's name
+    """T.abs(x): the absolute value, of any numeric type; folds for a Python number."""
     x = _scalar(x, "T.abs", "x")
     return x.__abs__() if isinstance(x, PrimExpr) else (-x if x < 0 else x)
 
@@ -65,6 +66,9 @@ def abs(x):  # noqa: A001 - TileLang's name
 def _binary_fold(name: str, op: str, fold):
     @intrinsic(f"T.{name}")
     def fn(a, b):
+        """T.max / T.min / T.floordiv / T.floormod (a, b): the kernel expression, or its
+        value when both are Python numbers. max and min propagate NaN; floordiv and floormod
+        round towards minus infinity, as Python's // and %."""
         a, b = _scalar(a, f"T.{name}", "a"), _scalar(b, f"T.{name}", "b")
         if not isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
             return fold(a, b)
@@ -82,6 +86,7 @@ floormod = _binary_fold("floormod", "floormod", lambda a, b: a % b)
 
 @intrinsic("T.ceildiv")
 def ceildiv(a, b):
+    """(a + b - 1) // b: how many tiles of b cover a; folds for Python numbers."""
     a, b = _scalar(a, "T.ceildiv", "a"), _scalar(b, "T.ceildiv", "b")
     if not isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
         return -(-a // b)
@@ -90,6 +95,7 @@ def ceildiv(a, b):
 
 @intrinsic("T.clamp")
 def clamp(x, lo, hi):
+    """T.max(T.min(x, hi), lo)."""
     return max(min(x, hi), lo)
 
 
@@ -110,6 +116,8 @@ def if_then_else(cond, then_value, else_value):
 def _special_constant(name: str):
     @intrinsic(f"T.{name}")
     def fn(dtype):
+        """T.infinity / T.max_value / T.min_value (dtype): +inf, or the largest or smallest
+        finite value, of `dtype`."""
         return call(name, [], normalize_dtype(dtype), tag=name)
 
     fn.__name__ = fn.__qualname__ = name
@@ -170,17 +178,22 @@ def _range(kind: str, fn: str, start, stop, step, num_stages: int = 0) -> LoopSp
 
 @intrinsic("T.serial")
 def serial(start, stop=None, step=None, annotations=None):
+    """`for k in T.serial(n)` (or (start, stop[, step])): a loop every thread runs in full,
+    in order; the bounds may be kernel expressions, the step a positive Python int."""
     return _range("serial", "T.serial", start, stop, step)
 
 
 @intrinsic("T.unroll")
 def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
+    """A serial loop NVRTC unrolls fully (`#pragma unroll`)."""
     # explicit/unroll_factor are TileLang hints; NVRTC unrolls a `#pragma unroll` loop fully.
     return _range("unrolled", "T.unroll", start, stop, step)
 
 
 @intrinsic("T.vectorized")
 def vectorized(start, stop=None, annotations=None):
+    """TileLang's vectorised loop: an unrolled loop here (memory accesses are vectorised
+    by the compiler itself)."""
     # Tegula vectorises memory accesses itself (16-byte accesses where alignment allows),
     # so TileLang's vectorized loop is an unrolled one here.
     return _range("unrolled", "T.vectorized", start, stop, None)
@@ -208,6 +221,9 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
 
 @intrinsic("T.Parallel")
 def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
+    """`for i, j in T.Parallel(M, N)`: a nest of independent iterations over constant
+    extents, spread over the block's threads by layout inference. coalesced_width is
+    TileLang's hint, accepted and ignored."""
     if not extents:
         raise ArgError(None, "T.Parallel needs at least one extent")
     dims = [(0, _extent(e, "T.Parallel", i), 1) for i, e in enumerate(extents)]
@@ -217,6 +233,8 @@ def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
 # ---- the kernel ----
 
 class KernelSpec:
+    """What T.Kernel returns to the parser: the grid extents and the threads per block."""
+
     def __init__(self, grid: list, threads: int):
         self.grid = grid
         self.threads = threads
@@ -224,6 +242,9 @@ class KernelSpec:
 
 @intrinsic("T.Kernel")
 def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - TileLang's name
+    """`with T.Kernel(gx[, gy[, gz]], threads=n) as bx` (or `as (bx, by[, bz])`): a kernel
+    launched over a grid of 1 to 3 dimensions with n threads per block (1..1024, default
+    128); the names bound are the block indices."""
     if not 1 <= len(blocks) <= 3:
         raise ArgError(None, f"T.Kernel takes 1 to 3 grid dimensions, got {len(blocks)}")
     grid = [_extent(b, "T.Kernel", i) for i, b in enumerate(blocks)]
@@ -248,6 +269,7 @@ def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - T
 
 @intrinsic("T.get_thread_binding")
 def get_thread_binding(dim=0):
+    """The thread index in the block (thread blocks are one-dimensional: dim 0)."""
     frame = builder.current("T.get_thread_binding").require_kernel("T.get_thread_binding")
     if dim != 0:
         raise ArgError("dim", "T.get_thread_binding: thread blocks are one-dimensional; dim must be 0")
@@ -256,6 +278,7 @@ def get_thread_binding(dim=0):
 
 @intrinsic("T.get_block_binding")
 def get_block_binding(dim=0):
+    """The block index along grid dimension `dim`."""
     frame = builder.current("T.get_block_binding").require_kernel("T.get_block_binding")
     if not isinstance(dim, int) or not 0 <= dim < len(frame.block_vars):
         raise ArgError("dim", f"T.get_block_binding: dim must be in 0..{len(frame.block_vars) - 1}")
@@ -264,6 +287,8 @@ def get_block_binding(dim=0):
 
 @intrinsic("T.sync_threads")
 def sync_threads():
+    """A barrier of the whole block (`__syncthreads()`); the compiler places the barriers
+    shared memory needs by itself."""
     builder.current("T.sync_threads").emit(ir().sync())
 
 
@@ -306,6 +331,7 @@ _SHARED_SCOPES = ("shared", "shared.dyn")
 
 @intrinsic("T.alloc_shared")
 def alloc_shared(shape, dtype, scope="shared.dyn"):
+    """A tile in shared memory, one per block: `A_s = T.alloc_shared((64, 32), "float16")`."""
     if scope not in _SHARED_SCOPES:
         raise ArgError("scope", f"T.alloc_shared: scope must be one of {_SHARED_SCOPES}, got {scope!r}")
     return AllocRequest("shared", _shape(shape, "T.alloc_shared", False), _dtype(dtype, "T.alloc_shared"))
@@ -313,11 +339,14 @@ def alloc_shared(shape, dtype, scope="shared.dyn"):
 
 @intrinsic("T.alloc_fragment")
 def alloc_fragment(shape, dtype, scope="local.fragment"):
+    """A tile held in the registers of the block's threads together, laid out by layout
+    inference; used inside T.Parallel loops and tile operations."""
     return AllocRequest("fragment", _shape(shape, "T.alloc_fragment", True), _dtype(dtype, "T.alloc_fragment"))
 
 
 @intrinsic("T.alloc_local")
 def alloc_local(shape, dtype, scope="local"):
+    """An array every thread holds whole, in its own registers."""
     return AllocRequest("local", _shape(shape, "T.alloc_local", True), _dtype(dtype, "T.alloc_local"))
 
 
@@ -330,4 +359,6 @@ def alloc_global(shape, dtype, scope="global"):
 
 @intrinsic("T.alloc_var")
 def alloc_var(dtype, init=None, scope="local.var"):
+    """A scalar variable of each thread, optionally initialised; assigning to its name
+    stores into it."""
     return AllocRequest("local", (1,), _dtype(dtype, "T.alloc_var"), init=init, is_var=True)

@@ -58,6 +58,9 @@ def _buffer_of(value, fn: str, arg: str) -> BufferValue:
 
 @intrinsic("T.copy")
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+    """Copies region `src` to region `dst` (same extents, dimensions of 1 aside), between any
+    of global, shared, fragment and local memory, converting the dtype; accesses past a
+    global tensor's edge are masked."""
     # coalesced_width, disable_tma and eviction_policy are TileLang hints; Tegula's copy
     # lowering picks vector width and engine itself, so they are accepted and ignored.
     regions = [_region(src, "T.copy", "src"), _region(dst, "T.copy", "dst")]
@@ -136,12 +139,14 @@ def _thread_copy(src: RegionValue, dst: RegionValue) -> None:
 
 @intrinsic("T.fill")
 def fill(buffer, value):
+    """Sets every element of a region to `value`, converted to the buffer's dtype."""
     target = _buffer_of(buffer, "T.fill", "buffer")
     _emit("T.fill", "fill", [_region(buffer, "T.fill", "buffer")], [_scalar_for(value, target, "T.fill", "value")])
 
 
 @intrinsic("T.clear")
 def clear(buffer):
+    """T.fill(buffer, 0)."""
     target = _buffer_of(buffer, "T.clear", "buffer")
     _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
 
@@ -177,6 +182,9 @@ def _reduce(kind: str):
 
     @intrinsic(name)
     def reduce(buffer, out, dim=-1, clear=True):
+        """T.reduce_<kind>(buffer, out, dim=-1, clear=True): reduces the fragment `buffer`
+        along `dim` into the fragment `out`, `buffer`'s shape without that dimension; with
+        clear=False the result is combined with what `out` holds."""
         src = _region(buffer, name, "buffer")
         rank = len(src[1])
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -rank <= dim < rank:
@@ -206,6 +214,8 @@ def _policy(value) -> str:
 @intrinsic("T.gemm")
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,  # noqa: N803
          clear_accum=False, k_pack=1, wg_wait=0):
+    """C += A @ B on tensor cores (transposes as asked; C starts from zero with
+    clear_accum=True): wgmma on sm_90a, ldmatrix + mma.sync elsewhere."""
     # wg_wait is TileLang's manual wgmma wait depth; Tegula's lowering places the waits.
     if isinstance(k_pack, bool) or k_pack not in (1, 2):
         raise ArgError("k_pack", f"T.gemm: k_pack must be 1 or 2, got {k_pack!r}")
@@ -253,6 +263,8 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
 
 @intrinsic("T.annotate_layout")
 def annotate_layout(layout_map):
+    """Fixes buffers' layouts: {shared_buf: T.make_swizzled_layout(shared_buf)} or
+    {fragment: T.Fragment(...)}."""
     if not isinstance(layout_map, dict):
         raise ArgError("layout_map", f"T.annotate_layout takes a dict {{buffer: layout}}, got {_describe(layout_map)}")
     for buffer, layout in layout_map.items():
@@ -300,6 +312,8 @@ def _annotate_fragment(buffer: BufferValue, layout) -> None:
 
 @intrinsic("T.use_swizzle")
 def use_swizzle(panel_size, order="row", enable=True):
+    """Launches the blocks of a 2-D grid in panels of `panel_size` rows (or columns with
+    order="col"), so that blocks running together share data in L2."""
     if isinstance(panel_size, bool) or not isinstance(panel_size, int) or panel_size <= 0:
         raise ArgError("panel_size", f"T.use_swizzle: panel_size must be a positive int, got {panel_size!r}")
     if order not in ("row", "col"):
@@ -334,5 +348,6 @@ def print(obj, msg=""):  # noqa: A001 - TileLang's name
 # Not a tile op, but also a statement: `T.evaluate(expr)` keeps an expression's effect.
 @intrinsic("T.evaluate")
 def evaluate(value):
+    """Keeps an expression as a statement, for its effect."""
     if isinstance(value, PrimExpr):
         builder.current("T.evaluate").emit(ir().evaluate(value.expr))
