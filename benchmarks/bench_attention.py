@@ -195,6 +195,8 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures, legacy=True
     row["rel_err"], row["error"] = err, error
     row["ours_ms"] = None if error else common.bench(ours, rep=rep)
     row["ours_tflops"] = None if error else flops / row["ours_ms"] / 1e9
+    row.update(common.roofline(lambda: [(importlib.import_module("tegula.kernels.flash_attention").kernel_for(
+        B, H, Hkv, S, S, D, causal, 0, "bhsd", "float16", None), (q, k, v))], row["ours_ms"]))
     if legacy:
         legacy_err, legacy_error = common.run_ours(ours_legacy, lambda: ref)
         row["legacy_rel_err"] = legacy_err
@@ -295,6 +297,8 @@ def run_forward(args):
                 torch.cuda.empty_cache()
     notes = ["FLOPs = 4*B*H*Sq*Skv*D, halved for causal; vs cuDNN / vs flash / vs legacy = that time / our "
              "time; err = relative Frobenius error vs SDPA in float32 (tolerance 2e-3, both of our paths)",
+             "roofline: ours against this GPU's roofline (tegula.tools.Analyzer: the kernel's FLOPs and DRAM "
+             "bytes, causal tiles counted per block), the share of the binding roof and which roof binds",
              "both sides read the same (B, H, S, D) fp16 tensors (ours with layout='bhsd'); GQA: "
              "SDPA with enable_gqa=True"]
     if sweep:
@@ -389,6 +393,8 @@ def backward_case(bw, B, H, Hkv, S, D, causal, target, rep, failures, sweep=Fals
         row["rel_err"], row["error"] = None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     row["ours_ms"] = None if row["error"] else common.bench(ours, rep=rep)
     row["ours_tflops"] = None if row["error"] else flops / row["ours_ms"] / 1e9
+    row.update(common.roofline(lambda: [(bw.kernel_for(B, H, Hkv, S, S, D, causal, 0, "bhsd", "float16", None),
+                                         (q, k, v, out, do, lse, (B, H, S)))], row["ours_ms"]))
     for name in BWD_BACKENDS:
         fn, grads, reason = _sdpa_backward_fn(name, q, k, v, do, causal)
         if reason:
@@ -485,7 +491,16 @@ def reference_decode(q, k_cache, v_cache, lens, chunk=8):
     return out
 
 
-def decode_row(case, nbytes, copy_gbs, fn, ref, rep, *, ours=True, target=None, **extra):
+def decode_kernels(fd_mod, q, k_cache, v_cache, lens, num_split):
+    """What flash_decode launches with `num_split` splits: the split and combine kernels and
+    their arguments (the combine kernel's as shapes)."""
+    B, H, D = q.shape
+    S, Hkv = k_cache.shape[1], k_cache.shape[2]
+    split, combine = fd_mod.kernels_for(B, H, Hkv, S, D, num_split, "float16", None)
+    return [(split, (q, k_cache, v_cache, lens)), (combine, ((B, H, num_split, D), (B, H, num_split)))]
+
+
+def decode_row(case, nbytes, copy_gbs, fn, ref, rep, *, ours=True, target=None, kernels=None, **extra):
     row = {"case": case, "part": "decode", "bytes": nbytes, "copy_gbs": copy_gbs, **extra}
     if ours:
         err, error = common.run_ours(fn, lambda: ref)
@@ -503,6 +518,8 @@ def decode_row(case, nbytes, copy_gbs, fn, ref, rep, *, ours=True, target=None, 
     if row["ms"] is not None:
         row["gbs"] = common.gbs(nbytes, row["ms"])
         row["pct_copy"] = 100 * row["gbs"] / copy_gbs
+        if kernels is not None:
+            row.update(common.roofline(kernels, row["ms"]))
     row["target"] = f">={target:.0f}% of copy BW" if target is not None else "-"
     if error:
         row["status"] = "ERROR" if ours else "n/a"
@@ -535,7 +552,9 @@ def run_decode(args):
         label = f"num_split={split}" if split is not None else f"num_split=auto({auto})"
         rows.append(decode_row(f"flash_decode {shape} {label}", nbytes, copy_gbs,
                                lambda split=split: fd(q, k_cache, v_cache, full, num_split=split), ref, args.rep,
-                               target=DEC_MIN_PCT_COPY if split is None else None, num_split=split or auto))
+                               target=DEC_MIN_PCT_COPY if split is None else None, num_split=split or auto,
+                               kernels=lambda split=split: decode_kernels(fd_mod, q, k_cache, v_cache, full,
+                                                                          split or auto)))
 
     # SDPA: q (B, H, 1, D) against (B, Hkv, S, D) copies of the caches.
     q4 = q.unsqueeze(2)
@@ -556,7 +575,7 @@ def run_decode(args):
     mean_len = lens.float().mean().item()
     rows.append(decode_row(f"flash_decode B{B} H{H}/{Hkv} D{D} ragged L~U[1,{S}] (mean {mean_len:.0f}) auto",
                            ragged_bytes, copy_gbs, lambda: fd(q, k_cache, v_cache, lens), ref, args.rep,
-                           num_split=auto))
+                           num_split=auto, kernels=lambda: decode_kernels(fd_mod, q, k_cache, v_cache, lens, auto)))
     mask = (torch.arange(S, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
     rows.append(decode_row(f"SDPA default B{B} H{H}/{Hkv} D{D} ragged (bool mask)", ragged_bytes, copy_gbs,
                            _sdpa_fn(q4, k_t, v_t, False, attn_mask=mask), ref, args.rep, ours=False, backend=None))
@@ -584,7 +603,7 @@ FORWARD_COLUMNS = [
     ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
     ("effic ms", "efficient_ms", ".3f"), ("effic TF/s", "efficient_tflops", ".0f"),
     ("vs cuDNN", "vs_cudnn", ".2f"), ("vs flash", "vs_flash", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
-    ("target", "target", "s"), ("status", "status", "s"),
+    ("roofline", "roofline", "s"), ("target", "target", "s"), ("status", "status", "s"),
 ]
 BACKWARD_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"),
@@ -592,7 +611,7 @@ BACKWARD_COLUMNS = [
     ("flash ms", "flash_ms", ".3f"), ("flash TF/s", "flash_tflops", ".0f"),
     ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
     ("vs flash", "vs_flash", ".2f"), ("vs cuDNN", "vs_cudnn", ".2f"),
-    ("target", "target", "s"), ("status", "status", "s"),
+    ("roofline", "roofline", "s"), ("target", "target", "s"), ("status", "status", "s"),
 ]
 BACKWARD_SWEEP_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".3f"), ("TF/s", "tflops", ".0f"),
@@ -600,7 +619,8 @@ BACKWARD_SWEEP_COLUMNS = [
 ]
 DECODE_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"), ("ms", "ms", ".4f"), ("GB/s", "gbs", ".0f"),
-    ("% copy", "pct_copy", ".1f"), ("target", "target", "s"), ("status", "status", "s"),
+    ("% copy", "pct_copy", ".1f"), ("roofline", "roofline", "s"), ("target", "target", "s"),
+    ("status", "status", "s"),
 ]
 
 

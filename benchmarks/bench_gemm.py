@@ -102,6 +102,18 @@ def kernel_choice(gemm, c, sms, wgmma=None):
     return f"tile {cfg['block_M']}x{cfg['block_N']}x{cfg['block_K']}"
 
 
+def matmul_kernels(gemm, a, b):
+    """What matmul(a, b) launches, with the arguments it passes: the operands as matmul
+    stores them (rows padded where it pads them)."""
+    from tegula.kernels._common import sm_count
+
+    M, N = a.shape[0], b.shape[1]
+    (a2, trans_a), (b2, trans_b) = gemm._stored(a), gemm._stored(b)
+    a2, b2, K, layout = gemm._aligned_operands(a2, b2, trans_a, trans_b)
+    kernel = gemm.kernel_for(M, N, K, a.dtype, "none", path="auto", sms=sm_count(a.device), **layout)
+    return [(kernel, (a2, b2, a.new_empty(N)))]
+
+
 def measure(gemm, c, rep):
     M, N, K, dtype = c["M"], c["N"], c["K"], c["dtype"]
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -123,6 +135,7 @@ def measure(gemm, c, rep):
     for name in ("ours", "legacy", "cublas"):
         ms = row[f"{name}_ms"]
         row[f"{name}_tflops"] = None if ms is None else flops / ms / 1e9
+    row.update(common.roofline(lambda: matmul_kernels(gemm, a, b), row["ours_ms"]))
     row["vs_cublas"] = None if row["ours_ms"] is None else row["cublas_ms"] / row["ours_ms"]
     row["vs_legacy"] = (None if row["ours_ms"] is None or row["legacy_ms"] is None
                         else row["legacy_ms"] / row["ours_ms"])
@@ -145,7 +158,7 @@ def measure(gemm, c, rep):
 COLUMNS = [("shape", "shape", "s"), ("kernel", "choice", "s"), ("err", "rel_err", ".1e"),
            ("legacy err", "legacy_rel_err", ".1e"),
            ("ours ms", "ours_ms", ".4f"), ("legacy ms", "legacy_ms", ".4f"), ("cuBLAS ms", "cublas_ms", ".4f"),
-           ("ours TF/s", "ours_tflops", ".1f"), ("legacy TF/s", "legacy_tflops", ".1f"),
+           ("ours TF/s", "ours_tflops", ".1f"), ("roofline", "roofline", "s"), ("legacy TF/s", "legacy_tflops", ".1f"),
            ("cuBLAS TF/s", "cublas_tflops", ".1f"), ("mma.sync TF/s", "mma_sync_tflops", ".1f"),
            ("vs cuBLAS", "vs_cublas", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
            ("B % copy", "b_pct_copy", ".1f"), ("cuBLAS B % copy", "cublas_b_pct_copy", ".1f"),
@@ -307,6 +320,8 @@ def main() -> int:
     rows = [measure(gemm, c, args.rep) for c in CASES]
     notes = ["vs cuBLAS = cuBLAS ms / ours ms; vs legacy = legacy ms / ours ms; "
              "err = relative Frobenius error of ours vs torch float32",
+             "roofline: ours against this GPU's roofline (tegula.tools.Analyzer: the kernels' FLOPs and DRAM "
+             "bytes), the share of the binding roof and which roof binds",
              "B % copy: bytes of B / time against a 1 GiB device-to-device copy "
              f"({common.copy_bandwidth_gbs():.0f} GB/s read+written), decode shapes only"]
     common.print_table("GEMM, fp32 accumulate: tegula matmul (and its legacy path) vs cuBLAS",

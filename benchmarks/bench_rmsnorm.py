@@ -12,6 +12,7 @@ gradient are one row each). Target: at least 1.0× torch.
 
     python benchmarks/bench_rmsnorm.py        # OUT=dir also writes dir/bench_rmsnorm.json
 """
+import importlib
 import sys
 
 import torch
@@ -44,16 +45,28 @@ def measure(shape):
     headline = shape == HEADLINE
     return common.memory_row(
         f"rms_norm {m}x{n} fp16", nbytes, ours_ms, torch_ms, min_ratio=1.0,
-        min_pct_copy=80.0 if headline else None, err=err, tol=TOL, error=error)
+        min_pct_copy=80.0 if headline else None, err=err, tol=TOL, error=error,
+        kernels=lambda: [(importlib.import_module("tegula.kernels.rmsnorm").kernel_for(n, DTYPE, EPS), (x, w, y))])
 
 
 BACKWARD_SHAPES = [(16384, 1024), (32768, 4096), (4096, 12288)]
 
 
+def backward_kernel(module, op, n, m, device):
+    """The kernel rms_norm_backward / layer_norm_backward launches for m rows of n."""
+    from tegula.kernels._common import elem_bytes, persistent_grid, sm_count
+
+    if op == "rms_norm":
+        plan = module.plan_backward_rows(n, elem_bytes(DTYPE), module.BACKWARD_REGISTERS_PER_ELEMENT)
+        grid = persistent_grid(sm_count(device), plan.threads, m, plan.blk_m)
+        return module.backward_kernel_for(n, DTYPE, EPS, False, grid)
+    plan = module._backward_plan(n, DTYPE)
+    grid = persistent_grid(sm_count(device), plan.threads, m, plan.blk_m)
+    return module.backward_kernel_for(n, DTYPE, 1e-5, grid)
+
+
 def measure_backward(shape, op):
     """One backward row: op is "rms_norm" or "layer_norm"."""
-    import importlib
-
     m, n = shape
     x = torch.randn(shape, device="cuda", dtype=DTYPE)
     dy = torch.randn(shape, device="cuda", dtype=DTYPE)
@@ -86,7 +99,9 @@ def measure_backward(shape, op):
     ours_ms = None if error else common.bench(ours)
     torch_ms = common.bench(torch_bwd)
     return common.memory_row(f"{op} backward {m}x{n} fp16", nbytes, ours_ms, torch_ms, min_ratio=1.0,
-                             err=err, tol=TOL, error=error)
+                             err=err, tol=TOL, error=error,
+                             kernels=lambda: [(backward_kernel(module, op, n, m, x.device),
+                                               (dy, x.detach(), w.detach()))])
 
 
 def main() -> int:

@@ -13,6 +13,7 @@ forward outside the timed region); bytes = read dy and y, write dx; target 1.0×
 
     python benchmarks/bench_softmax.py        # OUT=dir also writes dir/bench_softmax.json
 """
+import importlib
 import sys
 
 import torch
@@ -25,12 +26,16 @@ DTYPE = torch.float16
 TOL = 2e-3
 
 
-def _row(case, nbytes, ours, reference, torch_fn):
+def _kernels(module):
+    return importlib.import_module("tegula.kernels." + module)
+
+
+def _row(case, nbytes, ours, reference, torch_fn, kernels=None):
     err, error = common.run_ours(ours, reference)
     ours_ms = None if error else common.bench(ours)
     torch_ms = common.bench(torch_fn)
     row = common.memory_row(case, nbytes, ours_ms, torch_ms, min_ratio=1.0, min_pct_copy=80.0,
-                            err=err, tol=TOL, error=error)
+                            err=err, tol=TOL, error=error, kernels=kernels)
     row["ceiling_vs_torch"] = row["copy_gbs"] / row["torch_gbs"]
     return row
 
@@ -41,7 +46,8 @@ def softmax_row(x):
     y = torch.empty_like(x)
     nbytes = 2 * x.numel() * x.element_size()
     return _row(f"softmax {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, lambda: softmax(x, out=y),
-                lambda: torch.softmax(x.float(), -1), lambda: torch.softmax(x, -1))
+                lambda: torch.softmax(x.float(), -1), lambda: torch.softmax(x, -1),
+                lambda: [(_kernels("softmax").kernel_for(x.shape[-1], DTYPE), (x, y))])
 
 
 def layer_norm_row(x):
@@ -55,7 +61,8 @@ def layer_norm_row(x):
     return _row(f"layer_norm {SHAPE[0]}x{SHAPE[1]} fp16", nbytes,
                 lambda: layer_norm(x, w, b, 1e-5, out=y),
                 lambda: F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5),
-                lambda: F.layer_norm(x, (n,), w, b, 1e-5))
+                lambda: F.layer_norm(x, (n,), w, b, 1e-5),
+                lambda: [(_kernels("layernorm").kernel_for(n, DTYPE, 1e-5), (x, w, b, y))])
 
 
 def row_sum_row(x):
@@ -64,13 +71,12 @@ def row_sum_row(x):
     s = torch.empty(x.shape[:-1], device="cuda", dtype=DTYPE)
     nbytes = x.numel() * x.element_size() + s.numel() * s.element_size()
     return _row(f"row_sum {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, lambda: row_sum(x, out=s),
-                lambda: x.float().sum(-1), lambda: x.sum(-1))
+                lambda: x.float().sum(-1), lambda: x.sum(-1),
+                lambda: [(_kernels("reduce").kernel_for(x.shape[-1], DTYPE, "sum"), (x, s.view(-1, 1)))])
 
 
 def softmax_backward_row(x):
-    import importlib
-
-    module = importlib.import_module("tegula.kernels.softmax")
+    module = _kernels("softmax")
     xg = x.detach().clone().requires_grad_()
     y = torch.softmax(xg, -1)
     dy = torch.randn_like(x)
@@ -85,18 +91,23 @@ def softmax_backward_row(x):
     ours_ms = None if error else common.bench(lambda: module.softmax_backward(dy, yd))
     torch_ms = common.bench(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))
     row = common.memory_row(f"softmax backward {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, ours_ms, torch_ms,
-                            min_ratio=1.0, err=err, tol=TOL, error=error)
+                            min_ratio=1.0, err=err, tol=TOL, error=error,
+                            kernels=lambda: [(module.backward_kernel_for(x.shape[-1], DTYPE), (dy, yd))])
     row["ceiling_vs_torch"] = row["copy_gbs"] / row["torch_gbs"]
     return row
 
 
 def column_sum_row(x):
-    import importlib
+    from tegula.kernels._common import elem_bytes, sm_count
 
-    module = importlib.import_module("tegula.kernels.reduce")
+    module = _kernels("reduce")
     nbytes = x.numel() * x.element_size() + x.shape[-1] * x.element_size()
+    def kernels():
+        plan = module.plan_column_sum(x.shape[-1], elem_bytes(DTYPE), x.shape[0], sm_count(x.device))
+        return [(module.column_sum_kernel_for(x.shape[-1], DTYPE, plan), (x,))]
+
     return _row(f"column_sum {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, lambda: module.column_sum(x),
-                lambda: x.float().sum(0), lambda: x.sum(0))
+                lambda: x.float().sum(0), lambda: x.sum(0), kernels)
 
 
 def main() -> int:

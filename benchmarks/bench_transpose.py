@@ -5,6 +5,7 @@ Target: at least 80 % of this GPU's measured copy bandwidth.
 
     python benchmarks/bench_transpose.py      # OUT=dir also writes dir/bench_transpose.json
 """
+import importlib
 import sys
 
 import torch
@@ -27,7 +28,9 @@ def measure(shape):
     torch_ms = common.bench(lambda: x.t().contiguous())
     # Transposing is exact: any difference at all is a bug.
     return common.memory_row(f"transpose {m}x{n} fp16", nbytes, ours_ms, torch_ms,
-                             min_pct_copy=80.0, err=err, tol=0.0, error=error)
+                             min_pct_copy=80.0, err=err, tol=0.0, error=error,
+                             kernels=lambda: [(importlib.import_module("tegula.kernels.transpose").kernel_for(
+                                 m, n, DTYPE), (x, y))])
 
 
 def main() -> int:

@@ -10,6 +10,11 @@ method for when it does not.
 "% of copy" compares a kernel's bytes moved per second with a device-to-device copy of
 1 GiB measured on the same GPU at the same time: the achievable ceiling of any kernel that
 reads and writes each byte once, rather than the datasheet figure no kernel reaches.
+
+"roofline" is tegula.tools.Analyzer's view of the same timed call (`roofline` below): the
+FLOPs and DRAM bytes of the kernels it launches, counted from their lowered IR, against
+this GPU's peaks and the same copy bandwidth: the share of the binding roof reached and
+which roof binds, "93% bw (memory)" or "71% compute (compute)".
 """
 import json
 import os
@@ -99,6 +104,27 @@ def copy_bandwidth_gbs() -> float:
     return _COPY_GBS
 
 
+def roofline(kernels, ms) -> dict:
+    """The roofline cells of one of our timed calls: `kernels` lists the (jit kernel,
+    arguments as the kernel takes them) the call launches, or is a function returning that
+    list; `ms` is the call's time. {"roofline": text, "roofline_pct": % of the binding roof,
+    "bound": "memory"/"compute"}, or {} without a time; an analysis that fails says so in
+    the cell."""
+    if ms is None:
+        return {}
+    try:
+        from tegula.tools.analyzer import AnalysisResult, Analyzer
+
+        pairs = kernels() if callable(kernels) else kernels
+        result = AnalysisResult.combine([Analyzer(k, *args).calculate() for k, args in pairs])
+        result = result.with_time(ms, copy_bandwidth=copy_bandwidth_gbs())
+    except Exception as exc:  # the times stand without it
+        return {"roofline": f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:80]})"}
+    pct = 100 * result.peak_fraction
+    what = "bw" if result.bound == "memory" else "compute"
+    return {"roofline": f"{pct:.0f}% {what} ({result.bound})", "roofline_pct": pct, "bound": result.bound}
+
+
 def gbs(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
@@ -116,14 +142,17 @@ def status(ok: bool) -> str:
 
 
 def memory_row(case: str, nbytes: int, ours_ms, torch_ms: float, *, min_ratio=None,
-               min_pct_copy=None, err=None, tol=None, error=None) -> dict:
+               min_pct_copy=None, err=None, tol=None, error=None, kernels=None) -> dict:
     """One result of a memory-bound kernel: times, GB/s, % of copy bandwidth, speed-up over
     torch (torch time / our time) and the targets it is held to. A result further than
-    `tol` from torch's is WRONG whatever its speed."""
+    `tol` from torch's is WRONG whatever its speed. `kernels`: what our call launches, for
+    the roofline column (see `roofline`)."""
     copy = copy_bandwidth_gbs()
     row = {"case": case, "bytes": nbytes, "torch_ms": torch_ms, "torch_gbs": gbs(nbytes, torch_ms),
            "torch_pct_copy": 100 * gbs(nbytes, torch_ms) / copy, "copy_gbs": copy,
            "ours_ms": ours_ms, "rel_err": err, "error": error}
+    if kernels is not None and not error:
+        row.update(roofline(kernels, ours_ms))
     checks, targets = [], []
     if ours_ms is not None:
         row["ours_gbs"] = gbs(nbytes, ours_ms)
@@ -156,7 +185,7 @@ def _fmt(value, spec: str) -> str:
 MEMORY_COLUMNS = [
     ("case", "case", "s"), ("ours ms", "ours_ms", ".4f"), ("torch ms", "torch_ms", ".4f"),
     ("ours GB/s", "ours_gbs", ".0f"), ("torch GB/s", "torch_gbs", ".0f"),
-    ("% copy", "pct_copy", ".1f"), ("torch % copy", "torch_pct_copy", ".1f"),
+    ("% copy", "pct_copy", ".1f"), ("torch % copy", "torch_pct_copy", ".1f"), ("roofline", "roofline", "s"),
     ("vs torch", "ratio", ".2f"), ("target", "target", "s"), ("status", "status", "s"),
 ]
 

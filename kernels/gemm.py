@@ -313,7 +313,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     """a (M, K) @ b (K, N) [+ bias (N,)], then an optional activation ("relu", "gelu": the
     tanh form). CUDA float16/bfloat16; strided or misaligned views are copied first; empty
     extents give torch's result. NaN and inf propagate as in torch (relu keeps a NaN).
-    M <= 64 runs split-K where the output tiles alone would leave SMs idle. path: the
+    The transpose of a launchable tensor is read in place, so `matmul(x, linear.weight.t())`
+    reads an nn.Linear weight (N, K) as it is stored. M <= 64 runs split-K where the output tiles alone would leave SMs idle. path: the
     engine's code path, "auto" or "legacy" (for comparing them; see PATHS)."""
     op = "matmul"
     M, K, N = _check_operands(op, a, b)
@@ -330,7 +331,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         return _empty_product(a, M, N, bias, activation)
     epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
     dummy = launchable(bias) if bias is not None else a.new_empty(N)
-    a, b, K, layout = _aligned_operands(launchable(a), launchable(b))
+    (a, trans_a), (b, trans_b) = _stored(a), _stored(b)   # a transposed view is read in place
+    a, b, K, layout = _aligned_operands(a, b, trans_a, trans_b)
     return kernel_for(M, N, K, a.dtype, epilogue, path=path, sms=sm_count(a.device), **layout)(a, b, dummy)
 
 

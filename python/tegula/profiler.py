@@ -4,6 +4,7 @@
     profiler.assert_allclose(lambda x: torch.softmax(x.float(), -1), atol=1e-2, rtol=1e-2)
     ms = profiler.do_bench()                    # the kernel
     ref_ms = profiler.do_bench(torch_softmax)   # a reference, on the same inputs
+    print(profiler.roofline())                  # timed, with FLOPs, bytes and % of peak
 
 A kernel object here is anything with `params` (each with `.shape` (ints, None for a
 dynamic dimension), `.dtype` (a torch dtype), `.is_output`, optionally `.is_scalar` and
@@ -364,6 +365,28 @@ class Profiler:
             self.dynamic_size = saved
         return do_bench(run, warmup, rep, n_warmup, n_repeat, quantiles=quantiles, backend=backend,
                         return_mode=return_mode, device=device, early_stop_baseline=early_stop_baseline)
+
+    def roofline(self, input_tensors=None, device=None, copy_bandwidth=None, warmup=25, rep=100, backend="event",
+                 return_mode=None):
+        """Times the kernel (`do_bench`, on `input_tensors` or fresh inputs) and returns its
+        analysis with that time (tegula.tools.analyzer.AnalysisResult): FLOPs, bytes,
+        occupancy, the fractions of peak compute and of copy bandwidth, and the bound.
+        device: the peaks to compare with (default: this GPU); copy_bandwidth: GB/s (default:
+        measured here by a device-to-device copy); return_mode: the statistic timed (default
+        the median; "mean" for backend "cupti", which gives only that)."""
+        if return_mode is None:
+            return_mode = "mean" if backend == "cupti" else "median"
+        from .jit import JITKernel
+        from .tools.analyzer import Analyzer
+
+        if not isinstance(self.kernel, JITKernel):
+            raise TypeError(f"roofline needs a compiled kernel (tegula.jit / tegula.compile), got "
+                            f"{type(self.kernel).__name__}")
+        _require_cuda("Profiler.roofline")
+        inputs = list(input_tensors) if input_tensors is not None else self.get_inputs()
+        analyzer = Analyzer(self.kernel, *inputs)  # argument errors before any timing
+        ms = self.do_bench(warmup=warmup, rep=rep, input_tensors=inputs, backend=backend, return_mode=return_mode)
+        return analyzer.calculate(time_ms=ms, device=device, copy_bandwidth=copy_bandwidth)
 
     def assert_allclose(self, reference_program, atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01):
         """Runs the kernel and `reference_program` on the same fresh inputs and compares

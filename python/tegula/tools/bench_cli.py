@@ -40,15 +40,14 @@ def _module(name):
     return importlib.import_module("tegula.kernels." + name)
 
 
-def _tensors(device, *shapes, dtype=None):
-    """Random tensors on `device`, or the shapes themselves for a dry run (device None)."""
+def _tensors(device, *shapes):
+    """Random float16 tensors on `device`, or the shapes themselves for a dry run (device None)."""
     import torch
 
     if device is None:
         return shapes
     gen = torch.Generator(device=device).manual_seed(0)
-    return tuple(torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(dtype or torch.float16)
-                 for s in shapes)
+    return tuple(torch.randn(s, generator=gen, device=device).half() for s in shapes)
 
 
 def _half():
@@ -248,6 +247,10 @@ def run(args) -> int:
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else None
     target = env.resolve_target("auto")[0]
     rows = [measure(c, args.quick, device, args.dry_run, args.device, args.copy_bandwidth) for c in cases]
+    for r in rows:
+        if r.result is not None and r.result.device is None:  # a GPU without a peak table
+            r.error = f"{'; '.join(r.result.notes)}: name one with --device"
+            r.result = None
     done = [r for r in rows if r.result is not None]
     where = done[0].result if done else None
     title = "dry run, not timed" if args.dry_run else "timed"
@@ -256,7 +259,9 @@ def run(args) -> int:
     if where is not None:
         print(f"roofs: {where.device.tensor_tflops:g} TFLOP/s fp16/bf16 tensor core, {where.device.fp32_tflops:g} "
               f"TFLOP/s fp32, {where.copy_gbs:.0f} GB/s ({where.copy_source} copy bandwidth); bytes are DRAM "
-              "bytes (each tensor's traffic capped at its size); % of peak is of the binding roof")
+              "bytes (each tensor's traffic capped at its size); "
+              + ("roofline ms: the larger of the FLOPs at peak and the bytes at the memory roof" if args.dry_run
+                 else "% of peak is of the binding roof"))
     if args.out and done:
         from .roofline_plot import plot_roofline
 
