@@ -54,6 +54,9 @@ def add_arguments(p) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timed prefill repetitions (median)")
     p.add_argument("--plot", default="model_ops.png", help="PNG of the time per op class ('' for none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fp32-reference", action="store_true",
+                   help="also run a float32 copy of the model on eager's tokens and report how far eager and "
+                        "patched each are from it (needs memory for the float32 weights)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -75,7 +78,9 @@ def build_model(size: str, dtype, device, seed: int = 0, max_positions: int = 81
 
     shape = dict(SIZES[size])
     rope = dict(LLAMA3_ROPE) if size == "8b" else {"rope_type": "default", "rope_theta": 10000.0}
-    config = LlamaConfig(**shape, max_position_embeddings=max(max_positions, 8192), rope_parameters=rope,
+    # Llama-3.1's context (131072) for the 8b shape; its rope scaling needs more than 8192.
+    context = 131072 if size == "8b" else max(max_positions, 8192)
+    config = LlamaConfig(**shape, max_position_embeddings=context, rope_parameters=rope,
                          rms_norm_eps=1e-5, attn_implementation="sdpa", tie_word_embeddings=False)
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
@@ -163,11 +168,12 @@ def run(args) -> int:
     def eager_cache():
         return None   # transformers makes its DynamicCache
 
-    def decode_run(cache_maker, tokens=None, label="", keep=True):
+    def decode_run(cache_maker, tokens=None, label="", keep=True, net=None):
         """prefill + decode; tokens: the inputs of each decode step (None: greedy own)."""
+        net = net or model
         logits, chosen = [], []
         cache = cache_maker()
-        out = model(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = net(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         last = out.logits[:, -1]
         if keep:
@@ -177,7 +183,7 @@ def run(args) -> int:
             nxt = last.argmax(-1, keepdim=True)
             chosen.append(nxt)
             feed = nxt if tokens is None else tokens[i]
-            out = model(feed, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = net(feed, past_key_values=cache, use_cache=True, logits_to_keep=1)
             last = out.logits[:, -1]
             if keep:
                 logits.append(last.float().cpu())
@@ -227,6 +233,15 @@ def run(args) -> int:
         # --- eager: reference logits and tokens, timings, op profile
         ref_logits, ref_tokens = decode_run(eager_cache, label="eager")
         eager_pre, eager_dec = timed(eager_cache, "eager")
+        fp32_logits = fp32_tokens = None
+        if args.fp32_reference:
+            import copy
+
+            reference = copy.deepcopy(model).float()
+            fp32_logits, fp32_tokens = decode_run(eager_cache, tokens=ref_tokens, label="float32", net=reference)
+            del reference
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         timer = tt.OpTimer(device)
         remove = tt.instrument(model, timer)
         eager_ops = op_profile(timer, eager_cache)
@@ -265,6 +280,13 @@ def run(args) -> int:
           f"worst element |patched - eager| / max |eager| {worst_element:.2e}")
     print(f"greedy tokens: patched agrees with eager for the first {agree} of {len(ref_tokens)} steps "
           f"(each step fed eager's token)")
+    if fp32_logits is not None:
+        e32 = max(_rel(fp32_logits[i], ref_logits[i]) for i in range(check))
+        p32 = max(_rel(fp32_logits[i], pat_logits[i]) for i in range(check))
+        same = [sum(torch.equal(a, b) for a, b in zip(fp32_tokens, other)) for other in (ref_tokens, pat_tokens)]
+        print(f"float32 reference (the same weights, eager, fed the same tokens): worst step's distance "
+              f"eager {e32:.2e}, patched {p32:.2e}; greedy choices equal to float32's: eager {same[0]}, "
+              f"patched {same[1]} of {len(fp32_tokens)}")
 
     # --- speed
     tok = batch * prompt_len
