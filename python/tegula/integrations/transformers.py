@@ -48,7 +48,6 @@ from __future__ import annotations
 import sys
 import time
 import types
-from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -141,16 +140,11 @@ class OpTimer:
             return
         self._records[self._stack.pop()][2] = time.perf_counter()
 
-    @contextmanager
     def scope(self, label: str):
+        """A context manager bracketing its body in `label` (a shared no-op one when off)."""
         if not self.enabled:
-            yield
-            return
-        self.push(label)
-        try:
-            yield
-        finally:
-            self.pop()
+            return _OFF
+        return _Scope(self, label)
 
     def measure(self, fn):
         """(fn(), {label: ms}) with the scopes on (see the class note)."""
@@ -182,6 +176,30 @@ class OpTimer:
         return out
 
 
+class _Off:
+    """The scope of a timer that is off: nothing to do, and nothing allocated per call
+    (the patched ops enter one per op, so it is on the decode step's host path)."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Scope:
+    def __init__(self, timer, label):
+        self.timer, self.label = timer, label
+
+    def __enter__(self):
+        self.timer.push(self.label)
+
+    def __exit__(self, *exc):
+        self.timer.pop()
+        return False
+
+
+_OFF = _Off()
 _GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -383,13 +401,16 @@ def _cache_layer_class():
         is_sliding = False
         is_croppable = False
 
-        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device):
+        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device, seqlens=None):
             super().__init__()
             self.keys = torch.zeros(batch, max_length, kv_heads, head_dim, dtype=dtype, device=device)
             self.values = torch.zeros_like(self.keys)
             self.length = 0
             self.max_length = max_length
-            self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device)
+            # One lengths tensor for every layer (they hold the same tokens): the first
+            # layer's append updates it, so a decode step pays one fill, not one per layer.
+            self.owns_seqlens = seqlens is None
+            self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device) if seqlens is None else seqlens
             self.is_initialized = True
             self.dtype, self.device = dtype, torch.device(device)
 
@@ -408,7 +429,8 @@ def _cache_layer_class():
             self.keys[:, self.length:self.length + S].copy_(k)
             self.values[:, self.length:self.length + S].copy_(v)
             self.length += S
-            self.seqlens.fill_(self.length)
+            if self.owns_seqlens:
+                self.seqlens.fill_(self.length)
 
         def update(self, key_states, value_states, *args, **kwargs):
             self.append(key_states.transpose(1, 2), value_states.transpose(1, 2))
@@ -426,7 +448,8 @@ def _cache_layer_class():
 
         def reset(self):
             self.length = 0
-            self.seqlens.zero_()
+            if self.owns_seqlens:
+                self.seqlens.zero_()
 
     return KVCacheLayer
 
@@ -448,8 +471,9 @@ def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = N
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     layer_cls = _cache_layer_class()
-    layers = [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device)
-              for _ in range(config.num_hidden_layers)]
+    first = layer_cls(batch, max_length, kv_heads, head_dim, dtype, device)
+    layers = [first] + [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device, seqlens=first.seqlens)
+                        for _ in range(config.num_hidden_layers - 1)]
     return cache_utils.Cache(layers=layers)
 
 
