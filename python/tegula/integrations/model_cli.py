@@ -58,6 +58,8 @@ def add_arguments(p) -> None:
                    help="also run a float32 copy of the model on eager's tokens and report how far eager and "
                         "patched each are from it (needs memory for the float32 weights)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-cuda-graph", action="store_true",
+                   help="skip the decode through tegula.integrations.transformers.GraphDecoder")
 
 
 def _progress(iterable, total, desc, enabled):
@@ -152,6 +154,7 @@ def run(args) -> int:
     dtype = getattr(torch, args.dtype)
     progress = not args.no_progress
     total_len = prompt_len + new_tokens
+    use_graph = device.type == "cuda" and args.ops == "tegula" and not args.no_cuda_graph
     clock = _Clock(device)
 
     print(f"building the {args.size} model ({args.dtype}, random weights) ...", flush=True)
@@ -168,14 +171,16 @@ def run(args) -> int:
     def eager_cache():
         return None   # transformers makes its DynamicCache
 
-    def decode_run(cache_maker, tokens=None, label="", keep=True, net=None):
-        """prefill + decode; tokens: the inputs of each decode step (None: greedy own)."""
+    def decode_run(cache_maker, tokens=None, label="", keep=True, net=None, graph=False):
+        """prefill + decode; tokens: the inputs of each decode step (None: greedy own);
+        graph: decode steps through a GraphDecoder."""
         net = net or model
         logits, chosen = [], []
         cache = cache_maker()
         out = net(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         last = out.logits[:, -1]
+        decoder = tt.GraphDecoder(net, cache) if graph else None
         if keep:
             logits.append(last.float().cpu())
         steps = range(new_tokens)
@@ -183,8 +188,10 @@ def run(args) -> int:
             nxt = last.argmax(-1, keepdim=True)
             chosen.append(nxt)
             feed = nxt if tokens is None else tokens[i]
-            out = net(feed, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            last = out.logits[:, -1]
+            if decoder is not None:
+                last = decoder.step(feed)
+            else:
+                last = net(feed, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
             if keep:
                 logits.append(last.float().cpu())
         return logits, chosen
@@ -210,6 +217,22 @@ def run(args) -> int:
 
         _, ms = clock.time(decode)
         return statistics.median(prefill), ms / new_tokens
+
+    def timed_graph():
+        """Decode ms per token through a GraphDecoder (its capture, on the first step, untimed)."""
+        cache = tt.KVCache(model, batch, total_len + 1)
+        out = model(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        decoder = tt.GraphDecoder(model, cache)
+        nxt = decoder.step(out.logits[:, -1].argmax(-1, keepdim=True)).argmax(-1, keepdim=True)
+
+        def decode():
+            tok = nxt
+            for _ in _progress(range(new_tokens), new_tokens, "timing patched + CUDA graph decode", progress):
+                tok = decoder.step(tok).argmax(-1, keepdim=True)
+            return tok
+
+        _, ms = clock.time(decode)
+        return ms / new_tokens
 
     def op_profile(timer, cache_maker):
         """Time per op class, ms: (prefill, decode per token) from one instrumented pass
@@ -256,6 +279,10 @@ def run(args) -> int:
 
         pat_logits, pat_tokens = decode_run(our_cache, tokens=ref_tokens, label="patched")
         pat_pre, pat_dec = timed(our_cache, "patched")
+        graph_logits = graph_dec = None
+        if use_graph:
+            graph_logits, _ = decode_run(our_cache, tokens=ref_tokens, label="patched + CUDA graph", graph=True)
+            graph_dec = timed_graph()
         remove = tt.instrument(model, timer)
         pat_ops = op_profile(timer, our_cache)
         remove()
@@ -292,6 +319,13 @@ def run(args) -> int:
     tok = batch * prompt_len
     rows = [("prefill ms", eager_pre, pat_pre), ("prefill tokens/s", tok / eager_pre * 1e3, tok / pat_pre * 1e3),
             ("decode ms/token", eager_dec, pat_dec)]
+    if graph_dec is not None:
+        rows.append(("decode, CUDA graph", eager_dec, graph_dec))
+        g_worst = max(_rel(ref_logits[i], graph_logits[i]) for i in range(check))
+        g_same = max(_rel_max(pat_logits[i], graph_logits[i]) for i in range(len(pat_logits)))
+        print(f"CUDA-graph decode: worst step's distance to eager {g_worst:.2e}; to the patched steps without "
+              f"the graph (the same kernels), worst element {g_same:.2e}")
+        ok = ok and g_worst <= args.rtol
     print(f"\n{'':<18}{'eager':>12}{'patched':>12}{'speed-up':>10}")
     for name, e, p in rows:
         speed = (p / e) if "tokens/s" in name else (e / p)

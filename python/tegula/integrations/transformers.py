@@ -53,7 +53,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-__all__ = ["apply", "KVCache", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POLICIES"]
+__all__ = ["apply", "KVCache", "GraphDecoder", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POLICIES"]
 
 GEMM_POLICIES = ("auto", "tegula", "torch")
 OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
@@ -395,22 +395,32 @@ def _cache_layer_class():
     class KVCacheLayer(cache_utils.CacheLayerMixin):
         """One layer's keys and values, (B, max_length, Hkv, D) each, written in place;
         `length` tokens are valid. `update` takes transformers' (B, Hkv, S, D) states and
-        returns (B, Hkv, length, D) views, so an unpatched attention reads it correctly."""
+        returns (B, Hkv, length, D) views, so an unpatched attention reads it correctly.
+
+        The layers of one cache share two small device tensors: `cursor` (int64 (1,), the
+        position the next token is written at) and `seqlens` (int32 (B,), what flash_decode
+        reads). A step's writes take their position from `cursor`, the first layer adds the
+        step's tokens to `seqlens` and the last to `cursor`: no host value enters the
+        device work, so a decode step can be captured in a CUDA graph and replayed
+        (`GraphDecoder`). `length` keeps the host's count, for transformers' bookkeeping and
+        the max_length check."""
 
         is_compileable = False
         is_sliding = False
         is_croppable = False
 
-        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device, seqlens=None):
+        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device, shared=None, last=False):
             super().__init__()
             self.keys = torch.zeros(batch, max_length, kv_heads, head_dim, dtype=dtype, device=device)
             self.values = torch.zeros_like(self.keys)
             self.length = 0
             self.max_length = max_length
-            # One lengths tensor for every layer (they hold the same tokens): the first
-            # layer's append updates it, so a decode step pays one fill, not one per layer.
-            self.owns_seqlens = seqlens is None
-            self.seqlens = torch.zeros(batch, dtype=torch.int32, device=device) if seqlens is None else seqlens
+            self.first = shared is None
+            self.last = last
+            if shared is None:
+                shared = (torch.zeros(1, dtype=torch.int64, device=device),
+                          torch.zeros(batch, dtype=torch.int32, device=device))
+            self.cursor, self.seqlens = shared
             self.is_initialized = True
             self.dtype, self.device = dtype, torch.device(device)
 
@@ -418,7 +428,7 @@ def _cache_layer_class():
             pass
 
         def append(self, k, v):
-            """k, v (B, S, Hkv, D): stored at [length, length + S)."""
+            """k, v (B, S, Hkv, D): stored at [cursor, cursor + S)."""
             B, S = k.shape[:2]
             if B != self.keys.shape[0] or tuple(k.shape[2:]) != tuple(self.keys.shape[2:]):
                 raise ValueError(f"KVCache: keys of shape {tuple(k.shape)} do not fit a cache of "
@@ -426,11 +436,14 @@ def _cache_layer_class():
             if self.length + S > self.max_length:
                 raise ValueError(f"KVCache: {self.length} cached + {S} new tokens exceed max_length "
                                  f"{self.max_length}; make the cache longer")
-            self.keys[:, self.length:self.length + S].copy_(k)
-            self.values[:, self.length:self.length + S].copy_(v)
+            index = self.cursor if S == 1 else self.cursor + torch.arange(S, device=self.cursor.device)
+            self.keys.index_copy_(1, index, k)
+            self.values.index_copy_(1, index, v)
             self.length += S
-            if self.owns_seqlens:
-                self.seqlens.fill_(self.length)
+            if self.first:
+                self.seqlens.add_(S)
+            if self.last:
+                self.cursor.add_(S)
 
         def update(self, key_states, value_states, *args, **kwargs):
             self.append(key_states.transpose(1, 2), value_states.transpose(1, 2))
@@ -448,8 +461,9 @@ def _cache_layer_class():
 
         def reset(self):
             self.length = 0
-            if self.owns_seqlens:
+            if self.first:
                 self.seqlens.zero_()
+                self.cursor.zero_()
 
     return KVCacheLayer
 
@@ -471,10 +485,94 @@ def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = N
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     layer_cls = _cache_layer_class()
-    first = layer_cls(batch, max_length, kv_heads, head_dim, dtype, device)
-    layers = [first] + [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device, seqlens=first.seqlens)
-                        for _ in range(config.num_hidden_layers - 1)]
+    n = config.num_hidden_layers
+    first = layer_cls(batch, max_length, kv_heads, head_dim, dtype, device, last=n == 1)
+    layers = [first] + [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device,
+                                  shared=(first.cursor, first.seqlens), last=i == n - 1) for i in range(1, n)]
     return cache_utils.Cache(layers=layers)
+
+
+class GraphDecoder:
+    """Decode steps of a patched model replayed from one CUDA graph.
+
+        cache = KVCache(model, batch, max_length)
+        logits = model(prompts, past_key_values=cache, use_cache=True).logits   # prefill
+        decoder = GraphDecoder(model, cache)
+        for _ in range(n):
+            token = decoder.step(token)[:, None] ... # step(tokens (B, 1)) -> logits (B, vocab)
+
+    A decode step of a patched model launches a few hundred small kernels; at a batch of a
+    few sequences the GPU finishes each before Python has issued the next, so the host sets
+    the pace. The first `step` runs one step to compile every kernel, then captures the
+    step's launches (the model's forward on static token and position buffers, the cache
+    written at its device cursor) in a CUDA graph; every step replays it: one launch for
+    the whole forward. The logits returned live in the graph's memory and are overwritten
+    by the next step (clone them to keep them).
+
+    Needs a model patched by `apply` (ops="tegula") and its `KVCache`, a CUDA device, and
+    every decode step of that cache to go through `step` once the decoder exists."""
+
+    def __init__(self, model, cache):
+        if getattr(model, "_tegula_report", None) is None:
+            raise ValueError("GraphDecoder: the model is not patched (call tegula.integrations.transformers.apply "
+                             "first)")
+        layers = getattr(cache, "layers", None)
+        if not layers or not all(hasattr(layer, "cursor") for layer in layers):
+            raise ValueError("GraphDecoder: cache must be a tegula KVCache")
+        if layers[0].keys.device.type != "cuda":
+            raise ValueError("GraphDecoder: CUDA graphs need the model and cache on a CUDA device")
+        self.model, self.cache, self.layers = model, cache, layers
+        batch, device = layers[0].keys.shape[0], layers[0].keys.device
+        self.tokens = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(1, 1, dtype=torch.int64, device=device)
+        self.graph = None
+        self.logits = None
+        self._length = None   # the cache length the device buffers stand for
+
+    def _forward(self):
+        out = self.model(self.tokens, position_ids=self.positions, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1)
+        self.positions.add_(1)
+        return out.logits[:, -1]
+
+    def _set_lengths(self, length: int):
+        for layer in self.layers:
+            layer.length = length
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One decode step: tokens (B, 1) (or (B,)) int -> logits (B, vocab)."""
+        length = self.layers[0].length
+        if length + 1 > self.layers[0].max_length:
+            raise ValueError(f"GraphDecoder: {length} cached + 1 new token exceed the cache's max_length "
+                             f"{self.layers[0].max_length}")
+        self.tokens.copy_(tokens.view(self.tokens.shape))
+        if self._length != length:           # a step taken outside the decoder, or the first
+            self.positions.fill_(length)
+        if self.graph is None:
+            self._capture(length)
+        self.graph.replay()
+        self._set_lengths(length + 1)
+        self._length = length + 1
+        return self.logits
+
+    def _capture(self, length: int):
+        cursor, seqlens = self.layers[0].cursor, self.layers[0].seqlens
+        saved = cursor.clone(), seqlens.clone(), self.positions.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):   # compiles every kernel; its writes are redone below
+            self._forward()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        for restore in range(2):                          # before capture, and after it (capture runs nothing
+            cursor.copy_(saved[0])                        # but leaves the host counts advanced)
+            seqlens.copy_(saved[1])
+            self.positions.copy_(saved[2])
+            self._set_lengths(length)
+            if restore == 0:
+                with torch.no_grad(), torch.cuda.graph(graph):
+                    self.logits = self._forward()
+        self.graph = graph
 
 
 def _kv_layer(cache, layer_idx):

@@ -85,3 +85,50 @@ def test_padding_falls_back_and_matches():
         lr, lp = ref(ids, attention_mask=mask).logits, pat(ids, attention_mask=mask).logits
     assert _rel(lr[1], lp[1]) < RTOL and _rel(lr[0, 5:], lp[0, 5:]) < RTOL
     assert report.fallbacks["attention_mask"] == 2
+
+
+def test_graph_decoder_replays_the_patched_steps():
+    """Decode steps replayed from a CUDA graph give the logits of the same steps launched
+    one by one (the same kernels, up to cuBLAS's choices inside a capture), stay within RTOL of eager, and a step taken outside
+    the decoder (positions resynchronised) does not derail it."""
+    ref, pat = _pair("llama", torch.bfloat16)
+    tt.apply(pat)
+    batch, prompt, steps = 3, 29, 6
+    ids = torch.randint(0, SMALL["vocab_size"], (batch, prompt), device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(5))
+    with torch.no_grad():
+        out_r = ref(ids, use_cache=True)
+        plain = tt.KVCache(pat, batch, prompt + steps + 1)
+        graphed = tt.KVCache(pat, batch, prompt + steps + 1)
+        pat(ids, past_key_values=plain, use_cache=True)
+        pat(ids, past_key_values=graphed, use_cache=True)
+        decoder = tt.GraphDecoder(pat, graphed)
+        pkv, tok = out_r.past_key_values, out_r.logits[:, -1].argmax(-1, keepdim=True)
+        diffs, eager_diffs = [], []
+        for step in range(steps):
+            lr = ref(tok, past_key_values=pkv, use_cache=True).logits[:, -1]
+            lp = pat(tok, past_key_values=plain, use_cache=True).logits[:, -1]
+            if step == 3:   # one step outside the decoder
+                lg = pat(tok, past_key_values=graphed, use_cache=True).logits[:, -1]
+            else:
+                lg = decoder.step(tok).clone()
+            diffs.append(_rel(lp, lg))
+            eager_diffs.append(_rel(lr, lg))
+            tok = lr.argmax(-1, keepdim=True)
+    assert decoder.graph is not None
+    assert graphed.get_seq_length() == plain.get_seq_length() == prompt + steps
+    assert max(diffs) < 1e-3, diffs      # the same kernels: equal up to library algorithm choices
+    assert max(eager_diffs) < RTOL, eager_diffs
+    with pytest.raises(ValueError, match="exceed the cache's max_length"):
+        decoder.step(tok)
+        decoder.step(tok)
+
+
+def test_graph_decoder_refusals():
+    ref, pat = _pair("llama", torch.float16)
+    cache = tt.KVCache(ref, 1, 8)
+    with pytest.raises(ValueError, match="not patched"):
+        tt.GraphDecoder(ref, cache)
+    tt.apply(pat)
+    with pytest.raises(ValueError, match="tegula KVCache"):
+        tt.GraphDecoder(pat, object())
