@@ -273,6 +273,7 @@ def run(args) -> int:
         # --- patched
         report = tt.apply(model, gemm=args.gemm, ops=args.ops, max_positions=total_len, timer=timer)
         print(f"patched: {dict(report)}; GEMM: {report.gemm}")
+        fallbacks_before = dict(report.fallbacks)
 
         def our_cache():
             return tt.KVCache(model, batch, total_len)
@@ -287,6 +288,8 @@ def run(args) -> int:
         pat_ops = op_profile(timer, our_cache)
         remove()
 
+    if report.fallbacks != fallbacks_before:
+        print(f"note: calls that took torch's path: {report.fallbacks}")
     # --- compare
     check = len(ref_logits) if args.check_steps is None else min(len(ref_logits), args.check_steps + 1)
     worst, worst_element, first_bad = 0.0, 0.0, None

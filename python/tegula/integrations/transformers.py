@@ -421,6 +421,10 @@ def _cache_layer_class():
                 shared = (torch.zeros(1, dtype=torch.int64, device=device),
                           torch.zeros(batch, dtype=torch.int32, device=device))
             self.cursor, self.seqlens = shared
+            # Set while GraphDecoder captures a step: transformers builds the causal mask
+            # explicitly under stream capture, and for one query over a cache without
+            # padding that mask allows every cached key, so the attention may ignore it.
+            self.causal_decode = False
             self.is_initialized = True
             self.dtype, self.device = dtype, torch.device(device)
 
@@ -564,14 +568,20 @@ class GraphDecoder:
             self._forward()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        for layer in self.layers:
+            layer.causal_decode = True
         for restore in range(2):                          # before capture, and after it (capture runs nothing
             cursor.copy_(saved[0])                        # but leaves the host counts advanced)
             seqlens.copy_(saved[1])
             self.positions.copy_(saved[2])
             self._set_lengths(length)
             if restore == 0:
-                with torch.no_grad(), torch.cuda.graph(graph):
-                    self.logits = self._forward()
+                try:
+                    with torch.no_grad(), torch.cuda.graph(graph):
+                        self.logits = self._forward()
+                finally:
+                    for layer in self.layers:
+                        layer.causal_decode = False
         self.graph = graph
 
 
@@ -629,7 +639,7 @@ def _attention_forward(state, rope_tables):
             keys, values, length = kh.transpose(1, 2), vh.transpose(1, 2), kh.shape[2]
         else:
             keys, values, length = k, v, S
-        if attention_mask is not None:
+        if attention_mask is not None and not (layer is not None and S == 1 and layer.causal_decode):
             state.report.fallbacks["attention_mask"] += 1
             mask = attention_mask[..., :length] if attention_mask.dim() == 4 else attention_mask
             with state.timer.scope("attention"):

@@ -92,7 +92,7 @@ def test_graph_decoder_replays_the_patched_steps():
     one by one (the same kernels, up to cuBLAS's choices inside a capture), stay within RTOL of eager, and a step taken outside
     the decoder (positions resynchronised) does not derail it."""
     ref, pat = _pair("llama", torch.bfloat16)
-    tt.apply(pat)
+    report = tt.apply(pat)
     batch, prompt, steps = 3, 29, 6
     ids = torch.randint(0, SMALL["vocab_size"], (batch, prompt), device="cuda",
                         generator=torch.Generator(device="cuda").manual_seed(5))
@@ -119,6 +119,7 @@ def test_graph_decoder_replays_the_patched_steps():
     assert graphed.get_seq_length() == plain.get_seq_length() == prompt + steps
     assert max(diffs) < 1e-3, diffs      # the same kernels: equal up to library algorithm choices
     assert max(eager_diffs) < RTOL, eager_diffs
+    assert report.fallbacks == {"attention_mask": 0, "dynamic_cache_decode": 0}
     with pytest.raises(ValueError, match="exceed the cache's max_length"):
         decoder.step(tok)
         decoder.step(tok)
