@@ -30,6 +30,7 @@ for the linear shapes, for picking the rule on the GPU at hand.
 OUT=dir also writes dir/bench_swiglu.json (and dir/bench_swiglu_sweep.json).
 """
 import argparse
+import importlib
 import sys
 
 import torch
@@ -145,7 +146,7 @@ def linear_rates(r, m, ms, prefix):
 
 
 def measure_linear(m, dtype, compile_baseline):
-    from tegula.kernels import swiglu as S
+    S = importlib.import_module("tegula.kernels.swiglu")
 
     x, wg, wu = linear_inputs(m, dtype)
     ref = mlp_gate_up(x.float(), wg.float(), wu.float())
@@ -169,7 +170,7 @@ def measure_linear(m, dtype, compile_baseline):
 
 def sweep_linear(m, dtype, compile_baseline):
     """Every tile of sweep_configs for this M: its time against eager and compile."""
-    from tegula.kernels import swiglu as S
+    S = importlib.import_module("tegula.kernels.swiglu")
 
     x, wg, wu = linear_inputs(m, dtype)
     ref = mlp_gate_up(x.float(), wg.float(), wu.float())
@@ -216,7 +217,7 @@ SWEEP_COLUMNS = [
 
 
 def dry_run(ms, sms):
-    from tegula.kernels import swiglu as S
+    S = importlib.import_module("tegula.kernels.swiglu")
 
     rows = []
     for m in ms:

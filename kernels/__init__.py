@@ -7,9 +7,16 @@ that takes and returns torch tensors:
 Each entry point is also a PyTorch operator, `torch.ops.tegula.<name>`, with a fake
 implementation (torch.compile traces through it) and, for the norms, softmax, add,
 transpose, row_sum, matmul and flash_attention, a backward written in the language
-(kernels/_ops.py). The public functions, here and in the modules
-(`tegula.kernels.flash_attention.flash_attention`, `tegula.kernels.gemm.matmul`, ...), call
-those operators.
+(kernels/_ops.py; the model kernels' operators are kernels/_model_ops.py's). The public
+functions, here and in the modules (`tegula.kernels.flash_attention.flash_attention`,
+`tegula.kernels.gemm.matmul`, `tegula.kernels.fused_norm.add_rms_norm`, ...), call those
+operators.
+
+The model kernels: `rope` (rotary embedding of q and k; `rope_cache` builds its cos/sin
+tables), `swiglu` and `swiglu_linear` (the Llama MLP's activation, alone or fused into the
+gate/up GEMM), `add_rms_norm` (residual add + RMSNorm), `grouped_gemm` (one GEMM per expert
+over rows sorted by expert) and the mixture-of-experts routing around it,
+`moe_align_block_size`, `moe_permute` and `moe_combine`.
 
 Every entry point checks its arguments (CUDA tensors of float16, bfloat16 or float32;
 shapes; a ValueError or TypeError naming the argument otherwise), copies a view the kernel
@@ -19,10 +26,12 @@ parameters, and calls a kernel compiled once per (hidden size, dtype, ...). NaN 
 propagate as in torch: T.max / T.reduce_max keep a NaN. Each module
 also exposes the TileLang form, `<name>_program` (the function of sizes returning a
 `T.prim_func`) and `<name>_kernel` (that function under `tegula.jit(out_idx=[-1])`), and
-`kernel_for(...)`, the cached jit kernel the entry point launches. Two modules share
-their function's name, so `tegula.kernels.softmax` and `tegula.kernels.transpose` are the
-functions; their modules are `importlib.import_module("tegula.kernels.softmax")` (and
-`.transpose`).
+`kernel_for(...)`, the cached jit kernel the entry point launches. Five modules share
+their function's name, so `tegula.kernels.softmax`, `.transpose`, `.rope`, `.swiglu` and
+`.grouped_gemm` are the functions (and so is what `from tegula.kernels import rope` or
+`import tegula.kernels.rope as r` binds); their modules are
+`importlib.import_module("tegula.kernels.softmax")` (and `.transpose`, `.rope`, `.swiglu`,
+`.grouped_gemm`). `from tegula.kernels.rope import rope_cache` imports from the module.
 
 `DEMO_KERNELS` lists, for the demo command line, one `DemoKernel(name, make_inputs, run,
 reference)` per kernel: `make_inputs(device, shape)` builds float16 inputs for a 2-D
@@ -31,17 +40,31 @@ computes the same result with torch in float32.
 """
 from __future__ import annotations
 
+import importlib as _importlib
+import sys as _sys
 from typing import Callable, NamedTuple
+
+if __name__ != "tegula.kernels":
+    # This directory imported under another name: a top-level `kernels`, which transformers
+    # imports when it finds a package of that name (this repository's, with its root on
+    # sys.path). That name becomes tegula.kernels itself, and the imports below resolve in
+    # it, so no second copy of the modules registers every operator again.
+    _sys.modules[__name__] = _importlib.import_module("tegula.kernels")
+    __spec__, __package__ = _sys.modules[__name__].__spec__, "tegula.kernels"
 
 import torch
 import torch.nn.functional as F
 
-from ._ops import (add, flash_decode, layer_norm, matmul, matmul_tuned, rms_norm, rms_norm_silu, row_max, row_min,
-                   row_sum, softmax, transpose)
+from ._ops import (add, add_rms_norm, flash_decode, grouped_gemm, layer_norm, matmul, matmul_tuned,
+                   moe_align_block_size, moe_combine, moe_permute, rms_norm, rms_norm_silu, rope, row_max, row_min,
+                   row_sum, softmax, swiglu, swiglu_linear, transpose)
+from .rope import rope_cache
 
 __all__ = [
     "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max", "row_min",
     "transpose", "matmul", "matmul_tuned", "flash_decode",
+    "rope", "rope_cache", "swiglu", "swiglu_linear", "add_rms_norm", "grouped_gemm",
+    "moe_align_block_size", "moe_permute", "moe_combine",
     "DemoKernel", "DEMO_KERNELS",
 ]
 

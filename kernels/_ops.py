@@ -37,7 +37,11 @@ incoming gradient itself or a reshape of it:
 
 row_max, row_min, flash_decode, mla_decode and matmul_tuned have none: called on an input
 that requires grad (with grad recording on) they raise an error naming the op, before
-anything runs.
+anything runs. Neither have the model kernels (rope, swiglu, swiglu_linear, add_rms_norm,
+grouped_gemm, moe_align_block_size, moe_permute, moe_combine), whose operators, fakes and
+public functions are kernels/_model_ops.py's, registered here with the rest; rope and
+add_rms_norm with inplace=True call operators of their own, `rope_` and `add_rms_norm_`,
+whose schemas name the inputs they write.
 """
 from __future__ import annotations
 
@@ -46,10 +50,12 @@ from typing import Optional
 
 import torch
 
-from . import elementwise, flash_attention as _fa, flash_decoding as _fd
+from . import _model_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
 from ._attention import check_flag, check_num_split, check_sm_scale
 from ._common import check_eps, describe, refuse_grad
+from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
+                         moe_combine, moe_permute, rope, swiglu, swiglu_linear)
 
 # Two modules share their function's name, which tegula.kernels re-exports over them.
 _softmax_mod = importlib.import_module(__package__ + ".softmax")
@@ -63,6 +69,7 @@ _PUBLIC = {
     _rms: ("rms_norm", "rms_norm_silu"), _ln: ("layer_norm",), _softmax_mod: ("softmax",),
     elementwise: ("add",), _reduce: ("row_sum", "row_max", "row_min"), _transpose_mod: ("transpose",),
     _gemm: ("matmul", "matmul_tuned"), _fa: ("flash_attention",), _fd: ("flash_decode",), _mla: ("mla_decode",),
+    **_model_ops.PUBLIC,
 }
 EAGER = {name: getattr(module, name) for module, names in _PUBLIC.items() for name in names}
 
@@ -98,14 +105,17 @@ def _eager(args) -> bool:
     if _compiling() or _dispatch_modes() or _function_modes():
         return False
     for a in args:
-        if type(a) is not torch.Tensor:
-            if isinstance(a, torch.Tensor):  # a subclass: FakeTensor, a functional tensor, ...
+        if type(a) is not torch.Tensor and type(a) is not _Parameter:
+            # A subclass (FakeTensor, a functional tensor, ...); nn.Parameter, a module's
+            # weight, is a plain tensor to the dispatcher and takes the eager road.
+            if isinstance(a, torch.Tensor):
                 return False
         elif a.is_meta:
             return False
     return True
 
 
+_Parameter = torch.nn.Parameter
 _compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
@@ -125,8 +135,9 @@ def _call(name: str, *args):
 
 def _define(name: str, fn, fake, backward=None, setup=None):
     """Registers `tegula::name` running `fn`, with `fake` for tracing and, when given, an
-    autograd formula. The schema comes from fn's annotations."""
-    op = torch.library.custom_op(f"{NS}::{name}", fn, mutates_args=())
+    autograd formula. The schema comes from fn's annotations; the inputs it writes, from
+    `_model_ops.MUTATES`."""
+    op = torch.library.custom_op(f"{NS}::{name}", fn, mutates_args=_model_ops.MUTATES.get(name, ()))
     op.register_fake(fake)
     if backward is not None:
         op.register_autograd(backward, setup_context=setup)
@@ -431,6 +442,7 @@ _OPS = [
     ("flash_attention_backward", _flash_attention_backward, _flash_attention_backward_fake, None, None),
     ("flash_decode", _flash_decode, _flash_decode_fake, None, None),
     ("mla_decode", _mla_decode, _mla_decode_fake, None, None),
+    *_model_ops.OPS,
 ]
 
 def _function(name, impl, backward, setup):
@@ -463,8 +475,10 @@ AUTOGRAD = {name: (bwd, setup) for name, _, _, bwd, setup in _OPS if bwd is not 
 
 # The ops whose autograd formula exists; the others refuse inputs that require grad.
 DIFFERENTIABLE = frozenset(AUTOGRAD)
-# The ops a user calls (the others are the backward halves the formulas call).
-FORWARD_OPS = tuple(name for name, *_ in _OPS if not name.endswith("_backward") and name != "column_sum")
+# The ops a user calls (the others are the backward halves the formulas call, and the
+# in-place forms, INPLACE_OPS: op -> the public function that calls it with inplace=True).
+FORWARD_OPS = tuple(name for name, *_ in _OPS
+                    if not name.endswith("_backward") and name != "column_sum" and name not in INPLACE_OPS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -628,17 +642,18 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
 
 
 def _with_out(entry, out, *args):
-    """An `out=` call: the eager entry point writes `out` in place. Under torch.compile the
-    traced form is the op and a copy into out. Either way there is no backward through it
-    (as for torch's own out= variants): an input that requires grad is refused."""
-    if torch.compiler.is_compiling():
+    """An `out=` call: the eager entry point writes `out` in place. Traced (torch.compile,
+    FakeTensorMode, ...: whatever `_eager` refuses) it is the op and a copy into out.
+    Either way there is no backward through it (as for torch's own out= variants): an
+    input that requires grad is refused."""
+    if not _eager((*args, out)):
         result = _op(entry.__name__)(*args)
         return out.copy_(result)
     return entry(*args, out=out)
 
 
 def _publish() -> None:
-    """Each kernel module's public function becomes the one above, so
+    """Each kernel module's public function becomes the one above (or _model_ops's), so
     `tegula.kernels.rmsnorm.rms_norm`, `tegula.kernels.flash_attention.flash_attention` and
     `tegula.kernels.rms_norm` are one function, the operator's. The eager entry points stay
     reachable as `EAGER[name]`."""

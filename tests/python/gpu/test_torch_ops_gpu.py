@@ -1,7 +1,9 @@
 """The shipped kernels as torch operators, on the GPU: torch.library.opcheck per op, every
 backward through torch.autograd against torch's in float64 on ragged shapes, torch.compile
-(inductor, and mode="reduce-overhead"), a user's kernel as an op, DLPack inputs, and a
-two-layer training step whose loss curve follows eager torch for 20 steps."""
+(inductor, and mode="reduce-overhead"), the model kernels' ops (and their in-place forms)
+through torch.compile(fullgraph=True) bitwise equal to the eager entry points, a user's
+kernel as an op, DLPack inputs, and a two-layer training step whose loss curve follows
+eager torch for 20 steps."""
 import importlib
 import math
 
@@ -14,6 +16,7 @@ import tegula.kernels as K
 import tegula.language as T
 
 FA = importlib.import_module("tegula.kernels.flash_attention")
+OPS = importlib.import_module("tegula.kernels._ops")
 
 try:
     from ._util import rel_err, seed_of
@@ -23,6 +26,7 @@ except ImportError:
 pytestmark = pytest.mark.gpu
 
 H = torch.float16
+B16 = torch.bfloat16
 GRAD_TOL = {torch.float16: 1e-2, torch.bfloat16: 3e-2}
 
 
@@ -62,10 +66,61 @@ def _opcheck_cases():
     }
 
 
-@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_silu", "layer_norm", "softmax", "add", "row_sum", "row_max",
-                                  "transpose", "matmul", "flash_attention", "flash_decode", "mla_decode"])
+def _routed(t, k, e, *tag):
+    """Top-k expert ids (t, k) int32 as a router gives them: k distinct experts a token."""
+    gen = torch.Generator(device="cuda").manual_seed(seed_of(*tag))
+    return torch.topk(torch.randn(t, e, generator=gen, device="cuda"), k, dim=-1).indices.int()
+
+
+def _model_opcheck_cases():
+    """The model kernels' ops at ragged sizes: rope in both layouts (a "bhsd" view of a
+    contiguous "bshd" tensor, read in place, checks the fake's strides), with and without
+    tables, and in place; both forms of swiglu and of add_rms_norm; the grouped GEMM with
+    an empty expert; the MoE routing from one alignment."""
+    r = _rand
+    cos, sin = (t.cuda() for t in K.rope_cache(64, 64, device="cpu"))
+    ids = _routed(37, 2, 8, "ids")
+    align = K.moe_align_block_size(ids, 8, 16)
+    slots = align.sorted_token_ids.shape[0]
+    offsets = torch.tensor([0, 20, 20, 70, 100], dtype=torch.int32, device="cuda")   # expert 1 empty
+    positions = torch.randint(0, 64, (2, 33), dtype=torch.int32, device="cuda")
+    return {
+        "rope": (torch.ops.tegula.rope, (r((2, 33, 4, 64), B16, 30), r((2, 33, 2, 64), B16, 31), cos, sin, None,
+                                         False, "bshd", 10000.0)),
+        "rope-bhsd-view-computed": (torch.ops.tegula.rope, (r((2, 33, 4, 64), B16, 32).transpose(1, 2), None, None,
+                                                            None, positions, True, "bhsd", 500000.0)),
+        "rope_": (torch.ops.tegula.rope_, (r((2, 33, 4, 64), B16, 33), r((2, 33, 2, 64), B16, 34), cos, sin, None,
+                                           True, "bshd", 10000.0)),
+        "swiglu": (torch.ops.tegula.swiglu, (r((37, 400), B16, 35), None)),
+        "swiglu-pair": (torch.ops.tegula.swiglu, (r((3, 37, 200), H, 36), r((3, 37, 200), H, 37))),
+        "swiglu_linear": (torch.ops.tegula.swiglu_linear, (r((37, 256), B16, 38, scale=0.25),
+                                                           r((384, 256), B16, 39, scale=0.25), None)),
+        "swiglu_linear-two-weights": (torch.ops.tegula.swiglu_linear, (r((5, 256), H, 40, scale=0.25),
+                                                                       r((192, 256), H, 41, scale=0.25),
+                                                                       r((192, 256), H, 42, scale=0.25))),
+        "add_rms_norm": (torch.ops.tegula.add_rms_norm, (r((37, 1000), B16, 43), r((37, 1000), B16, 44),
+                                                         r((1000,), B16, 45, offset=1), 1e-6)),
+        "add_rms_norm_": (torch.ops.tegula.add_rms_norm_, (r((37, 1000), H, 46), r((37, 1000), H, 47),
+                                                           r((1000,), H, 48, offset=1), 1e-5)),
+        "grouped_gemm": (torch.ops.tegula.grouped_gemm, (r((100, 128), B16, 49, scale=0.25),
+                                                         r((4, 192, 128), B16, 50, scale=0.25), offsets, True)),
+        "moe_align_block_size": (torch.ops.tegula.moe_align_block_size, (ids, 8, 16)),
+        "moe_permute": (torch.ops.tegula.moe_permute, (r((37, 256), B16, 51), align.sorted_token_ids, 2)),
+        "moe_combine": (torch.ops.tegula.moe_combine, (r((slots, 256), B16, 52), torch.rand(37, 2, device="cuda"),
+                                                       align.token_positions)),
+    }
+
+
+OPCHECK = ["rms_norm", "rms_norm_silu", "layer_norm", "softmax", "add", "row_sum", "row_max", "transpose", "matmul",
+           "flash_attention", "flash_decode", "mla_decode"]
+MODEL_OPCHECK = ["rope", "rope-bhsd-view-computed", "rope_", "swiglu", "swiglu-pair", "swiglu_linear",
+                 "swiglu_linear-two-weights", "add_rms_norm", "add_rms_norm_", "grouped_gemm", "moe_align_block_size",
+                 "moe_permute", "moe_combine"]
+
+
+@pytest.mark.parametrize("name", OPCHECK + MODEL_OPCHECK)
 def test_opcheck(name):
-    op, args = _opcheck_cases()[name]
+    op, args = (_model_opcheck_cases() if name in MODEL_OPCHECK else _opcheck_cases())[name]
     # test_autograd_registration, test_faketensor, test_schema and test_aot_dispatch_dynamic.
     result = torch.library.opcheck(op, args)
     assert all(v == "SUCCESS" for v in result.values()), result
@@ -220,6 +275,110 @@ def test_compile_inductor_backward_matches_eager():
     compiled_grads = torch.autograd.grad(compiled(*leaves).float().sum(), leaves)
     for e, c in zip(eager_grads, compiled_grads):
         assert torch.equal(e, c)
+
+
+# ---- the model kernels through torch.compile ---------------------------------------
+
+def _model_compile_cases():
+    """name -> (function of the public calls, its inputs, the same computation through the
+    eager entry points). The in-place forms return the tensors they wrote."""
+    r = _rand
+    E = OPS.EAGER
+    cos, sin = (t.cuda() for t in K.rope_cache(128, 128, device="cpu"))
+    lens = torch.tensor([[17], [64]], dtype=torch.int32, device="cuda")
+    ids = _routed(300, 2, 8, "compile-ids")
+    align = E["moe_align_block_size"](ids, 8, 16)
+    slots = align.sorted_token_ids.shape[0]
+    balanced = torch.arange(0, 257, 32, dtype=torch.int32, device="cuda")
+
+    def rope_in_place(q, k, c, s):
+        return K.rope(q, k, c, s, inplace=True)
+
+    def rope_in_place_eager(q, k, c, s):
+        return E["rope"](q, k, c, s, inplace=True)
+
+    def norm_in_place(x, res, w):
+        return K.add_rms_norm(x, res, w, 1e-5, inplace=True)
+
+    def norm_in_place_eager(x, res, w):
+        return E["add_rms_norm"](x, res, w, 1e-5, inplace=True)
+
+    return {
+        "rope": (lambda q, k, c, s: K.rope(q, k, c, s), (r((2, 77, 32, 128), B16, 60), r((2, 77, 8, 128), B16, 61),
+                                                         cos, sin), E["rope"]),
+        "rope-decode-computed": (lambda q, k, p: K.rope(q, k, positions=p, base=500000.0),
+                                 (r((2, 1, 32, 128), B16, 62), r((2, 1, 8, 128), B16, 63), lens),
+                                 lambda q, k, p: E["rope"](q, k, positions=p, base=500000.0)),
+        "rope_": (rope_in_place, (r((2, 77, 32, 128), B16, 64), r((2, 77, 8, 128), B16, 65), cos, sin),
+                  rope_in_place_eager),
+        "swiglu": (K.swiglu, (r((300, 2 * 1000), B16, 66),), E["swiglu"]),
+        "swiglu_linear": (K.swiglu_linear, (r((300, 512), B16, 67, scale=0.25), r((2 * 704, 512), B16, 68, scale=0.25)),
+                          E["swiglu_linear"]),
+        "add_rms_norm": (lambda x, res, w: K.add_rms_norm(x, res, w),
+                         (r((300, 4096), B16, 69), r((300, 4096), B16, 70), r((4096,), B16, 71, offset=1)),
+                         lambda x, res, w: E["add_rms_norm"](x, res, w)),
+        "add_rms_norm_": (norm_in_place, (r((300, 4096), B16, 72), r((300, 4096), B16, 73),
+                                          r((4096,), B16, 74, offset=1)), norm_in_place_eager),
+        "grouped_gemm": (lambda a, w, o: K.grouped_gemm(a, w, o, trans_w=True),
+                         (r((256, 512), B16, 75, scale=0.25), r((8, 384, 512), B16, 76, scale=0.25), balanced),
+                         lambda a, w, o: E["grouped_gemm"](a, w, o, trans_w=True)),
+        "moe_align_block_size": (lambda i: tuple(K.moe_align_block_size(i, 8, 16)), (ids,),
+                                 lambda i: tuple(E["moe_align_block_size"](i, 8, 16))),
+        "moe_permute": (lambda x, s: K.moe_permute(x, s, 2), (r((300, 1024), B16, 77), align.sorted_token_ids),
+                        lambda x, s: E["moe_permute"](x, s, 2)),
+        "moe_combine": (K.moe_combine, (r((slots, 1024), B16, 78), torch.rand(300, 2, device="cuda"),
+                                        align.token_positions), E["moe_combine"]),
+    }
+
+
+@pytest.mark.parametrize("name", ["rope", "rope-decode-computed", "rope_", "swiglu", "swiglu_linear", "add_rms_norm",
+                                  "add_rms_norm_", "grouped_gemm", "moe_align_block_size", "moe_permute",
+                                  "moe_combine"])
+def test_model_ops_compiled_equal_the_eager_entry_points(name):
+    """torch.compile(fullgraph=True) (inductor) of each public function: the op, run by the
+    compiled graph, gives bitwise what the eager entry point gives on the same inputs; the
+    in-place forms write the caller's tensors as the eager entry point writes its own."""
+    torch._dynamo.reset()
+    fn, inputs, eager = _model_compile_cases()[name]
+    compiled_in = [t.clone() for t in inputs]
+    eager_in = [t.clone() for t in inputs]
+    got = torch.compile(fn, fullgraph=True)(*compiled_in)
+    want = eager(*eager_in)
+    torch.cuda.synchronize()
+    got, want = (v if isinstance(v, tuple) else (v,) for v in (got, want))
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b), f"{name}: output {i} differs"
+    for i, (a, b) in enumerate(zip(compiled_in, eager_in)):
+        assert torch.equal(a, b), f"{name}: input {i} written differently"
+
+
+def _moe_layer(x, residual, w_norm, topk_ids, topk_weights, w13, w2):
+    """The fused norm, then a Mixtral-style MoE routed through the model kernels: (the
+    MoE's output, the new residual)."""
+    y, h = K.add_rms_norm(x, residual, w_norm)
+    align = K.moe_align_block_size(topk_ids, w13.shape[0], 16)
+    xs = K.moe_permute(y, align.sorted_token_ids, topk_ids.shape[1])
+    act = K.swiglu(K.grouped_gemm(xs, w13, align.expert_offsets, trans_w=True))
+    ys = K.grouped_gemm(act, w2, align.expert_offsets, trans_w=True)
+    return K.moe_combine(ys, topk_weights, align.token_positions), h
+
+
+def test_moe_layer_compiled_equals_eager():
+    torch._dynamo.reset()
+    E, T_, Hd, inter = 8, 300, 512, 384
+    inputs = (_rand((T_, Hd), B16, "mx"), _rand((T_, Hd), B16, "mr"), _rand((Hd,), B16, "mw", offset=1),
+              _routed(T_, 2, E, "m-ids"), torch.softmax(_rand((T_, 2), torch.float32, "mp"), -1),
+              _rand((E, 2 * inter, Hd), B16, "m13", scale=Hd ** -0.5), _rand((E, Hd, inter), B16, "m2",
+                                                                             scale=inter ** -0.5))
+    eager = _moe_layer(*inputs)
+    compiled = torch.compile(_moe_layer, fullgraph=True)
+    for _ in range(2):
+        out = compiled(*inputs)
+    torch.cuda.synchronize()
+    assert torch.isfinite(eager[0].float()).all() and eager[0].abs().sum() > 0
+    for got, want in zip(out, eager):
+        assert torch.equal(got, want)
 
 
 # ---- a user's kernel as an op; DLPack inputs ----------------------------------------
