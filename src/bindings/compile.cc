@@ -227,6 +227,14 @@ struct LoweredKernel {
   }
 };
 
+// Whether e can be evaluated from the dynamic sizes alone (no loads, no other variables).
+static bool over_dynamic_sizes(const ir::Expr& e, const std::vector<ir::Expr>& dynamic_vars) {
+  ir::VarValues values;
+  for (auto& v : dynamic_vars) values[v.get()] = 1;
+  int64_t out;
+  return ir::eval_int(e, values, &out);
+}
+
 // The program of one prim_func: its kernels (one per `with T.Kernel`, launched in order)
 // over one argument list, the parameters then `num_workspaces` T.alloc_global buffers.
 std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<LoweredKernel>>& kernels,
@@ -260,12 +268,17 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
         for (size_t j = 0; !v && j < k.dynamic_vars.size(); ++j) {
           if (k.dynamic_vars[j].same_as(d)) var = int(j);
         }
-        if (!v && var < 0) {
-          throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name +
-                                "': shape entries must be constants or T.dynamic variables");
+        // A workspace may also be sized by an expression over the dynamic sizes, which the
+        // launch evaluates (T.alloc_global((T.ceildiv(m, 64), n), ...)).
+        bool computed = !v && var < 0 && s.is_workspace && over_dynamic_sizes(d, k.dynamic_vars);
+        if (!v && var < 0 && !computed) {
+          throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name + "': shape entry " +
+                                ir::to_string(d) + " must be a constant or a T.dynamic variable" +
+                                (s.is_workspace ? ", or an expression over T.dynamic sizes" : ""));
         }
         s.dims.push_back(v ? *v : -1);
         s.dim_var.push_back(var);
+        s.dim_expr.push_back(computed ? d : ir::Expr());
       }
       auto it = align.find(i);
       s.align_bytes = it == align.end() ? 0 : it->second;

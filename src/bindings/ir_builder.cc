@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "bindings/bindings.h"
+#include "ir/analyzer.h"
 #include "ir/hash.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -235,6 +236,16 @@ void init_ir_builder(py::module_& m) {
   m.def("structural_hash", [](const Expr& e) { return ir::structural_hash(e); });
   m.def("structural_hash", [](const Stmt& s) { return ir::structural_hash(s); });
   m.def("structural_hash", [](const ir::Kernel& k) { return ir::structural_hash(k); });
+  // An integer expression's value with the given variables' values (tegula.testing sizes a
+  // workspace whose shape is computed from the dynamic sizes); None when it reads memory or
+  // a variable not given.
+  m.def("eval_int", [](const Expr& e, const std::vector<std::pair<Expr, int64_t>>& values) -> std::optional<int64_t> {
+    ir::VarValues vars;
+    for (auto& [var, v] : values) vars[var.get()] = v;
+    int64_t out;
+    if (!ir::eval_int(e, vars, &out)) return std::nullopt;
+    return out;
+  }, py::arg("e"), py::arg("values"));
 
   m.def("set_loc", [](std::string file, int line, int col) { t_current_loc = SourceLoc{std::move(file), line, col}; },
         py::arg("file"), py::arg("line"), py::arg("col"));

@@ -10,6 +10,7 @@
 #include "bindings/bindings.h"
 #include "codegen/cuda_printer.h"
 #include "ir/analyzer.h"
+#include "ir/printer.h"
 
 namespace tegula::bindings {
 
@@ -253,7 +254,14 @@ void Program::allocate(Args& tensors, const int64_t* dyn, int device, bool works
     if (workspaces ? !p.is_workspace : !p.is_output) continue;
     c10::SmallVector<int64_t, 6> shape(p.dims.size());
     for (size_t d = 0; d < p.dims.size(); ++d) {
-      if (p.dim_var[d] >= 0) {
+      if (d < p.dim_expr.size() && p.dim_expr[d]) {
+        ir::VarValues vars;
+        for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+        int64_t v = -1;
+        internal_assert(ir::eval_int(p.dim_expr[d], vars, &v)) << "workspace dimension " << d << " cannot be evaluated";
+        if (v < 0) bad(p, "has dimension " + ir::to_string(p.dim_expr[d]) + " = " + std::to_string(v) + " in this call");
+        shape[d] = v;
+      } else if (p.dim_var[d] >= 0) {
         int64_t v = dyn[p.dim_var[d]];
         if (v < 0) bad(p, "has a dynamic dimension that no input tensor determines");
         shape[d] = v;

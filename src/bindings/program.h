@@ -21,6 +21,7 @@ struct ParamSpec {
   at::ScalarType scalar_type = at::kFloat;
   std::vector<int64_t> dims;       // -1 where the dimension is a dynamic variable
   std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
+  std::vector<ir::Expr> dim_expr;  // workspaces: a dimension computed from the dynamic sizes, else null
   int align_bytes = 0;             // data_ptr alignment the generated wide and async accesses need
   bool is_output = false;
   bool is_workspace = false;       // T.alloc_global: allocated per call, never passed nor returned

@@ -4,9 +4,9 @@
 // What a launch needs and nothing else: the parameter specs, the dynamic variables, and per
 // kernel its entry, image, grid, block, shared memory, grid rules and tensor maps. A grid
 // extent is an expression over the dynamic sizes and the scalar parameters; it is written
-// as a small prefix tree whose variables are indices into those two lists. A program whose
-// grid uses any other node (a load, a call) cannot be saved: save() returns "" and the
-// caller keeps no record.
+// as a small prefix tree whose variables are indices into those two lists; so is a
+// workspace dimension computed from the dynamic sizes. A program whose grid uses any other
+// node (a load, a call) cannot be saved: save() returns "" and the caller keeps no record.
 //
 // Layout, little-endian: magic "TGLPROG" + u32 version, then the fields in the order of
 // save(). load() checks every length against the bytes left, and throws InternalError on
@@ -21,7 +21,7 @@ namespace tegula::bindings {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'G', 'L', 'P', 'R', 'O', 'G', 0};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 struct Writer {
   std::string out;
@@ -190,6 +190,9 @@ std::string Program::save() const {
     for (size_t d = 0; d < p.dims.size(); ++d) {
       w.i64(p.dims[d]);
       w.i64(p.dim_var[d]);
+      bool computed = d < p.dim_expr.size() && p.dim_expr[d];
+      w.i64(computed);
+      if (computed && !write_expr(w, p.dim_expr[d], dynamic_vars_)) return "";
     }
     w.i64(p.align_bytes);
     w.i64(p.is_output);
@@ -248,6 +251,7 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     for (int d = 0; d < rank; ++d) {
       p.dims.push_back(r.i64());
       p.dim_var.push_back(r.small(-1, num_dynamic - 1));
+      p.dim_expr.push_back(r.small(0, 1) ? read_expr(r, dynamic) : ir::Expr());
     }
     p.align_bytes = r.small(0, 1 << 20);
     p.is_output = r.small(0, 1);

@@ -47,6 +47,7 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"infinity", {"tegula::infinity", true}}, {"ninfinity", {"tegula::ninfinity", true}},
       {"max_value", {"tegula::max_value", true}}, {"min_value", {"tegula::min_value", true}},
       {"sigmoid", {"tegula::sigmoid", false}}, {"tanh", {"tegula::tanh", false}},
+      {"sin", {"tegula::sin", false}},         {"cos", {"tegula::cos", false}},
   };
   return t;
 }

@@ -7,7 +7,9 @@
 //   - loop variables are formulas of the thread index (simplified),
 //   - fragment accesses are register accesses at constant indices (checked for every
 //     thread: a thread must own what it touches, in the same register as all others),
-//   - global accesses past a tensor's edge are masked: loads give 0, stores are skipped,
+//   - global accesses past a tensor's edge are masked: loads give 0, stores and atomics
+//     are skipped; loads nested in another access's indices included, and so are the
+//     accesses of the code outside the nests,
 //   - contiguous, aligned global/shared accesses of consecutive slots become one vector
 //     access of up to 16 bytes (vectorize.cc); a 16-byte global->shared copy inside a
 //     T.Pipelined loop, or ahead of one in the same block, becomes cp.async (left
@@ -90,36 +92,118 @@ class FragmentToRegister : public IRMutator {
   PassContext& ctx_;
 };
 
-// Global accesses outside the tensor: loads give 0, stores and atomics are skipped.
+// Global accesses outside the tensor: loads give 0, stores and atomics are skipped. Every
+// global access is guarded, wherever it sits: a load inside another access's index
+// (C[Pos[s], i]), in a condition, in either arm of a select. An index is masked before
+// the access it addresses is tested, so the test itself never reads past an edge.
+//
+// The masks of the code outside the T.Parallel nests, and of the loads inside the indices
+// of a vector access, an atomic's address or a bulk copy's coordinates, leave out what the
+// facts around them imply: a kernel that guards its own accesses (if tile < M:
+// TileMap[tile, 0] = e) is not guarded twice. The other masks of a nest's accesses are
+// decided by the loop ranges alone (which keeps the code of kernels those masks served).
 class MaskGlobal : public IRMutator {
  public:
-  explicit MaskGlobal(const Analyzer& an) : an_(an) {}
+  // scalar: the code outside the T.Parallel nests.
+  MaskGlobal(const Analyzer& an, Facts* facts, bool scalar = false) : an_(an), facts_(facts), by_facts_(scalar) {}
+
   Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
-    Expr e = IRMutator::mutate_BufferLoad(self, op);
+    std::vector<Expr> idx = mask_indices(op->indices);
+    Expr e = same(idx, op->indices) ? self : make_load(op->buffer, idx, op->loc, op->dtype.lanes);
     if (op->buffer->scope != Scope::Global) return e;
-    Expr cond = in_bounds(an_, op->buffer, e.as<BufferLoadNode>()->indices);
+    Expr cond = guard(op->buffer, idx);
     if (!cond) return e;
     return make_select(cond, e, make_cast(op->dtype, make_int(0)), op->loc);
   }
   Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
-    Stmt s = IRMutator::mutate_BufferStore(self, op);
+    std::vector<Expr> idx = mask_indices(op->indices);
+    Expr value = mutate(op->value);
+    Stmt s = same(idx, op->indices) && value.same_as(op->value) ? self : make_store(op->buffer, idx, value, op->loc);
     if (op->buffer->scope != Scope::Global) return s;
-    Expr cond = in_bounds(an_, op->buffer, s.as<BufferStoreNode>()->indices);
+    Expr cond = guard(op->buffer, idx);
     return cond ? make_if(cond, s, {}, op->loc) : s;
   }
   Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override {
     auto* call = op->value.as<CallNode>();
+    if (call && call->op == "tma_copy") {
+      // The copy engine fills a box past the tensor's edge with 0; only loads inside its
+      // coordinates (a paged cache's block table) need masks.
+      auto* src = call->args[1].as<BufferLoadNode>();
+      std::vector<Expr> args = call->args;
+      args[1] = make_load(src->buffer, mask_indices(src->indices, true), src->loc, src->dtype.lanes);
+      return make_evaluate(make_call(call->op, std::move(args), call->dtype, call->loc), op->loc);
+    }
     if (!call || call->op != "atomic_add") return IRMutator::mutate_Evaluate(self, op);
+    // The first argument is the address: its indices are masked, the element is not read.
     auto* addr = call->args[0].as<BufferLoadNode>();
     std::vector<Expr> args = call->args;
-    args[1] = mutate(call->args[1]);
+    std::vector<Expr> idx = mask_indices(addr->indices, true);
+    args[0] = make_load(addr->buffer, idx, addr->loc, addr->dtype.lanes);
+    for (size_t i = 1; i < args.size(); ++i) args[i] = mutate(call->args[i]);
     Stmt s = make_evaluate(make_call("atomic_add", std::move(args), call->dtype, call->loc), op->loc);
-    Expr cond = addr->buffer->scope == Scope::Global ? in_bounds(an_, addr->buffer, addr->indices) : Expr();
+    Expr cond = addr->buffer->scope == Scope::Global ? guard(addr->buffer, idx) : Expr();
     return cond ? make_if(cond, s, {}, op->loc) : s;
   }
 
+  // Where a condition is known true (an if's then-branch, a select's first arm, the right
+  // side of &&), it joins the facts.
+  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
+    Expr cond = mutate(op->cond);
+    Stmt then_case = assuming(op->cond, [&] { return mutate(op->then_case); });
+    Stmt else_case = op->else_case ? mutate(op->else_case) : Stmt();
+    if (cond.same_as(op->cond) && then_case.same_as(op->then_case) && else_case.same_as(op->else_case)) return self;
+    return make_if(cond, then_case, else_case, op->loc);
+  }
+  Expr mutate_Select(const Expr& self, const SelectNode* op) override {
+    Expr cond = mutate(op->cond);
+    Expr t = assuming(op->cond, [&] { return mutate(op->t); });
+    Expr f = mutate(op->f);
+    if (cond.same_as(op->cond) && t.same_as(op->t) && f.same_as(op->f)) return self;
+    return make_select(cond, t, f, op->loc);
+  }
+  Expr mutate_Binary(const Expr& self, const BinaryNode* op) override {
+    if (op->op != BinaryOp::And || op->dtype.lanes != 1) return IRMutator::mutate_Binary(self, op);
+    Expr a = mutate(op->a);
+    Expr b = assuming(op->a, [&] { return mutate(op->b); });
+    if (a.same_as(op->a) && b.same_as(op->b)) return self;
+    return make_binary(BinaryOp::And, a, b, op->loc);
+  }
+
+  // by_facts: the loads inside these indices are masked as the facts require.
+  std::vector<Expr> mask_indices(const std::vector<Expr>& idx, bool by_facts = false) {
+    bool saved = by_facts_;
+    by_facts_ = by_facts_ || by_facts;
+    std::vector<Expr> out;
+    for (const Expr& i : idx) out.push_back(mutate(i));
+    by_facts_ = saved;
+    return out;
+  }
+
  private:
+  static bool same(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].same_as(b[i])) return false;
+    }
+    return true;
+  }
+  Expr guard(const Buffer& b, const std::vector<Expr>& idx) {
+    Expr cond = in_bounds(an_, b, idx);
+    if (cond && facts_ && by_facts_) cond = facts_->drop_implied(cond);
+    return cond;
+  }
+  template <typename F>
+  auto assuming(const Expr& cond, F f) -> decltype(f()) {
+    if (!facts_) return f();
+    size_t mark = facts_->mark();
+    facts_->assume(cond);
+    auto out = f();
+    facts_->restore(mark);
+    return out;
+  }
+
   const Analyzer& an_;
+  Facts* facts_;
+  bool by_facts_;
 };
 
 bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }
@@ -173,7 +257,7 @@ std::set<const BufferNode*> shared_loaded(const Stmt& s) {
 
 class Partitioner : public IRMutator {
  public:
-  Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)) {}
+  Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)), facts_(k, an_) {}
 
   // Copies that come before a pipelined loop in the same block (attention's Q tile) may
   // become cp.async too: pipeline_loops lets them fly with the loop's first stages. Only
@@ -200,16 +284,44 @@ class Partitioner : public IRMutator {
     return make_seq(out, op->loc);
   }
 
+  // Code outside the T.Parallel nests (what every thread runs alike) gets the same masks,
+  // and what holds there (its conditions, loops and lets) becomes facts for what is inside.
+  using IRMutator::mutate;
+  Expr mutate(const Expr& e) override { return masked(e); }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode*) override { return masked(self); }
+  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode*) override { return masked(self); }
+  Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
+    Expr cond = mutate(op->cond);
+    size_t mark = facts_.mark();
+    facts_.assume(op->cond);
+    Stmt then_case = mutate(op->then_case);
+    facts_.restore(mark);
+    Stmt else_case = op->else_case ? mutate(op->else_case) : Stmt();
+    if (cond.same_as(op->cond) && then_case.same_as(op->then_case) && else_case.same_as(op->else_case)) return self;
+    return make_if(cond, then_case, else_case, op->loc);
+  }
+  Stmt mutate_LetStmt(const Stmt& self, const LetStmtNode* op) override {
+    Expr value = mutate(op->value);
+    facts_.bind(op->var, op->value);
+    Stmt body = mutate(op->body);
+    if (value.same_as(op->value) && body.same_as(op->body)) return self;
+    return make_let(op->var, value, body, op->loc);
+  }
+
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     if (op->for_kind != ForKind::Parallel) {
       bind_loop(op);
       bool pipelined = op->for_kind == ForKind::Pipelined && op->num_stages >= 2;
       pipelined_ += pipelined;
+      size_t mark = facts_.mark();
+      facts_.bind_loop(op->var, op->min, op->extent);
       Stmt out = IRMutator::mutate_For(self, op);
+      facts_.restore(mark);
       pipelined_ -= pipelined;
       return out;
     }
     NestInfo n;
+    n.facts = &facts_;
     n.async = (pipelined_ > 0 || ahead_of_pipeline_ > 0) && ctx_.target.sm >= 80;
     n.layout = ctx_.layouts.loop.at(op);
     const ForNode* f = op;
@@ -225,6 +337,11 @@ class Partitioner : public IRMutator {
   }
 
  private:
+  template <typename Node>
+  Node masked(const Node& n) {
+    return ctx_.options.disable_safe_memory ? n : MaskGlobal(an_, &facts_, true).mutate(n);
+  }
+
   void bind_loop(const ForNode* op) {
     Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
     if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
@@ -272,6 +389,7 @@ class Partitioner : public IRMutator {
   Kernel& k_;
   PassContext& ctx_;
   Analyzer an_;
+  Facts facts_;
   int pipelined_ = 0;
   int ahead_of_pipeline_ = 0;
 };
@@ -296,11 +414,15 @@ Stmt slot_body(const NestInfo& n, int s, Kernel& k, PassContext& ctx, const Anal
   for (size_t d = 0; d < n.vars.size(); ++d) map.push_back({n.vars[d], an.simplify(coords[d])});
   Stmt body = FragmentToRegister(n, s, ctx).mutate(n.body);
   body = substitute(body, map);
-  if (mask && !ctx.options.disable_safe_memory) body = MaskGlobal(an).mutate(body);
+  if (mask && !ctx.options.disable_safe_memory) body = MaskGlobal(an, n.facts).mutate(body);
   return an.simplify(body);
 }
 
-Expr mask_loads(const Analyzer& an, const Expr& value) { return MaskGlobal(an).mutate(value); }
+Expr mask_loads(const Analyzer& an, Facts* facts, const Expr& value) { return MaskGlobal(an, facts).mutate(value); }
+
+std::vector<Expr> mask_index_loads(const Analyzer& an, Facts* facts, const std::vector<Expr>& idx) {
+  return MaskGlobal(an, facts).mask_indices(idx, true);
+}
 
 void partition_loops(Kernel& k, PassContext& ctx) {
   k.body = Partitioner(k, ctx).mutate(k.body);

@@ -9,7 +9,9 @@
 //   dst[base+p : +w] = out[p:p+w]                stores of the widest vector dst's alignment allows
 // so a 16-byte global load can feed 4-byte stores into a padded shared tile.
 // Masks are per vector: each buffer's last dimension is a multiple of its width, so a
-// vector is wholly inside or wholly outside the tensor.
+// vector is wholly inside or wholly outside the tensor. Global loads inside an access's
+// indices (a gather C[Pos[s], i], a scatter) are masked one by one before the access's
+// own test, which reads them.
 #include <numeric>
 
 #include "ir/functor.h"
@@ -129,6 +131,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   if (!any_vector) return {};
 
   bool mask = !ctx.options.disable_safe_memory;
+  auto indices = [&](const std::vector<Expr>& idx) { return mask ? mask_index_loads(an, n.facts, idx) : idx; };
   std::vector<Stmt> out;
   // Inside T.Pipelined, a plain 16-byte global->shared copy becomes cp.async, which the
   // pipeline_loops pass then overlaps with the loop's compute.
@@ -138,9 +141,10 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
       load_width[0] * dst->dtype.bytes() == 16 && store_width * dst->dtype.bytes() == 16) {
     for (int p = 0; p < vec; p += store_width) {
       const BufferLoadNode* ld = loads[p].loads[0];
-      Expr src = make_load(ld->buffer, ld->indices, ld->loc);
-      Expr cond = mask ? in_bounds(an, ld->buffer, ld->indices) : Expr();
-      Expr at = make_load(dst, stores[p]->indices, stores[p]->loc);
+      std::vector<Expr> idx = indices(ld->indices);
+      Expr src = make_load(ld->buffer, idx, ld->loc);
+      Expr cond = mask ? in_bounds(an, ld->buffer, idx) : Expr();
+      Expr at = make_load(dst, indices(stores[p]->indices), stores[p]->loc);
       out.push_back(make_evaluate(make_call("cp_async", {at, src, cond ? cond : make_bool(true)}, DataType::i32(),
                                             stores[p]->loc), stores[p]->loc));
     }
@@ -158,8 +162,9 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     int w = load_width[j];
     for (int p = 0; p < vec; p += w) {
       const BufferLoadNode* ld = loads[p].loads[j];
-      Stmt load = make_store(tmp, {make_int(p)}, make_load(src, ld->indices, ld->loc, w), ld->loc);
-      Expr cond = mask && src->scope == Scope::Global ? in_bounds(an, src, ld->indices) : Expr();
+      std::vector<Expr> idx = indices(ld->indices);
+      Stmt load = make_store(tmp, {make_int(p)}, make_load(src, idx, ld->loc, w), ld->loc);
+      Expr cond = mask && src->scope == Scope::Global ? in_bounds(an, src, idx) : Expr();
       if (cond) {
         std::vector<Stmt> zeros;
         for (int v = p; v < p + w; ++v) zeros.push_back(make_store(tmp, {make_int(v)}, make_int(0), ld->loc));
@@ -178,15 +183,16 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     const BufferStoreNode* st = stores[v];
     Expr value = ReplaceLoads(replacement[v]).mutate(st->value);
     // Remaining (scattered or repeated) loads are masked one by one.
-    if (mask) value = an.simplify(mask_loads(an, value));
+    if (mask) value = an.simplify(mask_loads(an, n.facts, value));
     out.push_back(dst_memory ? make_store(out_tmp, {make_int(v)}, value, st->loc)
                              : make_store(st->buffer, st->indices, value, st->loc));
   }
   if (dst_memory) {
     for (int p = 0; p < vec; p += store_width) {
       const BufferStoreNode* st = stores[p];
-      Stmt store = make_store(dst, st->indices, make_load(out_tmp, {make_int(p)}, st->loc, store_width), st->loc);
-      Expr cond = mask && dst->scope == Scope::Global ? in_bounds(an, dst, st->indices) : Expr();
+      std::vector<Expr> idx = indices(st->indices);
+      Stmt store = make_store(dst, idx, make_load(out_tmp, {make_int(p)}, st->loc, store_width), st->loc);
+      Expr cond = mask && dst->scope == Scope::Global ? in_bounds(an, dst, idx) : Expr();
       out.push_back(cond ? make_if(cond, store, {}, st->loc) : store);
     }
   }

@@ -5,6 +5,11 @@ branch taken; a `for` over a Python tuple unrolls), control flow on kernel value
 IR (`if_`, `for_`). A name bound to a kernel value that reads a buffer becomes a `let`
 over the rest of its block, so it keeps the value it had when assigned; pure index
 arithmetic is inlined instead. Names bound inside an IR loop or branch end with it.
+
+A T.macro's body is parsed where it is called, as if written there. When the macro returns
+a value, the lets of its body stay open after it (`_open_lets`): the value may name them,
+so they close over the rest of the block that called the macro, the calling statement
+included (`entry = Idx[r]; return entry // 2` used as an index inside a T.Parallel body).
 """
 from __future__ import annotations
 
@@ -46,10 +51,17 @@ class Parser(Evaluator):
     def __init__(self, fn, source, builder):
         super().__init__(fn, source)
         self.builder = builder
+        # Lets a value-returning T.macro left open, innermost last: (var, value, location),
+        # each with the builder block that becomes its body.
+        self._open_lets: list[tuple] = []
+        self._if_test = None  # (the `if` statement, its test's value), evaluated once
 
     # ---- blocks ----
-    def parse_block(self, stmts: list) -> None:
+    def parse_block(self, stmts: list, hoist: bool = False) -> None:
+        """With hoist (the body of a T.macro that returns a value), the lets the block binds
+        stay open for the caller to close (see the module docstring)."""
         stmts = list(stmts)
+        mark = len(self._open_lets)
         index = 0
         while index < len(stmts):
             stmt = stmts[index]
@@ -60,14 +72,37 @@ class Parser(Evaluator):
                 stmts[index:index + 1] = branch
                 continue
             lets = self.parse_stmt(stmt)
-            if lets:
+            if lets and hoist:
+                self._open(stmt, lets)
+            elif lets:
                 self._emit_lets(stmt, lets, stmts[index + 1:])
-                return
+                break
             index += 1
+        if not hoist:
+            self._close_lets(mark)
+
+    def _open(self, stmt, lets: list) -> None:
+        """Lets whose body is everything emitted from now until _close_lets."""
+        line, col = self.src.position(stmt)
+        for var, value in lets:
+            self.builder.push()
+            self._open_lets.append((var, value, (self.file, line, col)))
+
+    def _close_lets(self, mark: int) -> None:
+        """Closes the lets opened since `mark`, innermost first, over what was emitted since."""
+        while len(self._open_lets) > mark:
+            var, value, loc = self._open_lets.pop()
+            body = self.builder.pop_optional()
+            if body is None:
+                continue  # nothing reads the name: the let is dead
+            previous = self._loc
+            self.restore_loc(loc)
+            self.builder.emit(self._ir.let(var.expr, value.expr, body))
+            self.restore_loc(previous)
 
     def _decided_branch(self, stmt):
         """The statements of the branch an `if` on a Python value takes; None when the test
-        is a kernel value (an IR branch)."""
+        is a kernel value (an IR branch), which `_if` then takes as evaluated here."""
         previous = self.set_loc(stmt)
         try:
             cond = self.eval(stmt.test)
@@ -75,6 +110,7 @@ class Parser(Evaluator):
             raise self.convert(stmt, err) from None
         self.restore_loc(previous)
         if isinstance(cond, PrimExpr):
+            self._if_test = (stmt, cond)
             return None
         return list(stmt.body if cond else stmt.orelse)
 
@@ -152,7 +188,7 @@ class Parser(Evaluator):
         self.scopes = [dict(bound.arguments)]
         self._macro_depth += 1
         try:
-            self.parse_block(body)
+            self.parse_block(body, hoist=result_node is not None)
             return None if result_node is None else self.eval(result_node)
         finally:
             self._macro_depth -= 1
@@ -267,7 +303,8 @@ class Parser(Evaluator):
 
     # ---- control flow ----
     def _if(self, stmt):
-        cond = self.eval(stmt.test)
+        test, self._if_test = self._if_test, None
+        cond = test[1] if test is not None and test[0] is stmt else self.eval(stmt.test)
         if not isinstance(cond, PrimExpr):
             self.parse_block(stmt.body if cond else stmt.orelse)  # decided now; the other branch is never read
             return None

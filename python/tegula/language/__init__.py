@@ -14,9 +14,9 @@
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, abs, alloc_fragment,
-                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, exp, exp2, floordiv, floormod,
-                       get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value, min,
-                       min_value, rsqrt, serial, sqrt, sync_threads, unroll)
+                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
+                       floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value,
+                       min, min_value, rsqrt, serial, sin, sqrt, sync_threads, unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,

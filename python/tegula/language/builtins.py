@@ -27,6 +27,8 @@ _UNARY_MATH = {
     "log2": math.log2,
     "sqrt": math.sqrt,
     "rsqrt": lambda x: 1.0 / math.sqrt(x),
+    "sin": math.sin,
+    "cos": math.cos,
 }
 
 
@@ -53,7 +55,7 @@ def _unary_math(name: str, fold):
     return op
 
 
-exp, exp2, log, log2, sqrt, rsqrt = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
+exp, exp2, log, log2, sqrt, rsqrt, sin, cos = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
 
 
 @intrinsic("T.abs")

@@ -103,16 +103,33 @@ def dynamic_sizes(kernel, full) -> dict:
     return sizes
 
 
+def _workspace_size(kernel, ws, dim, dynamic: dict, C) -> int:
+    """One dimension of a T.alloc_global workspace in this call: a constant, a T.dynamic
+    size, or an expression over those (what the runtime allocates too)."""
+    if isinstance(dim, int):
+        return dim
+    if id(dim) in dynamic:
+        return dynamic[id(dim)]
+    values = [(var.expr, dynamic[id(var)]) for var in getattr(dim, "dyn", ()) if id(var) in dynamic]
+    size = C.ir.eval_int(dim.expr, values) if hasattr(dim, "expr") else None
+    if size is None or size < 0:
+        shape = "(" + ", ".join(str(d) for d in ws.shape) + ")"
+        problem = "cannot be computed from this call's dynamic sizes" if size is None else f"is {size} in this call"
+        raise ValueError(f"{kernel.prim_func.name}: T.alloc_global '{ws.name}' has shape {shape}, whose entry "
+                         f"{dim} {problem}")
+    return size
+
+
 def _run(kernel, args, method):
     full, outputs, dynamic = _prepare(kernel, args)
     wide = [v.detach().to("cpu", torch.float64).contiguous() if isinstance(v, torch.Tensor) else v for v in full]
-    # T.alloc_global workspaces: fresh and poisoned, shared by the kernels of the call.
-    for ws in kernel.prim_func.workspaces:
-        shape = [d if isinstance(d, int) else dynamic[id(d)] for d in ws.shape]
-        wide.append(poison(torch.empty(shape, dtype=torch.float64)))
     from .. import env
 
     C = env.native()
+    # T.alloc_global workspaces: fresh and poisoned, shared by the kernels of the call.
+    for ws in kernel.prim_func.workspaces:
+        shape = [_workspace_size(kernel, ws, d, dynamic, C) for d in ws.shape]
+        wide.append(poison(torch.empty(shape, dtype=torch.float64)))
     try:
         results = [getattr(lowered, method)(wide) for lowered in kernel._lowered_all]
     except C.CompileError as err:
