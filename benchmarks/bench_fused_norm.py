@@ -47,19 +47,6 @@ def add_hf_rms_norm(x, r, w):
     return w * hf.to(h.dtype), h
 
 
-def time_baseline(fn, args, compile_baseline):
-    """(eager ms, torch.compile ms or None, the compile error or None) of fn(*args)."""
-    eager_ms = common.bench(lambda: fn(*args))
-    if not compile_baseline:
-        return eager_ms, None, None
-    try:
-        compiled = torch.compile(fn, dynamic=False)
-        compiled(*args)
-        return eager_ms, common.bench(lambda: compiled(*args)), None
-    except Exception as exc:  # reported in the notes; our rows are still timed
-        return eager_ms, None, f"torch.compile of {fn.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-
-
 def check(call, x, r, w):
     """(rel_err of y, None) when h is torch's x + r exactly, else (None, what went wrong)."""
     try:
@@ -88,8 +75,8 @@ def measure(shape, dtype, compile_baseline):
     err_inplace, error_inplace = check(lambda: add_rms_norm(x, r.clone(), w, EPS, inplace=True), x, r, w)
     ours_ms = None if error else common.bench(lambda: add_rms_norm(x, r, w, EPS, out=y))
     inplace_ms = None if error_inplace else common.bench(lambda: add_rms_norm(x, r_inplace, w, EPS, inplace=True))
-    f_eager, f_compile, f_error = time_baseline(add_f_rms_norm, (x, r, w), compile_baseline)
-    hf_eager, hf_compile, hf_error = time_baseline(add_hf_rms_norm, (x, r, w), compile_baseline)
+    f_eager, f_compile, f_error = common.time_baseline(add_f_rms_norm, (x, r, w), compile_baseline)
+    hf_eager, hf_compile, hf_error = common.time_baseline(add_hf_rms_norm, (x, r, w), compile_baseline)
     compiled = [t for t in (f_compile, hf_compile) if t is not None]
     row = {"case": f"add_rms_norm {m}x{n}", "bytes": nbytes, "ours_ms": ours_ms, "inplace_ms": inplace_ms,
            "f_eager_ms": f_eager, "f_compile_ms": f_compile, "hf_eager_ms": hf_eager, "hf_compile_ms": hf_compile,

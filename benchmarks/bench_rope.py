@@ -82,19 +82,6 @@ def pair_error(out, ref):
     return max(common.rel_err(o, r) for o, r in zip(out, ref))
 
 
-def time_baseline(fn, args, compile_baseline):
-    """(eager ms, torch.compile ms or None, the compile error or None) of fn(*args)."""
-    eager_ms = common.bench(lambda: fn(*args))
-    if not compile_baseline:
-        return eager_ms, None, None
-    try:
-        compiled = torch.compile(fn, dynamic=False)
-        compiled(*args)
-        return eager_ms, common.bench(lambda: compiled(*args)), None
-    except Exception as exc:  # reported in the notes; our rows are still timed
-        return eager_ms, None, f"torch.compile of {fn.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-
-
 def measure(case, dtype, compile_baseline):
     """Rows of one case. Each variant of ours is held to the baseline that starts from what
     it is given: the tables and positions (Hugging Face's gather + apply), or per-token
@@ -107,8 +94,8 @@ def measure(case, dtype, compile_baseline):
     tok_cos, tok_sin = hf_cos[positions], hf_sin[positions]
     nbytes = 2 * (q.numel() + k.numel()) * q.element_size()
     baselines = {
-        "gather": time_baseline(hf_rope, (q, k, hf_cos, hf_sin, positions), compile_baseline),
-        "apply": time_baseline(hf_apply, (q, k, tok_cos, tok_sin), compile_baseline),
+        "gather": common.time_baseline(hf_rope, (q, k, hf_cos, hf_sin, positions), compile_baseline),
+        "apply": common.time_baseline(hf_apply, (q, k, tok_cos, tok_sin), compile_baseline),
     }
     ref = reference(q, k, cos[positions], sin[positions])
     ref_tok = reference(q, k, tok_cos[..., :D // 2], tok_sin[..., :D // 2])

@@ -61,19 +61,6 @@ def two_gemms(x, wg, wu):
     return F.linear(x, wg), F.linear(x, wu)
 
 
-def time_baseline(fn, args, compile_baseline):
-    """(eager ms, torch.compile ms or None, the compile error or None) of fn(*args)."""
-    eager_ms = common.bench(lambda: fn(*args))
-    if not compile_baseline:
-        return eager_ms, None, None
-    try:
-        compiled = torch.compile(fn, dynamic=False)
-        compiled(*args)
-        return eager_ms, common.bench(lambda: compiled(*args)), None
-    except Exception as exc:  # reported in the notes; our rows are still timed
-        return eager_ms, None, f"torch.compile of {fn.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-
-
 def verdict(r, tol):
     """Speed-ups and PASS/MISS (ERROR and WRONG first) of a row with ours, eager and compile ms."""
     checks = []
@@ -110,7 +97,7 @@ def measure_swiglu(m, dtype, compile_baseline):
     ]:
         err, error = common.run_ours(ours, lambda: ref)
         ours_ms = None if error else common.bench(ours)
-        eager_ms, compile_ms, compile_error = time_baseline(baseline, args, compile_baseline)
+        eager_ms, compile_ms, compile_error = common.time_baseline(baseline, args, compile_baseline)
         r = {"case": f"swiglu {m}x{I_SIZE} {name}", "bytes": nbytes, "ours_ms": ours_ms, "eager_ms": eager_ms,
              "compile_ms": compile_ms, "rel_err": err, "error": error, "compile_error": compile_error}
         if ours_ms is not None:
@@ -154,7 +141,7 @@ def measure_linear(m, dtype, compile_baseline):
     err, error = common.run_ours(ours, lambda: ref)
     del ref
     ours_ms = None if error else common.bench(ours)
-    eager_ms, compile_ms, compile_error = time_baseline(mlp_gate_up, (x, wg, wu), compile_baseline)
+    eager_ms, compile_ms, compile_error = common.time_baseline(mlp_gate_up, (x, wg, wu), compile_baseline)
     cublas_ms = common.bench(lambda: two_gemms(x, wg, wu))
     r = {"case": f"swiglu_linear {m}x{I_SIZE}x{K_SIZE}", "tile": tile_text(S.swiglu_linear_config(m, I_SIZE, K_SIZE)),
          "ours_ms": ours_ms, "eager_ms": eager_ms, "compile_ms": compile_ms, "cublas_ms": cublas_ms,
@@ -174,7 +161,7 @@ def sweep_linear(m, dtype, compile_baseline):
 
     x, wg, wu = linear_inputs(m, dtype)
     ref = mlp_gate_up(x.float(), wg.float(), wu.float())
-    eager_ms, compile_ms, compile_error = time_baseline(mlp_gate_up, (x, wg, wu), compile_baseline)
+    eager_ms, compile_ms, compile_error = common.time_baseline(mlp_gate_up, (x, wg, wu), compile_baseline)
     rows = []
     for i, cfg in enumerate(S.sweep_configs(m, I_SIZE, K_SIZE)):
         r = {"case": f"{m}x{I_SIZE}x{K_SIZE}", "tile": tile_text(cfg) + (" (default)" if i == 0 else ""),

@@ -235,3 +235,18 @@ def exit_status(rows: list) -> int:
     """Non-zero when one of our kernels failed to run or gave a wrong result; a missed
     performance target is reported, not a failure."""
     return 1 if any(row.get("status") in ("ERROR", "WRONG") for row in rows) else 0
+
+
+def time_baseline(fn, args, compile_baseline: bool = True):
+    """What a user would run instead, timed: (eager ms, torch.compile ms or None, the
+    compile error or None) of fn(*args). torch.compile that fails on fn is reported, not
+    raised, so the row of ours is still timed."""
+    eager_ms = bench(lambda: fn(*args))
+    if not compile_baseline:
+        return eager_ms, None, None
+    try:
+        compiled = torch.compile(fn, dynamic=False)
+        compiled(*args)
+        return eager_ms, bench(lambda: compiled(*args)), None
+    except Exception as exc:  # noqa: BLE001 - any compile failure is a reported result
+        return eager_ms, None, f"torch.compile of {fn.__name__}: {type(exc).__name__}: {exc}".splitlines()[0][:300]
