@@ -46,17 +46,21 @@ kernels.
 from __future__ import annotations
 
 import sys
-import time
 import types
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["apply", "KVCache", "GraphDecoder", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POLICIES"]
+from ._kv_cache import GraphDecoder, KVCache, _kv_layer, _transformers
+from ._timing import OP_CLASSES, OpTimer, attribute_gpu_time, gpu_time_by_range
+
+# The cache and the graph decoder live in _kv_cache.py, the op timer in _timing.py; this
+# module is where a user finds them.
+__all__ = ["apply", "instrument", "KVCache", "GraphDecoder", "PatchReport", "OpTimer", "OP_CLASSES", "GEMM_POLICIES",
+           "attribute_gpu_time", "gpu_time_by_range"]
 
 GEMM_POLICIES = ("auto", "tegula", "torch")
-OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
 
 # gemm="auto" takes Tegula's GEMM only where it measured faster than cuBLAS on the
 # projections of a Llama-3-8B layer (benchmarks/bench_model_gemm.py, H100, bf16): the
@@ -65,16 +69,6 @@ OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
 # 0.73-0.98x cuBLAS at 8-64 rows and 0.86-0.94x at 8192, so "auto" leaves them to cuBLAS;
 # prefill's gate/up is cuBLAS's product of the concatenated weight and the swiglu kernel.
 AUTO_TEGULA_MAX_ROWS = 64
-
-
-def _transformers():
-    try:
-        import transformers  # noqa: F401
-        from transformers import cache_utils
-    except ImportError as e:  # pragma: no cover - exercised where transformers is absent
-        raise ImportError("tegula.integrations.transformers needs the `transformers` package: "
-                          "pip install 'tegula[transformers]'") from e
-    return cache_utils
 
 
 class PatchReport(dict):
@@ -90,163 +84,6 @@ class PatchReport(dict):
 
     def __repr__(self):
         return f"PatchReport({dict(self)}, gemm={self.gemm!r}, ops={self.ops!r}, fallbacks={self.fallbacks})"
-
-
-# --- timing per op class -------------------------------------------------------------
-
-class OpTimer:
-    """Time per op class, from the GPU's own record of its kernels.
-
-    `scope(label)` (or `push(label)` / `pop()`) brackets the work of one op class. Scopes
-    nest; work belongs to its innermost scope, so a GEMM inside the MLP counts as GEMM.
-    `measure(fn)` runs fn with the scopes on and returns (fn's result, {label: ms}):
-
-    - on a CUDA device, the scopes are profiler ranges (torch.autograd.profiler's
-      record_function) and the times are the durations of the kernels, copies and fills
-      the GPU ran inside each range, from torch.profiler's CUDA activity record. Time the
-      GPU sat idle waiting for the host counts nowhere, so the classes add up to the GPU's
-      busy time however slow the instrumented host is. Work outside every scope is "other".
-    - on the CPU, each scope's own wall-clock time (its children's excluded).
-
-    Off (the default, outside `measure`) a scope costs one attribute test."""
-
-    def __init__(self, device="cuda"):
-        self.enabled = False
-        self.cuda = torch.device(device).type == "cuda"
-        self._records = []   # CPU: [label, start, end, parent index]
-        self._stack = []
-
-    def reset(self):
-        self._records.clear()
-        self._stack.clear()
-
-    def push(self, label: str):
-        if not self.enabled:
-            return
-        if self.cuda:
-            scope = torch.autograd.profiler.record_function(label)
-            scope.__enter__()
-            self._stack.append(scope)
-            return
-        parent = self._stack[-1] if self._stack else None
-        self._stack.append(len(self._records))
-        self._records.append([label, time.perf_counter(), None, parent])
-
-    def pop(self):
-        if not self.enabled:
-            return
-        if self.cuda:
-            self._stack.pop().__exit__(None, None, None)
-            return
-        self._records[self._stack.pop()][2] = time.perf_counter()
-
-    def scope(self, label: str):
-        """A context manager bracketing its body in `label` (a shared no-op one when off)."""
-        if not self.enabled:
-            return _OFF
-        return _Scope(self, label)
-
-    def measure(self, fn):
-        """(fn(), {label: ms}) with the scopes on (see the class note)."""
-        self.reset()
-        self.enabled = True
-        try:
-            if not self.cuda:
-                out = fn()
-                return out, self._wall_totals()
-            from torch.profiler import ProfilerActivity, profile
-
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                out = fn()
-                torch.cuda.synchronize()
-            return out, gpu_time_by_range(prof)
-        finally:
-            self.enabled = False
-            self.reset()
-
-    def _wall_totals(self) -> dict:
-        inclusive = [(end - start) * 1e3 for _, start, end, _ in self._records]
-        own = list(inclusive)
-        for i, (_, _, _, parent) in enumerate(self._records):
-            if parent is not None:
-                own[parent] -= inclusive[i]
-        out = {}
-        for (label, *_), t in zip(self._records, own):
-            out[label] = out.get(label, 0.0) + t
-        return out
-
-
-class _Off:
-    """The scope of a timer that is off: nothing to do, and nothing allocated per call
-    (the patched ops enter one per op, so it is on the decode step's host path)."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _Scope:
-    def __init__(self, timer, label):
-        self.timer, self.label = timer, label
-
-    def __enter__(self):
-        self.timer.push(self.label)
-
-    def __exit__(self, *exc):
-        self.timer.pop()
-        return False
-
-
-_OFF = _Off()
-_GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-def gpu_time_by_range(prof) -> dict:
-    """{label: ms} from a finished torch.profiler run: each GPU activity (kernel, copy,
-    fill) counted in the innermost profiler range around it on the GPU's timeline (the
-    trace's gpu_user_annotation spans), "other" outside every range."""
-    import json
-    import os
-    import tempfile
-
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
-    finally:
-        os.unlink(path)
-    return attribute_gpu_time(events)
-
-
-def attribute_gpu_time(events) -> dict:
-    """The attribution of `gpu_time_by_range` over chrome-trace events (ts and dur in µs):
-    a sweep over start times keeping the open ranges on a stack (ranges nest), each piece
-    of GPU work going to the range on top that contains it."""
-    spans = [(e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in events
-             if e.get("cat") == "gpu_user_annotation" and e.get("ph") == "X"]
-    work = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
-            if e.get("cat") in _GPU_WORK and e.get("ph") == "X"]
-    # At one start time: ranges before work, the longer (outer) range first.
-    items = sorted([(s, 0, -(t - s), t, name) for s, t, name in spans]
-                   + [(s, 1, 0, t, None) for s, t in work])
-    open_ranges, totals = [], {}     # open_ranges: (end, name), innermost last
-    for start, kind, _, end, name in items:
-        while open_ranges and open_ranges[-1][0] <= start:
-            open_ranges.pop()
-        if kind == 0:
-            open_ranges.append((end, name))
-            continue
-        label = "other"
-        for range_end, range_name in reversed(open_ranges):
-            if range_end >= end:
-                label = range_name
-                break
-        totals[label] = totals.get(label, 0.0) + (end - start) / 1e3
-    return totals
 
 
 # --- the ops, two implementations ------------------------------------------------------
@@ -385,212 +222,6 @@ class _TegulaOps(_TorchOps):
     def swiglu(self, h):
         with self.timer.scope("MLP activation"):
             return self.swiglu_mod.swiglu(h)
-
-
-# --- the KV cache ------------------------------------------------------------------------
-
-def _cache_layer_class():
-    cache_utils = _transformers()
-
-    class KVCacheLayer(cache_utils.CacheLayerMixin):
-        """One layer's keys and values, (B, max_length, Hkv, D) each, written in place;
-        `length` tokens are valid. `update` takes transformers' (B, Hkv, S, D) states and
-        returns (B, Hkv, length, D) views, so an unpatched attention reads it correctly.
-
-        The layers of one cache share two small device tensors: `cursor` (int64 (1,), the
-        position the next token is written at) and `seqlens` (int32 (B,), what flash_decode
-        reads). A step's writes take their position from `cursor`, the first layer adds the
-        step's tokens to `seqlens` and the last to `cursor`: no host value enters the
-        device work, so a decode step can be captured in a CUDA graph and replayed
-        (`GraphDecoder`). `length` keeps the host's count, for transformers' bookkeeping and
-        the max_length check."""
-
-        is_compileable = False
-        is_sliding = False
-        is_croppable = False
-
-        def __init__(self, batch, max_length, kv_heads, head_dim, dtype, device, shared=None, last=False):
-            super().__init__()
-            self.keys = torch.zeros(batch, max_length, kv_heads, head_dim, dtype=dtype, device=device)
-            self.values = torch.zeros_like(self.keys)
-            self.length = 0
-            self.max_length = max_length
-            self.first = shared is None
-            self.last = last
-            if shared is None:
-                shared = (torch.zeros(1, dtype=torch.int64, device=device),
-                          torch.zeros(batch, dtype=torch.int32, device=device))
-            self.cursor, self.seqlens = shared
-            # Set while GraphDecoder captures a step: transformers builds the causal mask
-            # explicitly under stream capture, and for one query over a cache without
-            # padding that mask allows every cached key, so the attention may ignore it.
-            self.causal_decode = False
-            self.is_initialized = True
-            self.dtype, self.device = dtype, torch.device(device)
-
-        def lazy_initialization(self, key_states, value_states):
-            pass
-
-        def append(self, k, v):
-            """k, v (B, S, Hkv, D): stored at [cursor, cursor + S)."""
-            B, S = k.shape[:2]
-            if B != self.keys.shape[0] or tuple(k.shape[2:]) != tuple(self.keys.shape[2:]):
-                raise ValueError(f"KVCache: keys of shape {tuple(k.shape)} do not fit a cache of "
-                                 f"{tuple(self.keys.shape)} (batch, max_length, kv heads, head dim)")
-            if self.length + S > self.max_length:
-                raise ValueError(f"KVCache: {self.length} cached + {S} new tokens exceed max_length "
-                                 f"{self.max_length}; make the cache longer")
-            index = self.cursor if S == 1 else self.cursor + torch.arange(S, device=self.cursor.device)
-            self.keys.index_copy_(1, index, k)
-            self.values.index_copy_(1, index, v)
-            self.length += S
-            if self.first:
-                self.seqlens.add_(S)
-            if self.last:
-                self.cursor.add_(S)
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            self.append(key_states.transpose(1, 2), value_states.transpose(1, 2))
-            n = self.length
-            return self.keys[:, :n].transpose(1, 2), self.values[:, :n].transpose(1, 2)
-
-        def get_mask_sizes(self, query_length: int):
-            return self.length + query_length, 0
-
-        def get_seq_length(self) -> int:
-            return self.length
-
-        def get_max_length(self) -> int:
-            return self.max_length
-
-        def reset(self):
-            self.length = 0
-            if self.first:
-                self.seqlens.zero_()
-                self.cursor.zero_()
-
-    return KVCacheLayer
-
-
-def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = None, device=None):
-    """A transformers `Cache` for `model` whose layers keep keys and values in Tegula's
-    (B, max_length, Hkv, D) layout, so the patched attention decodes with flash_decode
-    reading them in place. Every sequence of the batch has the same length (no padding)."""
-    cache_utils = _transformers()
-    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") \
-        else model.config
-    if not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"KVCache: batch must be a positive int, got {batch!r}")
-    if not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"KVCache: max_length must be a positive int, got {max_length!r}")
-    param = next(model.parameters())
-    dtype = dtype or param.dtype
-    device = device or param.device
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    layer_cls = _cache_layer_class()
-    n = config.num_hidden_layers
-    first = layer_cls(batch, max_length, kv_heads, head_dim, dtype, device, last=n == 1)
-    layers = [first] + [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device,
-                                  shared=(first.cursor, first.seqlens), last=i == n - 1) for i in range(1, n)]
-    return cache_utils.Cache(layers=layers)
-
-
-class GraphDecoder:
-    """Decode steps of a patched model replayed from one CUDA graph.
-
-        cache = KVCache(model, batch, max_length)
-        logits = model(prompts, past_key_values=cache, use_cache=True).logits   # prefill
-        decoder = GraphDecoder(model, cache)
-        for _ in range(n):
-            token = decoder.step(token)[:, None] ... # step(tokens (B, 1)) -> logits (B, vocab)
-
-    A decode step of a patched model launches a few hundred small kernels; at a batch of a
-    few sequences the GPU finishes each before Python has issued the next, so the host sets
-    the pace. The first `step` runs one step to compile every kernel, then captures the
-    step's launches (the model's forward on static token and position buffers, the cache
-    written at its device cursor) in a CUDA graph; every step replays it: one launch for
-    the whole forward. The logits returned live in the graph's memory and are overwritten
-    by the next step (clone them to keep them).
-
-    Needs a model patched by `apply` (ops="tegula") and its `KVCache`, a CUDA device, and
-    every decode step of that cache to go through `step` once the decoder exists."""
-
-    def __init__(self, model, cache):
-        if getattr(model, "_tegula_report", None) is None:
-            raise ValueError("GraphDecoder: the model is not patched (call tegula.integrations.transformers.apply "
-                             "first)")
-        layers = getattr(cache, "layers", None)
-        if not layers or not all(hasattr(layer, "cursor") for layer in layers):
-            raise ValueError("GraphDecoder: cache must be a tegula KVCache")
-        if layers[0].keys.device.type != "cuda":
-            raise ValueError("GraphDecoder: CUDA graphs need the model and cache on a CUDA device")
-        self.model, self.cache, self.layers = model, cache, layers
-        batch, device = layers[0].keys.shape[0], layers[0].keys.device
-        self.tokens = torch.zeros(batch, 1, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(1, 1, dtype=torch.int64, device=device)
-        self.graph = None
-        self.logits = None
-        self._length = None   # the cache length the device buffers stand for
-
-    def _forward(self):
-        out = self.model(self.tokens, position_ids=self.positions, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1)
-        self.positions.add_(1)
-        return out.logits[:, -1]
-
-    def _set_lengths(self, length: int):
-        for layer in self.layers:
-            layer.length = length
-
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """One decode step: tokens (B, 1) (or (B,)) int -> logits (B, vocab)."""
-        length = self.layers[0].length
-        if length + 1 > self.layers[0].max_length:
-            raise ValueError(f"GraphDecoder: {length} cached + 1 new token exceed the cache's max_length "
-                             f"{self.layers[0].max_length}")
-        self.tokens.copy_(tokens.view(self.tokens.shape))
-        if self._length != length:           # a step taken outside the decoder, or the first
-            self.positions.fill_(length)
-        if self.graph is None:
-            self._capture(length)
-        self.graph.replay()
-        self._set_lengths(length + 1)
-        self._length = length + 1
-        return self.logits
-
-    def _capture(self, length: int):
-        cursor, seqlens = self.layers[0].cursor, self.layers[0].seqlens
-        saved = cursor.clone(), seqlens.clone(), self.positions.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):   # compiles every kernel; its writes are redone below
-            self._forward()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        for layer in self.layers:
-            layer.causal_decode = True
-        for restore in range(2):                          # before capture, and after it (capture runs nothing
-            cursor.copy_(saved[0])                        # but leaves the host counts advanced)
-            seqlens.copy_(saved[1])
-            self.positions.copy_(saved[2])
-            self._set_lengths(length)
-            if restore == 0:
-                try:
-                    with torch.no_grad(), torch.cuda.graph(graph):
-                        self.logits = self._forward()
-                finally:
-                    for layer in self.layers:
-                        layer.causal_decode = False
-        self.graph = graph
-
-
-def _kv_layer(cache, layer_idx):
-    layers = getattr(cache, "layers", None)
-    if layers is None or layer_idx >= len(layers):
-        return None
-    layer = layers[layer_idx]
-    return layer if hasattr(layer, "append") and hasattr(layer, "seqlens") else None
 
 
 # --- the patched forwards --------------------------------------------------------------------
