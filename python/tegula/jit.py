@@ -229,9 +229,10 @@ class JITKernel:
         return len(sources) if sources else len(self._lowered_all)
 
     # ---- inspection ----
-    def get_kernel_source(self) -> str:
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The CUDA source: for a prim_func of several `with T.Kernel` blocks, each
-        kernel's source in launch order."""
+        kernel's source in launch order. `kernel_only` is TileLang's switch for adding
+        the host code; Tegula launches from its C++ runtime, so there is none to add."""
         sources = self.__dict__.get("_sources") or [lowered.source for lowered in self._lowered_all]
         if len(sources) == 1:
             return sources[0]
