@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/cuda_names.h"
 #include "ir/analyzer.h"
 #include "ir/functor.h"
 
@@ -59,7 +60,9 @@ class Printer {
 
   CudaSource run() {
     CudaSource out;
-    out.entry = k_.name + "_kernel";
+    // At global scope a leading '_' is the implementation's.
+    out.entry = legal_name(k_.name + "_kernel");
+    if (out.entry[0] == '_') out.entry = "v" + out.entry;
     // A warp-specialised kernel states one block per SM, so that ptxas knows the register
     // count at entry that setmaxnreg moves registers from.
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads;
@@ -189,15 +192,15 @@ class Printer {
   }
   std::string pad() const { return std::string(2 * indent_, ' '); }
 
-  std::string unique(const void* key, std::string base) {
+  // The name of a variable or buffer: legal (cuda_names.h) and distinct from the names
+  // printed before it, in the order of printing, so a program always prints the same.
+  std::string unique(const void* key, const std::string& user_name) {
     auto it = names_.find(key);
     if (it != names_.end()) return it->second;
-    for (char& c : base) {
-      if (!isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-    }
-    if (base.empty() || isdigit(static_cast<unsigned char>(base[0]))) base = "v_" + base;
+    std::string base = legal_name(user_name);
+    std::string sep = base.back() == '_' ? "" : "_";
     std::string n = base;
-    for (int i = 1; used_.count(n); ++i) n = base + "_" + std::to_string(i);
+    for (int i = 1; used_.count(n) || is_reserved_name(n); ++i) n = base + sep + std::to_string(i);
     used_.insert(n);
     names_[key] = n;
     return n;

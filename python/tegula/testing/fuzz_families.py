@@ -345,10 +345,11 @@ FAMILIES = [(gen_elementwise, 5), (gen_accumulate, 2), (gen_serial_var, 1), (gen
 
 def all_families() -> list:
     """(family, weight) of every module of families: this one, control flow and scopes
-    (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py)."""
-    from . import fuzz_families_control, fuzz_families_tc
+    (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py), names the
+    generated CUDA must rename (fuzz_families_names.py)."""
+    from . import fuzz_families_control, fuzz_families_names, fuzz_families_tc
 
-    return FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES
+    return FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
 
 
 def gen_valid(c) -> Program:

@@ -60,6 +60,8 @@ def test_generator_covers_the_language():
                "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
                "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",
                "shared_loop_tree", "shared_loop_chunks", "shared_reduce"]
+    # names the generated CUDA renames (fuzz_families_names.py)
+    wanted += ["names"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
