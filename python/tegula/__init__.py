@@ -7,6 +7,8 @@ Importing needs neither a GPU driver nor, until a kernel is parsed, the compiled
 """
 from __future__ import annotations
 
+import os as _os
+
 from . import language, layout
 from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
@@ -15,6 +17,12 @@ from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning
 
+# A program ported by its imports keeps its setup: TileLang's cache variables name Tegula's
+# where Tegula's are not set (the native cache reads them at its first use, after this).
+for _theirs, _ours in (("TILELANG_CACHE_DIR", "TEGULA_CACHE_DIR"), ("TILELANG_DISABLE_CACHE", "TEGULA_DISABLE_CACHE")):
+    if _os.environ.get(_theirs) and not _os.environ.get(_ours):
+        _os.environ[_ours] = _os.environ[_theirs]
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -22,6 +30,27 @@ __all__ = [
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
 __all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]
+__all__ += ["enable_cache", "disable_cache", "is_cache_enabled"]
+
+
+def enable_cache() -> None:
+    """TileLang's name for `set_cache_enabled(True)`."""
+    set_cache_enabled(True)
+
+
+def disable_cache() -> None:
+    """TileLang's name for `set_cache_enabled(False)`: kernels are compiled again rather
+    than read from the disk cache (a kernel already built in this process is reused)."""
+    set_cache_enabled(False)
+
+
+def is_cache_enabled() -> bool:
+    """Whether compiled kernels are read from and written to the disk cache: False after
+    `disable_cache()`, with TEGULA_DISABLE_CACHE (or TILELANG_DISABLE_CACHE) set, or when
+    there is no cache directory."""
+    from .env import native
+
+    return bool(native().cache_disk_enabled())
 
 
 def __getattr__(name: str):

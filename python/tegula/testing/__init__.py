@@ -22,14 +22,24 @@ is the CPU-side proof that the passes kept the program's meaning.
 
 Outputs start poisoned (NaN for float dtypes, the dtype's minimum for integers), so an
 element the kernel never writes shows up.
+
+The package also holds what `tilelang.testing` gives TileLang's own tests, with TileLang's
+meaning (markers.py, perf.py): `requires_cuda`, `requires_cuda_compute_version[_ge|_gt|_le
+|_lt|_eq]`, `requires_package`, `set_random_seed`, `torch_assert_close` (from
+tegula.utils.tensor), `main()` (pytest on the calling file), `process_func`, `regression`.
 """
 from __future__ import annotations
 
 import torch
 
 from ..frontend.errors import from_native
+from ..utils.tensor import torch_assert_close
+from . import markers as _markers
+from .markers import *  # noqa: F401,F403 - the decorators named in markers.__all__
+from .perf import process_func, regression
 
 __all__ = ["reference", "simulate", "SimulationError", "poison"]
+__all__ += [*_markers.__all__, "torch_assert_close", "process_func", "regression"]
 
 
 class SimulationError(AssertionError):
