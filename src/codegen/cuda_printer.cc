@@ -9,12 +9,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "codegen/cuda_names.h"
 #include "ir/analyzer.h"
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 
 namespace tegula::codegen {
 
@@ -56,10 +58,11 @@ const std::map<std::string, CallSpelling>& call_table() {
 class Printer {
  public:
   Printer(const Kernel& k, const transform::Target& target)
-      : k_(k), target_(target), an_(transform_analyzer(k)), wide_ints_(has_huge_dimension(k)) {}
+      : k_(k), target_(target), an_(kernel_analyzer(k)), wide_ints_(has_huge_dimension(k)) {}
 
   CudaSource run() {
     CudaSource out;
+    check_registers();
     // At global scope a leading '_' is the implementation's.
     out.entry = legal_name(k_.name + "_kernel");
     if (out.entry[0] == '_') out.entry = "v" + out.entry;
@@ -117,6 +120,23 @@ class Printer {
   }
 
  private:
+  // A wgmma instruction whose registers are past the launch bounds' count is the user's
+  // tile, refused at its T.gemm: ptxas would fail on the generated code (C7602).
+  void check_registers() {
+    WgmmaRegisters w = wgmma_registers(k_);
+    int limit = register_limit(k_);
+    if (w.registers <= limit) return;
+    int widest = 2 * (limit - WgmmaRegisters::kBeside) / 8 * 8;
+    user_error(w.loc) << "T.gemm: its wgmma instruction m64n" << w.n << "k16 holds " << w.n / 2
+                      << " accumulator registers per thread (about " << w.registers
+                      << " with its operands), past the " << limit << " registers a thread of this kernel has ("
+                      << k_.threads << " threads a block"
+                      << (k_.consumer_threads ? ", warp-specialised" : "")
+                      << "): give each warpgroup at most " << widest
+                      << " columns of the accumulator (a narrower block_N, or more warpgroups along N), or "
+                         "fewer threads";
+  }
+
   // A global dimension of kIndex32Limit or more: every index (and mask) computed in the
   // kernel could pass 2^31, so all its integer arithmetic is printed in 64 bits.
   static bool has_huge_dimension(const Kernel& k) {
@@ -128,14 +148,6 @@ class Printer {
       }
     }
     return false;
-  }
-
-  static Analyzer transform_analyzer(const Kernel& k) {
-    Analyzer an;
-    an.bind(k.thread_var, 0, k.threads);
-    for (size_t d = 0; d < k.block_vars.size(); ++d) an.bind(k.block_vars[d], Interval{0, an.bound(k.grid[d]).hi - 1});
-    for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, (int64_t(1) << 31) - 1});
-    return an;
   }
 
   void print_block_indices() {
@@ -301,14 +313,27 @@ class Printer {
     return t.bits == 32 ? s : "cast<" + ct + ">(" + s + ")";
   }
 
+  // An integer literal of exactly its type: unsigned ones with their suffix (a uint64 is held
+  // as its bit pattern: 18446744073709551615ull), and the most negative int32 and int64
+  // spelled so that no literal is past its type (-2147483648 would be a long).
+  std::string literal_int(const IntImmNode* n) {
+    DataType t = n->dtype;
+    if (t.is_bool()) return n->value ? "true" : "false";
+    if (t.code == DataType::UInt) {
+      uint64_t v = static_cast<uint64_t>(n->value);
+      if (t.bits < 64) v &= (uint64_t(1) << t.bits) - 1;
+      return std::to_string(v) + (t.bits == 64 ? "ull" : t.bits == 32 ? "u" : "");
+    }
+    bool wide = t.bits == 64 || (wide_ints_ && t.bits == 32);
+    const char* suffix = wide ? "LL" : "";
+    if (n->value == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
+    if (n->value == std::numeric_limits<int32_t>::min()) return std::string("(-2147483647") + suffix + " - 1)";
+    return std::to_string(n->value) + suffix;
+  }
+
   std::string expr(const Expr& e) {
     switch (e.kind()) {
-      case NodeKind::IntImm: {
-        auto* n = e.as<IntImmNode>();
-        if (n->dtype.is_bool()) return n->value ? "true" : "false";
-        std::string s = std::to_string(n->value);
-        return n->dtype.bits == 64 || (wide_ints_ && n->dtype.is_int() && n->dtype.bits == 32) ? s + "LL" : s;
-      }
+      case NodeKind::IntImm: return literal_int(e.as<IntImmNode>());
       case NodeKind::FloatImm: return literal_float(e.as<FloatImmNode>()->value, e.dtype());
       case NodeKind::Var: return wide_ints_ && e.dtype().is_int() && e.dtype().bits == 32 ? "(long long)" + name(e) : name(e);
       case NodeKind::Not: return "(!" + expr(e.as<NotNode>()->a) + ")";
@@ -360,6 +385,8 @@ class Printer {
       auto* ld = c->args[i].as<BufferLoadNode>();
       s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
     }
+    // The thread index the warps count from, when it is not threadIdx.x (a thread scope's).
+    if (c->args.size() > 11 && !c->args[11].same_as(k_.thread_var)) s += ", " + expr(c->args[11]);
     return s;
   }
 
@@ -406,6 +433,7 @@ class Printer {
              access(src->buffer, src->indices, 1, true) + ", " + expr(c->args[2]) + ")";
     }
     if (c->op == "tma_copy") return tma_copy(c);
+    if (c->op == ir::kThreadScope) return "(" + expr(c->args[0]) + " - " + expr(c->args[1]) + ")";
     if (c->op == "ws_producer") return "(threadIdx.x >= " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "sync_all") return "__syncthreads()";
@@ -485,7 +513,11 @@ class Printer {
         // wait before the barrier completes them, as CUTLASS's and Triton's cp.async
         // mainloops rely on). Inside a loop that stores, every barrier fences: the store
         // of one iteration precedes the next iteration's first barrier.
-        if (k_.consumer_threads) {
+        if (auto* sy = s.as<SyncNode>(); sy->threads) {
+          // A thread scope's threads only (scope_thread_guards.cc): a named barrier.
+          line() << ((proxy_dirty_ || proxy_loops_ > 0) ? "fence_proxy_async(); " : "") << "barrier_sync("
+                 << sy->barrier << ", " << sy->threads << ");\n";
+        } else if (k_.consumer_threads) {
           // Warp specialised: the consumer threads only (named barrier 1).
           line() << ((proxy_dirty_ || proxy_loops_ > 0) ? "fence_proxy_async(); " : "") << "barrier_sync(1, "
                  << k_.consumer_threads << ");\n";
@@ -577,12 +609,33 @@ class Printer {
 
 CudaSource print_cuda(const Kernel& k, const transform::Target& target) { return Printer(k, target).run(); }
 
+WgmmaRegisters wgmma_registers(const Kernel& k) {
+  WgmmaRegisters w;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return;
+    int n = int(*as_const_int(c->args[1]) / *as_const_int(c->args[4]));
+    if (n > w.n) w = {n, n / 2 + WgmmaRegisters::kBeside, c->loc};
+  });
+  return w;
+}
+
+int register_limit(const Kernel& k) {
+  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : 1;
+  return std::min(255, 65536 / blocks / k.threads);
+}
+
 WsRegisters ws_registers(const Kernel& k) {
   WsRegisters r;
   const int T = k.consumer_threads;
   // 228 KB of shared memory per SM, 1 KB of it reserved per block.
   constexpr int64_t kSmemPerSm = 228 * 1024, kReserved = 1024;
-  if (T == 128 && 2 * (k.smem_bytes + kReserved) <= kSmemPerSm) r.blocks_per_sm = 2;
+  // ptxas compiles the whole kernel within the launch bounds' count (setmaxnreg does not
+  // raise it), so a wgmma that needs more keeps one block per SM.
+  if (T == 128 && 2 * (k.smem_bytes + kReserved) <= kSmemPerSm &&
+      wgmma_registers(k).registers <= 65536 / 2 / k.threads) {
+    r.blocks_per_sm = 2;
+  }
   const int regs = 65536 / r.blocks_per_sm;
   r.entry = std::min(255, regs / k.threads) / 8 * 8;
   r.producer = 24;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "interp/interp.h"
+#include "ir/thread_guard.h"
 #include "support/error.h"
 
 namespace tegula::interp {
@@ -166,6 +167,7 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
   else if (name == "abs") r = std::fabs(x);
   else if (name == "sigmoid") r = 1.0 / (1.0 + std::exp(-x));
   else if (name == "infinity") r = inf;
+  else if (name == ir::kThreadScope) r = x - arg(1);  // the thread's index in its scope
   else if (name == "ninfinity") r = -inf;
   else if (name == "max_value" || name == "min_value") {
     double m;

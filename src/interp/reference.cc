@@ -91,7 +91,8 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
   const SourceLoc& loc = e->loc.known() ? e->loc : at;
   switch (e.kind()) {
     case NodeKind::IntImm: {
-      double v = double(e.as<IntImmNode>()->value);
+      auto* n = e.as<IntImmNode>();  // an unsigned constant is held as its bit pattern
+      double v = n->dtype.code == DataType::UInt ? double(uint64_t(n->value)) : double(n->value);
       return [v](Frame&) { return v; };
     }
     case NodeKind::FloatImm: {
@@ -240,6 +241,7 @@ StmtFn Compiler::stmt(const Stmt& s) {
     case NodeKind::For: return loop(s.as<ForNode>());
     case NodeKind::IfThenElse: {
       auto* i = s.as<IfThenElseNode>();
+      if (k_.thread_var && reads_var(i->cond, k_.thread_var)) return thread_branch(i, loc);
       ExprFn c = expr(i->cond, loc);
       StmtFn t = stmt(i->then_case), e = stmt(i->else_case);
       return [c, t, e](Frame& f) {
@@ -251,7 +253,9 @@ StmtFn Compiler::stmt(const Stmt& s) {
       auto* l = s.as<LetStmtNode>();
       ExprFn v = expr(l->value, loc);
       int slot = declare_var(l->var.get());
+      lets_.push_back({l->var, l->value});
       StmtFn body = stmt(l->body);
+      lets_.pop_back();
       return [v, slot, body](Frame& f) {
         f.vars[slot] = v(f);
         body(f);
@@ -264,6 +268,34 @@ StmtFn Compiler::stmt(const Stmt& s) {
   internal_error << "reference: cannot interpret the statement kind " << node_kind_name(s.kind()) << " at "
                  << loc.str();
   return {};
+}
+
+// A branch on the thread index: each side runs once, as the tile code of the threads that
+// take it (TileLang's meaning; transform/scope_thread_guards.cc), when any thread does.
+// Which threads do is known for every thread from the thread conjuncts; the uniform rest
+// is evaluated per block.
+StmtFn Compiler::thread_branch(const IfThenElseNode* i, const SourceLoc& loc) {
+  GuardSplit g = split_guard(i->cond, k_.thread_var, range_, lets_);
+  // A condition this cannot split reads the thread index where expr refuses it, with the
+  // user's error.
+  if (!g.evaluable) expr(i->cond, loc);
+  internal_assert(g.evaluable) << "reference: an unsplit thread condition at " << loc.str();
+  bool then_any = false, else_any = false;
+  for (bool t : g.takes) (t ? then_any : else_any) = true;
+  ExprFn uniform = g.uniform ? expr(g.uniform, loc) : ExprFn();
+  auto side = [&](const Stmt& s, bool taken) {
+    ThreadRange saved = range_;
+    if (auto r = contiguous_range(g.takes, range_, taken)) range_ = *r;
+    StmtFn fn = stmt(s);
+    range_ = saved;
+    return fn;
+  };
+  StmtFn t = side(i->then_case, true), e = side(i->else_case, false);
+  return [uniform, t, e, then_any, else_any](Frame& f) {
+    bool u = !uniform || uniform(f) != 0;
+    if (u && then_any) t(f);
+    if (!u || else_any) e(f);
+  };
 }
 
 RegionFn Compiler::region(const BufferRegion& r, const SourceLoc& at) {

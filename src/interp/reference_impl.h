@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "interp/interp.h"
+#include "ir/thread_guard.h"
 #include "support/error.h"
 
 namespace tegula::interp::ref {
@@ -58,7 +59,7 @@ struct RegionVal {
 
 class Compiler {
  public:
-  explicit Compiler(const ir::Kernel& k) : k_(k) {}
+  explicit Compiler(const ir::Kernel& k) : k_(k), range_{0, k.threads} {}
   // Slots of the call's signature (parameters, dynamic dims) and the block indices.
   int declare_var(const ir::ExprNode* var);
   int declare_buffer(const ir::Buffer& b);
@@ -78,8 +79,11 @@ class Compiler {
   ExprFn load(const ir::BufferLoadNode* l, const SourceLoc& at);
   StmtFn store(const ir::BufferStoreNode* s);
   StmtFn loop(const ir::ForNode* f);
+  StmtFn thread_branch(const ir::IfThenElseNode* i, const SourceLoc& loc);
 
   const ir::Kernel& k_;
+  ir::ThreadRange range_;                              // the threads that reach the code compiled now
+  std::vector<std::pair<ir::Expr, ir::Expr>> lets_;   // the lets around it
   std::unordered_map<const ir::ExprNode*, int> vars_;
   std::unordered_map<const ir::BufferNode*, int> bufs_;
 };

@@ -378,7 +378,10 @@ Vals Machine::binary(const BinaryNode* op, const Threads& ts) {
 Vals Machine::eval(const Expr& e, const Threads& ts) {
   size_t n = ts.size();
   switch (e.kind()) {
-    case NodeKind::IntImm: return {1, std::vector<double>(n, double(e.as<IntImmNode>()->value))};
+    case NodeKind::IntImm: {
+      auto* c = e.as<IntImmNode>();  // an unsigned constant is held as its bit pattern
+      return {1, std::vector<double>(n, c->dtype.code == DataType::UInt ? double(uint64_t(c->value)) : double(c->value))};
+    }
     case NodeKind::FloatImm:
       return {1, std::vector<double>(n, round_to_dtype(e.dtype().element(), e.as<FloatImmNode>()->value))};
     case NodeKind::Var: {
@@ -503,13 +506,18 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
       eval(e, ts);
       break;
     }
-    case NodeKind::Sync:
-      if (int(ts.size()) != threads_) {
-        error("barrier reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) +
+    case NodeKind::Sync: {
+      // A thread scope's barrier waits for the scope's threads alone. Ordering them alone
+      // is not modelled: the epoch moves for every thread, so a race between a scope and
+      // the threads outside it that runs across this barrier goes unseen.
+      int expect = s.as<SyncNode>()->threads ? s.as<SyncNode>()->threads : threads_;
+      if (int(ts.size()) != expect) {
+        error("barrier reached by " + std::to_string(ts.size()) + " of " + std::to_string(expect) +
               " threads (thread " + std::to_string(ts[0]) + " among them)");
       }
       ++epoch_;
       break;
+    }
     case NodeKind::TileOp: cannot("the tile op '" + s.as<TileOpNode>()->op + "' (not lowered)"); break;
     default: cannot(std::string("the statement kind ") + node_kind_name(s.kind()));
   }

@@ -143,7 +143,9 @@ static void issue_async_copy(Machine& m, const CallNode* op, const Threads& ts) 
 
 static MmaCall parse_mma(Machine& m, const CallNode* op) {
   MmaCall c{};
-  if (op->args.size() != 11) m.cannot("a " + op->op + " call with " + std::to_string(op->args.size()) + " arguments");
+  if (op->args.size() != 11 && op->args.size() != 12) {
+    m.cannot("a " + op->op + " call with " + std::to_string(op->args.size()) + " arguments");
+  }
   int64_t v[8];
   for (int i = 0; i < 8; ++i) {
     const int64_t* x = as_const_int(op->args[i]);
@@ -210,7 +212,7 @@ static Storage* operand_registers(Machine& m, const BufferLoadNode* ld, const la
   const int64_t* b = ld->indices.size() == 1 ? as_const_int(ld->indices[0]) : nullptr;
   if (!b) m.cannot("a " + op + " register operand at a non-constant register");
   *base = *b;
-  if (want->threads() != m.threads_) {
+  if (want->threads() != m.threads_ && want->threads() != m.scope_threads_) {
     m.cannot("a " + op + " over " + std::to_string(want->threads()) + " threads in a block of " + std::to_string(m.threads_));
   }
   if (*base < 0 || *base + want->slots() > st->size) {
@@ -227,17 +229,19 @@ static Storage* operand_registers(Machine& m, const BufferLoadNode* ld, const la
 }
 
 // Every (thread, slot) of a layout with the element it holds.
+// Threads count from `first`: a thread scope's gemm runs on the block's threads
+// [first, first + L.threads()).
 template <typename F>
-static void for_each_slot(const layout::Fragment& L, F f) {
+static void for_each_slot(const layout::Fragment& L, F f, int first = 0) {
   int64_t c[2];
   for (int t = 0; t < L.threads(); ++t) {
     for (int s = 0; s < L.slots(); ++s) {
-      if (L.coords(t, s, c)) f(t, s, c[0], c[1]);
+      if (L.coords(t, s, c)) f(first + t, s, c[0], c[1]);
     }
   }
 }
 
-static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, const layout::Fragment& L) {
+static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, const layout::Fragment& L, int first) {
   int64_t cols = L.shape()[1];
   std::vector<double> out(L.num_elements(), 0.0);
   std::vector<char> seen(L.num_elements(), 0);
@@ -253,16 +257,29 @@ static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, 
     }
     seen[i * cols + j] = 1;
     o = v;
-  });
+  }, first);
   return out;
 }
 
 static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   MmaCall c = parse_mma(m, op);
-  if (int(ts.size()) != m.threads_) {
-    m.error(op->op + " reached by " + std::to_string(ts.size()) + " of " + std::to_string(m.threads_) + " threads");
+  // The threads sharing it: the block's, or under a thread guard a scope's, whose index
+  // (the call's last argument) is the block's minus the scope's first thread.
+  int first = 0;
+  int sharing = m.threads_;
+  if (op->args.size() == 12) {
+    Vals tid = m.eval(op->args[11], ts);
+    first = ts.empty() ? 0 : ts[0] - int(tid.at(0));
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i] - int(tid.at(i)) != first) m.cannot("a " + op->op + " whose threads are not one range");
+    }
+    sharing = int(c.wm * c.wn * 32 * (c.wgmma ? 4 : 1));
+  }
+  if (int(ts.size()) != sharing) {
+    m.error(op->op + " reached by " + std::to_string(ts.size()) + " of " + std::to_string(sharing) + " threads");
     return;
   }
+  m.scope_threads_ = sharing;
   auto layout_of = [&](int operand, int64_t rows, int64_t cols, int64_t wn) {
     auto& L = m.mma_layouts_[{op, operand}];
     if (!L) {
@@ -289,7 +306,7 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     int64_t abase = 0;
     regs_a = operand_registers(m, c.a, la, op->op, &abase);
     if (!regs_a) return;
-    A = register_tile(m, regs_a, abase, *la);
+    A = register_tile(m, regs_a, abase, *la, first);
   } else {
     A = shared_tile(m, c.a, c.m, c.k, c.ta, ts, c.wgmma ? &reads : nullptr);
   }
@@ -302,7 +319,7 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     for (auto& g : m.wgmma_) {
       if (g.acc == acc && g.base == cbase) chained = &g;
     }
-    C = chained ? chained->result : register_tile(m, acc, cbase, *lc);
+    C = chained ? chained->result : register_tile(m, acc, cbase, *lc, first);
   }
   DataType ct = c.c->buffer->dtype.element();
   for (int64_t i = 0; i < c.m; ++i) {
@@ -313,7 +330,8 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     }
   }
   if (!c.wgmma) {
-    for_each_slot(*lc, [&](int t, int s, int64_t i, int64_t j) { m.write_element(acc, cbase + s, t, C[i * c.n + j]); });
+    for_each_slot(*lc, [&](int t, int s, int64_t i, int64_t j) { m.write_element(acc, cbase + s, t, C[i * c.n + j]); },
+                  first);
     return;
   }
   for (auto& [st, flat] : reads) ++st->mma_reading[flat];

@@ -128,6 +128,7 @@ class Machine {
   const RegisterLayouts& layouts_;
   CallArgs& args_;
   int threads_ = 0;
+  int scope_threads_ = 0;  // the threads sharing the tensor-core call being simulated
   std::vector<std::string> errors_;
   bool stopped_ = false;
   std::string block_name_;

@@ -7,6 +7,7 @@
 
 #include "ir/functor.h"
 #include "ir/hash.h"
+#include "ir/thread_guard.h"
 
 namespace tegula::ir {
 
@@ -144,7 +145,12 @@ class Simplifier : public IRMutator {
     const int64_t* ca = as_const_int(a);
     const int64_t* cb = as_const_int(b);
     if (t.is_int() || t.is_bool()) {
-      if (ca && cb) return fold(op->op, *ca, *cb, op->dtype);
+      if (ca && cb) {
+        if (t.code == DataType::UInt && t.bits == 64) {
+          if (Expr r = fold_u64(op->op, uint64_t(*ca), uint64_t(*cb), op->dtype)) return r;
+        }
+        return fold(op->op, *ca, *cb, op->dtype);
+      }
       if (op->op == BinaryOp::Add || op->op == BinaryOp::Sub || op->op == BinaryOp::Mul) {
         Linear l;
         if (linearize(make_binary(op->op, a, b), 1, &l)) return rebuild(l, t);
@@ -227,6 +233,25 @@ class Simplifier : public IRMutator {
       case BinaryOp::Shr: r = a >> b; break;
     }
     return make_int(r, t);
+  }
+
+  // The operations whose result on uint64 constants (held as bit patterns) differs from the
+  // int64 one; the others fold as int64 (two's complement agrees).
+  static Expr fold_u64(BinaryOp op, uint64_t a, uint64_t b, DataType t) {
+    switch (op) {
+      case BinaryOp::Div:
+      case BinaryOp::FloorDiv: return b ? make_int(int64_t(a / b), t) : Expr();
+      case BinaryOp::Mod:
+      case BinaryOp::FloorMod: return b ? make_int(int64_t(a % b), t) : Expr();
+      case BinaryOp::Min: return make_int(int64_t(std::min(a, b)), t);
+      case BinaryOp::Max: return make_int(int64_t(std::max(a, b)), t);
+      case BinaryOp::LT: return make_int(a < b, t);
+      case BinaryOp::LE: return make_int(a <= b, t);
+      case BinaryOp::GT: return make_int(a > b, t);
+      case BinaryOp::GE: return make_int(a >= b, t);
+      case BinaryOp::Shr: return make_int(int64_t(a >> b), t);
+      default: return {};
+    }
   }
 
   static Expr fold_float(BinaryOp op, double a, double b, DataType t) {
@@ -375,6 +400,22 @@ bool eval_int(const Expr& e, const VarValues& vars, int64_t* out) {
     }
     default: return false;
   }
+}
+
+Analyzer kernel_analyzer(const Kernel& k) {
+  Analyzer an;
+  an.bind(k.thread_var, 0, k.threads);
+  for (size_t d = 0; d < k.block_vars.size(); ++d) {
+    Interval g = an.bound(k.grid[d]);
+    an.bind(k.block_vars[d], Interval{0, g.hi - 1});
+  }
+  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, (int64_t(1) << 31) - 1});
+  // A thread scope's index (scope_thread_guards.cc) counts its threads from 0.
+  post_order(k.body, [&](const Stmt& s) {
+    auto* let = s.as<LetStmtNode>();
+    if (auto r = let ? thread_scope_range(let->value) : std::nullopt) an.bind(let->var, 0, r->count());
+  });
+  return an;
 }
 
 }  // namespace tegula::ir

@@ -41,4 +41,8 @@ class Analyzer {
 using VarValues = std::unordered_map<const ExprNode*, int64_t>;
 bool eval_int(const Expr& e, const VarValues& vars, int64_t* out);
 
+// An analyzer that knows the ranges of a kernel's thread index (and its thread scopes'),
+// block indices and dynamic sizes.
+Analyzer kernel_analyzer(const Kernel& k);
+
 }  // namespace tegula::ir

@@ -186,7 +186,7 @@ class CanonicalWriter {
       if (auto* s = std::get_if<std::string>(&value)) str(*s);
     }
   }
-  void write_Sync(const SyncNode*) {}
+  void write_Sync(const SyncNode* op) { emit(uint64_t(op->barrier)), emit(uint64_t(op->threads)); }
 
   std::unordered_map<const ExprNode*, uint64_t> bound_;
   std::unordered_map<const BufferNode*, uint64_t> buffers_;

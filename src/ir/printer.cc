@@ -169,7 +169,8 @@ class Printer {
  private:
   Text print_IntImm(const IntImmNode* op) {
     if (op->dtype.is_bool()) return {op->value ? "True" : "False", kAtom};
-    std::string v = std::to_string(op->value);
+    // A uint64 is held as its bit pattern.
+    std::string v = op->dtype.code == DataType::UInt ? std::to_string(uint64_t(op->value)) : std::to_string(op->value);
     if (op->dtype != DataType::i32()) return {op->dtype.name() + "(" + v + ")", kAtom};
     return {v, op->value < 0 ? kUnary : kAtom};
   }
@@ -243,7 +244,10 @@ class Printer {
     for (const auto& [key, value] : op->attrs) s += (s.empty() ? "" : ", ") + key + "=" + attr(value);
     line(indent, "T." + op->op + "(" + s + ")");
   }
-  void print_Sync(const SyncNode*, int indent) { line(indent, "sync_threads()"); }
+  void print_Sync(const SyncNode* op, int indent) {
+    if (!op->threads) return line(indent, "sync_threads()");
+    line(indent, "sync_threads(barrier=" + std::to_string(op->barrier) + ", threads=" + std::to_string(op->threads) + ")");
+  }
 
   static std::string attr(const TileAttr& a) {
     if (auto* i = std::get_if<int64_t>(&a)) return std::to_string(*i);

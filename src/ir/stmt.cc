@@ -73,5 +73,8 @@ Stmt make_tile_op(const std::string& op, std::vector<BufferRegion> regions, std:
   return make_node<TileOpNode>(std::move(loc), op, std::move(regions), std::move(args), std::move(attrs));
 }
 Stmt make_sync(SourceLoc loc) { return make_node<SyncNode>(std::move(loc)); }
+Stmt make_scoped_sync(int barrier, int threads, SourceLoc loc) {
+  return make_node<SyncNode>(std::move(loc), barrier, threads);
+}
 
 }  // namespace tegula::ir

@@ -92,9 +92,14 @@ struct TileOpNode : StmtNode {
   int64_t attr_int(const std::string& k, int64_t dflt) const;
   std::string attr_str(const std::string& k, const std::string& dflt) const;
 };
+// A barrier among the block's threads, or, with `threads` set, among the threads of a
+// thread scope alone (named barrier `barrier`, 1..15; insert_barriers assigns them).
 struct SyncNode : StmtNode {
   static constexpr NodeKind kKind = NodeKind::Sync;
+  int barrier = 0;
+  int threads = 0;  // 0: the whole block
   SyncNode() : StmtNode(kKind) {}
+  SyncNode(int b, int t) : StmtNode(kKind), barrier(b), threads(t) {}
 };
 
 Stmt make_evaluate(Expr v, SourceLoc loc = {});
@@ -107,6 +112,7 @@ Stmt make_let(Expr var, Expr value, Stmt body, SourceLoc loc = {});
 Stmt make_tile_op(const std::string& op, std::vector<BufferRegion> regions, std::vector<Expr> args,
                   std::map<std::string, TileAttr> attrs, SourceLoc loc = {});
 Stmt make_sync(SourceLoc loc = {});
+Stmt make_scoped_sync(int barrier, int threads, SourceLoc loc = {});
 
 // A scalar kernel parameter (T.int32 argument) or a tensor (T.Tensor).
 struct Param {

@@ -207,7 +207,9 @@ class Gemm : public TileOp {
                               make_int(g.ta), make_int(g.tb), make_int(op->attr_int("clear_accum", 0) != 0),
                               a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
                                      : make_load(A, {make_int(0), make_int(0)}, loc),
-                              make_load(B, {make_int(0), make_int(0)}, loc), make_load(creg, {make_int(0)}, loc)};
+                              make_load(B, {make_int(0), make_int(0)}, loc), make_load(creg, {make_int(0)}, loc),
+                              // the index the warps count from: a thread scope's under a thread guard
+                              k.thread_var};
     body.push_back(make_evaluate(make_call(a_regs ? "gemm_rs" : "gemm_ss", args, DataType::i32(), loc), loc));
     return make_seq(body, loc);
   }

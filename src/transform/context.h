@@ -59,7 +59,6 @@ struct PassContext {
   std::string fresh_name(const std::string& base) { return base + "_" + std::to_string(fresh_id++); }
 };
 
-// An analyzer that knows the ranges of the kernel's thread and block indices.
-ir::Analyzer kernel_analyzer(const ir::Kernel& k);
+using ir::kernel_analyzer;
 
 }  // namespace tegula::transform

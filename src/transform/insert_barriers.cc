@@ -7,15 +7,19 @@
 //
 // Conservative and simple: every shared access counts as touching the whole buffer.
 // A statement that conflicts with what happened since the last barrier gets one before it.
-// Branches are units: a barrier never goes inside one (its threads may diverge), and
-// each partitioned T.Parallel loop arrives wrapped in an always-true branch, since its
-// own statements touch disjoint elements.
+// Branches whose threads may diverge are units: a barrier never goes inside one. Each
+// partitioned T.Parallel loop arrives wrapped in an always-true branch, a unit too, since
+// its own statements touch disjoint elements. A branch every thread of the block takes
+// alike (its condition is uniform) gets barriers inside; so does a thread scope's body
+// (scope_thread_guards.cc), whose barriers then meet the scope's threads alone: a named
+// barrier each range of threads has to itself.
 #include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -85,23 +89,47 @@ bool meets(const BufSet& a, const BufSet& b) {
 
 class Barriers : public IRMutator {
  public:
+  // Without the thread index (pipeline_loops' regions, placed before the kernel is seen
+  // whole), every branch but the warp-specialised split stays a unit.
+  explicit Barriers(const Expr& thread_var) : uni_(thread_var), open_branches_(bool(thread_var)) {}
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
-  // A branch is a unit, except the split of a warp-specialised kernel (warp_specialize):
-  // its consumer side is the program, placed like any other.
+  // The split of a warp-specialised kernel (warp_specialize): its consumer side is the
+  // program, placed like any other. Other branches: see the header.
   Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
     auto* c = op->cond.as<CallNode>();
-    if (!c || c->op != "ws_producer" || !op->else_case) return self;
-    auto* seq = op->else_case.as<SeqNode>();
-    return make_if(op->cond, op->then_case, run(seq ? seq->seq : std::vector<Stmt>{op->else_case}, op->loc), op->loc);
+    if (c && c->op == "ws_producer" && op->else_case) {
+      return make_if(op->cond, op->then_case, in_branch(op->else_case), op->loc);
+    }
+    bool open = open_branches_ && !is_const_int(op->cond, 1) && uni_.uniform(op->cond);
+    auto side = [&](const Stmt& s) { return s && (open || (open_branches_ && is_scope(s))) ? in_branch(s) : s; };
+    Stmt then_case = side(op->then_case), else_case = side(op->else_case);
+    if (then_case.same_as(op->then_case) && else_case.same_as(op->else_case)) return self;
+    return make_if(op->cond, then_case, else_case, op->loc);
+  }
+  Stmt mutate_LetStmt(const Stmt& self, const LetStmtNode* op) override {
+    if (is_scope(self)) uni_.mark_varying(op->var);
+    else uni_.bind(op->var, op->value);
+    return IRMutator::mutate_LetStmt(self, op);
   }
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    uni_.bind(op->var, op->min);
+    uni_.bind(op->var, op->extent);
     Stmt body = mutate(op->body);
     // The next iteration's accesses follow this one's: check the body against itself.
     if (!touched(body).writes.empty()) body = make_seq({body, make_sync(op->loc)});
     return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
   }
 
- Stmt run(const std::vector<Stmt>& seq, const SourceLoc& loc) {
+ static bool is_scope(const Stmt& s) {
+    auto* let = s.as<LetStmtNode>();
+    return let && thread_scope_range(let->value);
+  }
+  Stmt in_branch(const Stmt& s) {
+    auto* seq = s.as<SeqNode>();
+    return seq ? run(seq->seq, s->loc) : run({s}, s->loc);
+  }
+
+  Stmt run(const std::vector<Stmt>& seq, const SourceLoc& loc) {
     std::vector<Stmt> out;
     BufSet reads, writes;
     for (const Stmt& s0 : seq) {
@@ -123,13 +151,49 @@ class Barriers : public IRMutator {
     }
     return make_seq(out, loc);
   }
+
+ private:
+  Uniformity uni_;
+  bool open_branches_;
+};
+
+// Every barrier inside a thread scope meets the scope's threads alone: a named barrier per
+// range of threads (1 is the warp-specialised consumers'), so that scopes running side by
+// side (a branch and its else) never meet at the same one.
+class ScopeBarriers : public IRMutator {
+ public:
+  Stmt mutate_LetStmt(const Stmt& self, const LetStmtNode* op) override {
+    auto r = thread_scope_range(op->value);
+    if (!r) return IRMutator::mutate_LetStmt(self, op);
+    auto saved = scope_;
+    auto it = ids_.find({r->lo, r->hi});
+    int id = it != ids_.end() ? it->second : int(ids_.size()) + 2;
+    user_assert(id <= 15, op->loc) << "more than 14 different ranges of threads run tile code under thread guards; "
+                                   << "the hardware has 15 named barriers";
+    ids_[{r->lo, r->hi}] = id;
+    scope_ = {id, int(r->count())};
+    Stmt out = IRMutator::mutate_LetStmt(self, op);
+    scope_ = saved;
+    return out;
+  }
+  Stmt mutate_Sync(const Stmt& self, const SyncNode* op) override {
+    if (!scope_.second || op->threads) return self;
+    return make_scoped_sync(scope_.first, scope_.second, op->loc);
+  }
+
+ private:
+  std::pair<int, int> scope_{0, 0};  // (barrier, threads) of the innermost scope
+  std::map<std::pair<int64_t, int64_t>, int> ids_;
 };
 
 }  // namespace
 
-Stmt place_barriers_in_loop(const Stmt& loop) { return Barriers().mutate(loop); }
+// pipeline_loops' regions: their barriers stay block-wide until insert_barriers scopes them.
+Stmt place_barriers_in_loop(const Stmt& loop) { return Barriers(Expr()).mutate(loop); }
 
-Stmt place_barriers(const std::vector<Stmt>& seq) { return Barriers().run(seq, seq.empty() ? SourceLoc() : seq[0]->loc); }
+Stmt place_barriers(const std::vector<Stmt>& seq) {
+  return Barriers(Expr()).run(seq, seq.empty() ? SourceLoc() : seq[0]->loc);
+}
 
 void insert_barriers(Kernel& k, PassContext&) {
   // Union of buffers whose byte ranges overlap, by a sweep over the sorted ranges.
@@ -147,7 +211,8 @@ void insert_barriers(Kernel& k, PassContext&) {
   g_same_bytes = &same;
   auto* seq = k.body.as<SeqNode>();
   try {
-    k.body = Barriers().run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+    k.body = Barriers(k.thread_var).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+    k.body = ScopeBarriers().mutate(k.body);
   } catch (...) {
     g_same_bytes = nullptr;
     throw;

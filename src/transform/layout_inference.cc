@@ -23,7 +23,9 @@
 #include <set>
 
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 #include "ops/tile_op.h"
+#include "transform/partition.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -38,22 +40,43 @@ struct Access {
   bool store = false;
 };
 
+// The threads a nest or op runs on: the block's, or a thread scope's (scope_thread_guards.cc).
+struct ScopeRef {
+  Expr var;  // the scope's thread index; null for the whole block
+  int64_t count = 0;
+  ThreadRange range;
+};
+
 struct Nest {
   const ForNode* outer;
   std::vector<Expr> vars;
   std::vector<int64_t> extents;
   std::vector<Access> fragments;
   int min_mem_bytes = 0;  // narrowest global/shared element the loop touches
+  ScopeRef scope;
 };
 
 class Collector : public IRVisitor {
  public:
+  explicit Collector(const Kernel& k) : scope_{Expr(), k.threads, ThreadRange{0, k.threads}} {}
   std::vector<Nest> nests;
   std::vector<const TileOpNode*> ops;
+  std::map<const TileOpNode*, ScopeRef> op_scope;
+  // The threads each fragment is used by, and where that was first seen.
+  std::map<const BufferNode*, std::pair<ScopeRef, SourceLoc>> frag_scope;
+
+  void visit_LetStmt(const LetStmtNode* op) override {
+    auto r = thread_scope_range(op->value);
+    if (!r) return IRVisitor::visit_LetStmt(op);
+    ScopeRef saved = scope_;
+    scope_ = ScopeRef{op->var, r->count(), *r};
+    IRVisitor::visit_LetStmt(op);
+    scope_ = saved;
+  }
 
   void visit_For(const ForNode* op) override {
     if (op->for_kind != ForKind::Parallel) return IRVisitor::visit_For(op);
-    Nest n{op, {}, {}, {}, 0};
+    Nest n{op, {}, {}, {}, 0, scope_};
     const ForNode* f = op;
     Stmt body;
     while (true) {
@@ -71,7 +94,13 @@ class Collector : public IRVisitor {
     current_ = nullptr;
     nests.push_back(std::move(n));
   }
-  void visit_TileOp(const TileOpNode* op) override { ops.push_back(op); }
+  void visit_TileOp(const TileOpNode* op) override {
+    ops.push_back(op);
+    op_scope[op] = scope_;
+    for (auto& r : op->regions) {
+      if (r.buffer->scope == Scope::Fragment) used_by_scope(r.buffer, op->loc);
+    }
+  }
   void visit_BufferLoad(const BufferLoadNode* op) override {
     note(op->buffer, op->indices, false);
     IRVisitor::visit_BufferLoad(op);
@@ -90,6 +119,7 @@ class Collector : public IRVisitor {
       return;
     }
     if (b->scope != Scope::Fragment) return;
+    used_by_scope(b, current_->outer->loc);
     Access a{b, {}, false, store};
     std::vector<int> keep;
     int last = -1;
@@ -121,7 +151,24 @@ class Collector : public IRVisitor {
     }
     current_->fragments.push_back(a);
   }
+  // A fragment's registers are laid out over one set of threads: a fragment used both
+  // under a thread guard and outside it (or under another) has no layout for both.
+  void used_by_scope(const Buffer& b, const SourceLoc& loc) {
+    auto it = frag_scope.find(b.get());
+    if (it == frag_scope.end()) {
+      frag_scope[b.get()] = {scope_, loc};
+      return;
+    }
+    const ThreadRange& was = it->second.first.range;
+    user_assert(was == scope_.range, loc)
+        << "fragment '" << b->name << "' is used here by threads [" << scope_.range.lo << ", " << scope_.range.hi
+        << ") and at line " << it->second.second.line << " by threads [" << was.lo << ", " << was.hi
+        << "): a fragment is held by one set of threads, so it cannot cross a thread guard (copy it through "
+        << "shared memory)";
+  }
+
   Nest* current_ = nullptr;
+  ScopeRef scope_;
 };
 
 std::vector<int64_t> frag_shape(const Buffer& b) { return ops::const_shape(b, b->loc, "T.alloc_fragment"); }
@@ -285,7 +332,7 @@ class InsertExchanges : public IRMutator {
 class ThreadPrivateNests : public IRMutator {
  public:
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    if (op->for_kind != ForKind::Parallel || !thread_private(self)) return IRMutator::mutate_For(self, op);
+    if (op->for_kind != ForKind::Parallel || !thread_private_nest(self)) return IRMutator::mutate_For(self, op);
     std::vector<const ForNode*> loops;
     for (const ForNode* f = op; f && f->for_kind == ForKind::Parallel; f = f->body.as<ForNode>()) loops.push_back(f);
     Stmt out = mutate(loops.back()->body);
@@ -293,18 +340,6 @@ class ThreadPrivateNests : public IRMutator {
       out = make_for(loops[d]->var, loops[d]->min, loops[d]->extent, ForKind::Unrolled, out, 0, loops[d]->loc);
     }
     return out;
-  }
-
- private:
-  static bool thread_private(const Stmt& s) {
-    bool local_only = true;
-    post_order(s, [&](const Stmt& x) {
-      if (auto* st = x.as<BufferStoreNode>()) local_only &= st->buffer->scope == Scope::Local;
-      if (x.as<EvaluateNode>() || x.as<TileOpNode>() || x.as<SyncNode>()) local_only = false;
-    }, [&](const Expr& e) {
-      if (auto* ld = e.as<BufferLoadNode>()) local_only &= ld->buffer->scope != Scope::Fragment;
-    });
-    return local_only;
   }
 };
 
@@ -314,7 +349,9 @@ class Inference {
 
   void run() {
     for (auto* op : c_.ops) {
-      if (auto* impl = ops::find_tile_op(op->op)) impl->infer_layout(op, ops::InferLevel::Strict, ctx_, k_);
+      if (auto* impl = ops::find_tile_op(op->op)) {
+        in_scope(c_.op_scope[op], [&] { return impl->infer_layout(op, ops::InferLevel::Strict, ctx_, k_); });
+      }
     }
     while (true) {
       while (common()) {
@@ -324,17 +361,28 @@ class Inference {
     for (auto& b : k_.allocs) {
       if (b->scope != Scope::Fragment || lm_.fragment.count(b.get())) continue;
       auto shape = frag_shape(b);
+      auto used = c_.frag_scope.find(b.get());
+      int threads = used == c_.frag_scope.end() ? k_.threads : int(used->second.first.count);
       lm_.fragment[b.get()] =
-          layout::make_row_blocked(shape, k_.threads, layout::choose_row_vector(shape.back(), b->dtype.bytes()));
+          layout::make_row_blocked(shape, threads, layout::choose_row_vector(shape.back(), b->dtype.bytes()));
       lm_.decided_at[b.get()] = b->loc;
     }
   }
 
  private:
+  template <typename F>
+  bool in_scope(const ScopeRef& s, F f) {
+    if (!s.var) return f();
+    ScopedThreads scoped(k_, s.var, s.count);
+    return f();
+  }
+
   bool common() {
     bool changed = false;
     for (auto* op : c_.ops) {
-      if (auto* impl = ops::find_tile_op(op->op)) changed |= impl->infer_layout(op, ops::InferLevel::Common, ctx_, k_);
+      if (auto* impl = ops::find_tile_op(op->op)) {
+        changed |= in_scope(c_.op_scope[op], [&] { return impl->infer_layout(op, ops::InferLevel::Common, ctx_, k_); });
+      }
     }
     for (auto& n : c_.nests) {
       auto known = lm_.loop.find(n.outer);
@@ -466,7 +514,7 @@ class Inference {
       // Rows to power-of-two thread groups, so that reductions along the last dimension
       // are butterflies and every thread's accesses stay in one row.
       int vec = layout::choose_row_vector(n.extents.back(), bytes);
-      lm_.loop[n.outer] = layout::make_row_blocked(n.extents, k_.threads, vec);
+      lm_.loop[n.outer] = layout::make_row_blocked(n.extents, int(n.scope.count), vec);
       return true;
     }
     return false;
@@ -535,9 +583,13 @@ class Inference {
 void infer_layout(Kernel& k, PassContext& ctx) {
   k.body = ThreadPrivateNests().mutate(k.body);
   k.body = PadToFragment().mutate(k.body);
-  Collector c;
+  Collector c(k);
   c.visit(k.body);
   ctx.wgmma = ops::kernel_uses_wgmma(k, ctx);
+  // A gemm under a thread guard runs on mma.sync: wgmma's warpgroups are the block's.
+  for (auto& [op, scope] : c.op_scope) {
+    if (op->op == "gemm" && scope.var) ctx.wgmma = false;
+  }
   Inference inference(k, ctx, c);
   inference.run();
   if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {

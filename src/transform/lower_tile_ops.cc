@@ -6,6 +6,7 @@
 // their implementations produce. Guarantees: no TileOp left; no fragment buffer is
 // referenced any more, and the kernel's allocs list registers and shared scratch instead.
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 #include "ops/tile_op.h"
 #include "transform/passes.h"
 
@@ -21,6 +22,12 @@ class Lowerer : public ir::IRMutator {
     // One unit for insert_barriers, which places barriers around it, never inside.
     ir::Stmt s = impl->lower(op, ctx_, k_);
     return s ? ir::make_if(ir::make_bool(true), s, {}, op->loc) : s;
+  }
+  ir::Stmt mutate_LetStmt(const ir::Stmt& self, const ir::LetStmtNode* op) override {
+    auto r = ir::thread_scope_range(op->value);
+    if (!r) return IRMutator::mutate_LetStmt(self, op);
+    ScopedThreads scoped(k_, op->var, r->count());  // a thread scope's ops divide among its threads
+    return IRMutator::mutate_LetStmt(self, op);
   }
 
  private:

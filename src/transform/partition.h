@@ -34,6 +34,10 @@ class Facts {
   std::vector<ir::Expr> facts_;  // each e, meaning e >= 0
 };
 
+// A T.Parallel nest that touches no fragment and stores only into local buffers: each
+// thread runs it whole (TileLang's rule), so it is not divided among threads.
+bool thread_private_nest(const ir::Stmt& s);
+
 struct NestInfo {
   layout::FragmentPtr layout;
   std::vector<ir::Expr> vars;

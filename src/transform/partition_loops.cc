@@ -17,9 +17,11 @@
 #include "transform/partition.h"
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -303,6 +305,8 @@ class Partitioner : public IRMutator {
   Stmt mutate_LetStmt(const Stmt& self, const LetStmtNode* op) override {
     Expr value = mutate(op->value);
     facts_.bind(op->var, op->value);
+    std::optional<ScopedThreads> scoped;  // a thread scope's nests divide among its threads
+    if (auto r = thread_scope_range(op->value)) scoped.emplace(k_, op->var, r->count());
     Stmt body = mutate(op->body);
     if (value.same_as(op->value) && body.same_as(op->body)) return self;
     return make_let(op->var, value, body, op->loc);

@@ -7,6 +7,21 @@
 namespace tegula::transform {
 
 void simplify(ir::Kernel& k, PassContext& ctx);
+void scope_thread_guards(ir::Kernel& k, PassContext& ctx);
+// Inside a thread scope (scope_thread_guards.cc), the kernel's thread count and index are
+// the scope's: what layouts and lowering read of k while they work on the scope's body.
+class ScopedThreads {
+ public:
+  ScopedThreads(ir::Kernel& k, const ir::Expr& var, int64_t count);
+  ~ScopedThreads();
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  ir::Kernel& k_;
+  ir::Expr var_;
+  int threads_;
+};
 void read_annotations(ir::Kernel& k, PassContext& ctx);
 void expand_tile_ops(ir::Kernel& k, PassContext& ctx);
 void infer_layout(ir::Kernel& k, PassContext& ctx);

@@ -21,6 +21,7 @@ const Step kPipeline[] = {
     {"read_annotations", read_annotations},
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
+    {"scope_thread_guards", scope_thread_guards},
     {"infer_layout", infer_layout},
     {"lower_fragments", lower_fragments},
     {"partition_loops", partition_loops},

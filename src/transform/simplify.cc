@@ -4,17 +4,6 @@
 
 namespace tegula::transform {
 
-ir::Analyzer kernel_analyzer(const ir::Kernel& k) {
-  ir::Analyzer an;
-  an.bind(k.thread_var, 0, k.threads);
-  for (size_t d = 0; d < k.block_vars.size(); ++d) {
-    ir::Interval g = an.bound(k.grid[d]);
-    an.bind(k.block_vars[d], ir::Interval{0, g.hi - 1});
-  }
-  for (auto& v : k.dynamic_vars) an.bind(v, ir::Interval{0, (int64_t(1) << 31) - 1});
-  return an;
-}
-
 void simplify(ir::Kernel& k, PassContext&) { k.body = kernel_analyzer(k).simplify(k.body); }
 
 Target Target::parse(const std::string& s) {

@@ -181,9 +181,11 @@ struct BlockGemm {
   // and leave the overlap to the instruction scheduler.
   static constexpr bool kDoubleBuffer = (MT * 4 + NT * 2) <= 24;
 
+  // tid: the thread's index among the threads sharing the gemm (threadIdx.x, or its index
+  // in a thread scope when the gemm sits under a branch on the thread index).
   template <typename Acc>
-  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C, int tid) {
+    const int lane = tid % 32, warp = tid / 32;
     const int row0 = (warp % WM) * TM, col0 = (warp / WM) * TN;
     if constexpr (kDoubleBuffer) {
       uint32_t a[2][MT][4];
@@ -259,8 +261,8 @@ struct BlockGemm {
 // T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>
-TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T>::run(A, B, C);
+TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, int tid = int(threadIdx.x)) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T>::run(A, B, C, tid);
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
@@ -269,8 +271,8 @@ TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C) {
 // accumulator gives), so attention's P @ V reads P where the first gemm left it.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>
-TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T>::run(A, B, C);
+TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, int tid = int(threadIdx.x)) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T>::run(A, B, C, tid);
 }
 
 }  // namespace tegula

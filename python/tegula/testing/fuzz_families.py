@@ -346,10 +346,12 @@ FAMILIES = [(gen_elementwise, 5), (gen_accumulate, 2), (gen_serial_var, 1), (gen
 def all_families() -> list:
     """(family, weight) of every module of families: this one, control flow and scopes
     (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py), names the
-    generated CUDA must rename (fuzz_families_names.py)."""
-    from . import fuzz_families_control, fuzz_families_names, fuzz_families_tc
+    generated CUDA must rename (fuzz_families_names.py), tile code under thread guards
+    (fuzz_families_guards.py)."""
+    from . import fuzz_families_control, fuzz_families_guards, fuzz_families_names, fuzz_families_tc
 
-    return FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
+    return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
+            + fuzz_families_guards.FAMILIES)
 
 
 def gen_valid(c) -> Program:

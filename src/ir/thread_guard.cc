@@ -1,0 +1,189 @@
+#include "ir/thread_guard.h"
+
+#include "ir/analyzer.h"
+#include "ir/functor.h"
+
+namespace tegula::ir {
+
+namespace {
+
+class Reads : public IRVisitor {
+ public:
+  explicit Reads(std::function<bool(const Expr&)> hit) : hit_(std::move(hit)) {}
+  bool found = false;
+  void visit(const Expr& e) override {
+    if (found || !e) return;
+    if (hit_(e)) {
+      found = true;
+      return;
+    }
+    IRVisitor::visit(e);
+  }
+
+ private:
+  std::function<bool(const Expr&)> hit_;
+};
+
+bool reads_any(const Expr& e, std::function<bool(const Expr&)> hit) {
+  Reads r(std::move(hit));
+  r.visit(e);
+  return r.found;
+}
+
+// eval_int has no logical not: `not c` becomes `c == 0`.
+class NotAsCompare : public IRMutator {
+ public:
+  Expr mutate_Not(const Expr&, const NotNode* op) override {
+    return make_binary(BinaryOp::EQ, mutate(op->a), make_int(0, op->a.dtype()));
+  }
+};
+
+void conjuncts(const Expr& e, std::vector<Expr>* out) {
+  auto* b = e.as<BinaryNode>();
+  if (b && b->op == BinaryOp::And) {
+    conjuncts(b->a, out);
+    conjuncts(b->b, out);
+    return;
+  }
+  out->push_back(e);
+}
+
+}  // namespace
+
+bool reads_var(const Expr& e, const Expr& v) {
+  return reads_any(e, [&](const Expr& x) { return x.same_as(v); });
+}
+
+GuardSplit split_guard(const Expr& cond0, const Expr& tx, ThreadRange outer,
+                       const std::vector<std::pair<Expr, Expr>>& lets) {
+  Expr cond = cond0;
+  // Later lets may be defined through earlier ones: substitute innermost first.
+  for (auto it = lets.rbegin(); it != lets.rend(); ++it) cond = substitute(cond, {*it});
+  GuardSplit out;
+  out.takes.assign(size_t(std::max<int64_t>(outer.count(), 0)), true);
+  std::vector<Expr> parts;
+  conjuncts(cond, &parts);
+  for (const Expr& c : parts) {
+    if (!reads_var(c, tx)) {
+      out.uniform = out.uniform ? (out.uniform && c) : c;
+      continue;
+    }
+    out.reads_thread = true;
+    Expr pred = NotAsCompare().mutate(c);
+    for (int64_t t = outer.lo; t < outer.hi; ++t) {
+      int64_t v = 0;
+      if (!eval_int(pred, VarValues{{tx.get(), t}}, &v)) {
+        out.evaluable = false;
+        return out;
+      }
+      if (!v) out.takes[size_t(t - outer.lo)] = false;
+    }
+  }
+  return out;
+}
+
+std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, ThreadRange outer, bool value) {
+  int64_t first = -1, last = -1;
+  for (size_t i = 0; i < takes.size(); ++i) {
+    if (takes[i] != value) continue;
+    if (first < 0) first = int64_t(i);
+    else if (last != int64_t(i) - 1) return std::nullopt;
+    last = int64_t(i);
+  }
+  if (first < 0) return ThreadRange{outer.lo, outer.lo};
+  return ThreadRange{outer.lo + first, outer.lo + last + 1};
+}
+
+bool Uniformity::uniform(const Expr& e) const {
+  return !reads_any(e, [&](const Expr& x) {
+    if (varying_.count(x.get())) return true;
+    auto* ld = x.as<BufferLoadNode>();
+    if (!ld) return false;
+    return ld->buffer->scope == Scope::Fragment ||
+           (ld->buffer->scope == Scope::Local && (!locals_known_ || varying_locals_.count(ld->buffer.get())));
+  });
+}
+
+namespace {
+
+// One pass of Uniformity::learn: marks what the stores of s make varying; true when it
+// marked something new.
+class LearnVarying : public IRVisitor {
+ public:
+  LearnVarying(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals)
+      : u_(u), vars_(vars), locals_(locals) {}
+  bool changed = false;
+
+  void visit_LetStmt(const LetStmtNode* op) override {
+    if (varying_ || !u_.uniform(op->value)) mark(op->var.get());
+    IRVisitor::visit_LetStmt(op);
+  }
+  void visit_For(const ForNode* op) override {
+    bool saved = varying_;
+    if (op->for_kind == ForKind::Parallel || !u_.uniform(op->min) || !u_.uniform(op->extent)) {
+      mark(op->var.get());
+      varying_ |= op->for_kind == ForKind::Parallel;
+    }
+    IRVisitor::visit_For(op);
+    varying_ = saved;
+  }
+  void visit_IfThenElse(const IfThenElseNode* op) override {
+    bool saved = varying_;
+    varying_ |= !u_.uniform(op->cond);
+    IRVisitor::visit_IfThenElse(op);
+    varying_ = saved;
+  }
+  void visit_BufferStore(const BufferStoreNode* op) override {
+    if (op->buffer->scope == Scope::Local && !locals_.count(op->buffer.get())) {
+      bool differs = varying_ || !u_.uniform(op->value);
+      for (const Expr& i : op->indices) differs |= !u_.uniform(i);
+      if (differs) locals_.insert(op->buffer.get()), changed = true;
+    }
+    IRVisitor::visit_BufferStore(op);
+  }
+  void visit_TileOp(const TileOpNode* op) override {
+    // A tile op writing a local buffer (T.fill, T.copy into it) fills each thread's copy alike
+    // unless its values or region differ between threads.
+    bool differs = varying_;
+    for (const Expr& a : op->args) differs |= !u_.uniform(a);
+    for (auto& r : op->regions) {
+      for (const Expr& m : r.mins) differs |= !u_.uniform(m);
+      if (r.buffer->scope == Scope::Fragment) differs = true;
+    }
+    // The op's destination is its last region (copy, fill, reduce, gemm).
+    const BufferNode* dst = op->regions.empty() ? nullptr : op->regions.back().buffer.get();
+    if (dst && dst->scope == Scope::Local && differs && !locals_.count(dst)) locals_.insert(dst), changed = true;
+    IRVisitor::visit_TileOp(op);
+  }
+
+ private:
+  void mark(const ExprNode* v) {
+    if (vars_.insert(v).second) changed = true;
+  }
+  Uniformity& u_;
+  std::set<const ExprNode*>& vars_;
+  std::set<const BufferNode*>& locals_;
+  bool varying_ = false;
+};
+
+}  // namespace
+
+void Uniformity::learn(const Stmt& body) {
+  locals_known_ = true;
+  while (true) {
+    LearnVarying pass(*this, varying_, varying_locals_);
+    pass.visit(body);
+    if (!pass.changed) return;
+  }
+}
+
+std::optional<ThreadRange> thread_scope_range(const Expr& value) {
+  auto* c = value.as<CallNode>();
+  if (!c || c->op != kThreadScope || c->args.size() != 3) return std::nullopt;
+  const int64_t* lo = as_const_int(c->args[1]);
+  const int64_t* n = as_const_int(c->args[2]);
+  if (!lo || !n) return std::nullopt;
+  return ThreadRange{*lo, *lo + *n};
+}
+
+}  // namespace tegula::ir
