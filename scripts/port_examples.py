@@ -363,7 +363,8 @@ def parse_traceback(stderr: str):
         return None
     lines = stderr[at:].splitlines()[1:]
     frames, i = [], 0
-    while i < len(lines) and (not lines[i].strip() or lines[i][0].isspace()):
+    # Frames are indented; a caret line of code the engine re-mapped may not be.
+    while i < len(lines) and (not lines[i].strip() or lines[i][0].isspace() or re.fullmatch(r"[\s^~]+", lines[i])):
         m = re.match(r'\s+File "(.+)", line (\d+), in (.+)', lines[i])
         if m:
             frames.append([m.group(1), int(m.group(2)), m.group(3)])
@@ -446,6 +447,8 @@ def classify(rc, exc, output: str, root: str, timeout: float = 0):
         if missing:
             return missing[0], f"{missing[1]} (at {line})" if line else missing[1]
         return "compile", f"{line}: {inner[:240]}" if line else inner[:240]
+    if exc["type"].split(".")[0] in ("tvm", "tvm_ffi") or kind in ("TVMError", "InternalError"):  # TileLang's compiler
+        return "compile", f"{kind}: {first[:240]}"
     if kind in ("ModuleNotFoundError", "ImportError", "AttributeError", "TypeError"):
         missing = _missing(f"{kind}: {first}")
         if missing:
@@ -590,7 +593,7 @@ def main(argv=None):
         shutil.rmtree(helpers, ignore_errors=True)
     print_table(results, args.verbose)
     for suite in ("examples", "language"):
-        if suite in suites:
+        if any(r["suite"] == suite for r in results):
             print(summary(results, suite))
     if other:
         print(f"not run: {len(other)} examples of other backends (AMD, Metal, Ascend, WebGPU, CuTe DSL)")

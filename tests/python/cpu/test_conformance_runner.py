@@ -255,3 +255,12 @@ def test_parse_traceback_takes_the_last_exception_and_its_frames():
     assert exc["frames"] == [["/ck/examples/b.py", 7, "main"], ["/site/tegula/frontend/x.py", 3, "parse"]]
     assert runner.classify(1, exc, stderr, "/ck") == ("compile", "b.py:7: T.copy: shapes differ")
     assert runner.parse_traceback("no traceback here") is None
+
+
+def test_a_caret_line_at_column_0_is_part_of_the_frames():
+    stderr = 'Traceback (most recent call last):\n  File "/ck/x.py", line 9, in f\n    while x < 3:\n' \
+             '^^^^^^^^^^^^\nRuntimeError: Infinite while loop detected\n'
+    exc = runner.parse_traceback(stderr)
+    assert (exc["type"], exc["frames"]) == ("RuntimeError", [["/ck/x.py", 9, "f"]])
+    tvm = {"type": "tvm.error.InternalError", "message": "tvm.error.InternalError: Check failed: x", "frames": []}
+    assert runner.classify(1, tvm, "", "/ck") == ("compile", "InternalError: Check failed: x")
