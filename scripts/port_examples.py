@@ -76,8 +76,8 @@ from concurrent.futures import ThreadPoolExecutor
 STATUSES = ("pass", "wrong", "compile", "missing", "dependency", "timeout", "crash", "error", "skip", "not run")
 OTHER_BACKEND_DIRS = {"amd", "rocm", "hip", "metal", "ascend", "npu", "webgpu", "cutedsl", "cute_dsl"}
 OTHER_BACKEND_SOURCE = re.compile(
-    r"^\s*(from|import)\s+tilelang\.(rocm|metal|webgpu|ascend|contrib\.cutedsl)\b|target\s*=\s*[\"'](hip|metal|rocm|cutedsl)",
-    re.M)
+    r"^\s*(from|import)\s+tilelang\.(rocm|metal|webgpu|ascend|contrib\.cutedsl)\b"
+    r"|target\s*=\s*[\"'](hip|metal|rocm|cutedsl)", re.M)
 ENGINE_DIRS = {"tegula", "tilelang", "tvm", "tvm_ffi"}
 
 # ---------------------------------------------------------------- what runs in the child processes
