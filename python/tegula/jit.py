@@ -188,7 +188,11 @@ class JITKernel:
                             "stored" if stored else "not stored: a grid the index cannot save")
 
     def _first_call(self, *args):
-        self._call = (self._program or self._build()).launcher
+        program = self._program or self._build()
+        if any(not p.is_output and not p.is_scalar for p in self.params):
+            self._call = program.launcher
+        else:
+            self._call = functools.partial(_launch_outputs_only, self, program)
         return self._call(*args)
 
     # TileLang semantics: with out_idx, pass the inputs and get the outputs back (one
@@ -198,7 +202,9 @@ class JITKernel:
     # type, dtype, rank, static and dynamic sizes, device, contiguity, alignment; an error
     # is a ValueError naming the argument), allocates the outputs on the inputs' device
     # and launches on torch's current stream. `__call__` is a property handing out that
-    # C++ callable itself, so a launch runs no Python frame of ours.
+    # C++ callable itself, so a launch runs no Python frame of ours. A kernel with no input
+    # tensor (every tensor an output) runs on torch's current device instead, through
+    # `_launch_outputs_only`.
     __call__ = property(operator.attrgetter("_call"))
 
     def launch(self, *args, stream: int = 0) -> None:
@@ -289,6 +295,41 @@ class JITKernel:
     def __repr__(self):
         name = self.__dict__.get("_name") or self.prim_func.name
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
+
+
+def launch_device():
+    """The device a kernel with no input tensor runs on: torch's current CUDA device (what
+    `torch.cuda.set_device` and `with torch.cuda.device(i)` choose), as in TileLang."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def allocate_outputs(params, device) -> list:
+    """Fresh tensors for the output parameters of `params` on `device`. With no input
+    tensor every dimension is static: a dynamic one must be read off an input
+    (JITKernel._setup_params refuses the kernel otherwise)."""
+    import torch
+
+    return [torch.empty(p.shape, dtype=p.dtype, device=device) for p in params if p.is_output]
+
+
+def _launch_outputs_only(kernel: JITKernel, program, *args):
+    """A call of a kernel whose tensors are all outputs (out_idx names every tensor
+    parameter): no input tells the launcher the device, so the outputs are allocated on
+    `launch_device()` here and the whole argument list goes through `Program.launch`,
+    which checks it as a call does and launches on that device's current stream."""
+    expected = [p for p in kernel.params if not p.is_output]
+    if len(args) != len(expected):
+        names = ", ".join(p.name for p in expected)
+        name = kernel.__dict__.get("_name") or kernel.prim_func.name
+        raise env.native().ArgumentError(f"{name}: expected {len(expected)} argument(s) ({names}), got {len(args)}")
+    outputs = allocate_outputs(kernel.params, launch_device())
+    given, made = iter(args), iter(outputs)
+    program.launch([next(made) if p.is_output else next(given) for p in kernel.params], 0)
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else outputs
 
 
 def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verbose=False,  # noqa: A001
