@@ -123,12 +123,20 @@ def check_tensor(op: str, name: str, t, dtypes=FLOAT_DTYPES, like=None, like_nam
         raise ValueError(f"{op}: {name} must be a tensor of {_dtype_text(dtypes)}, got {describe(t)}")
 
 
+def on_device(t: torch.Tensor) -> bool:
+    """A CUDA tensor, or one being traced: the operators' fakes run the entry points'
+    checks on what tracing gives them (a meta tensor, or a FakeTensor or other subclass),
+    whose device stands for the real one; the eager call it traces checks that one. Only
+    plain tensors reach an eager entry point (kernels/_ops.py's `_eager`)."""
+    return t.device.type == "cuda" or t.is_meta or type(t) not in (torch.Tensor, torch.nn.Parameter)
+
+
 def check_devices(op: str, *named) -> None:
-    """Every (name, tensor) is a CUDA tensor on the first one's device."""
+    """Every (name, tensor) is a CUDA tensor (`on_device`) on the first one's device."""
     first_name, first = named[0]
     for name, t in named:
         refuse_grad(op, name, t)
-        if t.device.type != "cuda":
+        if not on_device(t):
             raise ValueError(f"{op}: {name} must be a CUDA tensor, got {describe(t)}")
         if t.device != first.device:
             raise ValueError(f"{op}: {name} must be on {first.device} (the device of {first_name}), "
@@ -177,7 +185,7 @@ def check_grad_devices(op, named) -> None:
     """Each (name, tensor) of a backward entry point on the first one's CUDA device (the
     last check, as check_devices is for the forwards, but without refuse_grad)."""
     first_name, first = named[0]
-    if first.device.type != "cuda":
+    if not on_device(first):
         raise ValueError(f"{op}: {first_name} must be a CUDA tensor, got {describe(first)}")
     for name, t in named:
         if t.device != first.device:

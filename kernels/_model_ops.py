@@ -19,9 +19,10 @@ An op returns tensors, never None: rope's q or k given as None comes back from t
 an empty tensor, which the public function turns into None again. moe_align_block_size's
 op returns its five tensors, which the function wraps in a MoeAlignment. `out=` (swiglu,
 add_rms_norm) runs the eager entry point, which writes out itself; traced, it is the op
-and a copy into out (as `_ops._with_out`).
+and a copy into out (as `_ops._with_out`). The ops that take index tensors take
+`check_indices` too (kernels/_index_checks.py): None lets TEGULA_CHECK_INDICES decide.
 
-The fakes give each output the shape, dtype and strides the eager entry point gives it;
+The fakes run the entry points' argument checks, then give each output the shape, dtype and strides the eager entry point gives it;
 rope's outputs follow the layout the kernel reads in place (q itself, or the transposed
 view of a contiguous tensor of the other layout), on the assumption that storage starts on
 a 16-byte boundary, as torch's allocator gives it.
@@ -33,10 +34,11 @@ from typing import Optional
 
 import torch
 
+from . import _index_checks as index_checks
 from . import _ops
 from . import fused_norm as _fused_norm
 from ._attention import check_flag
-from ._common import VECTOR_BYTES, check_eps, describe
+from ._common import VECTOR_BYTES, check_eps, check_out, describe
 
 # Three modules share a function's name, which tegula.kernels re-exports over them.
 _rope = importlib.import_module(__package__ + ".rope")
@@ -64,15 +66,19 @@ def _eager(name: str):
 # Rotary embedding.
 
 def _rope_impl(q: Optional[Tensor], k: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor],
-               positions: Optional[Tensor], interleaved: bool, layout: str, base: float) -> tuple[Tensor, Tensor]:
-    q_out, k_out = _eager("rope")(q, k, cos, sin, positions, interleaved=interleaved, layout=layout, base=base)
+               positions: Optional[Tensor], interleaved: bool, layout: str, base: float,
+               check_indices: Optional[bool] = None) -> tuple[Tensor, Tensor]:
+    q_out, k_out = _eager("rope")(q, k, cos, sin, positions, interleaved=interleaved, layout=layout, base=base,
+                                  check_indices=check_indices)
     first = q if q is not None else k
     return (first.new_empty(0) if q_out is None else q_out), (first.new_empty(0) if k_out is None else k_out)
 
 
 def _rope_inplace_impl(q: Optional[Tensor], k: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor],
-                       positions: Optional[Tensor], interleaved: bool, layout: str, base: float) -> None:
-    _eager("rope")(q, k, cos, sin, positions, interleaved=interleaved, inplace=True, layout=layout, base=base)
+                       positions: Optional[Tensor], interleaved: bool, layout: str, base: float,
+                       check_indices: Optional[bool] = None) -> None:
+    _eager("rope")(q, k, cos, sin, positions, interleaved=interleaved, inplace=True, layout=layout, base=base,
+                   check_indices=check_indices)
 
 
 def _reads_in_place(t: Tensor) -> bool:
@@ -93,12 +99,14 @@ def _rotated_like(t: Tensor) -> Tensor:
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-def _rope_fake(q, k, cos, sin, positions, interleaved, layout, base):
+def _rope_fake(q, k, cos, sin, positions, interleaved, layout, base, check_indices=None):
+    _rope.check_rope_args("rope", q, k, cos, sin, positions, interleaved, False, layout, base)
     first = q if q is not None else k
     return tuple(first.new_empty(0) if t is None else _rotated_like(t) for t in (q, k))
 
 
-def _rope_inplace_fake(q, k, cos, sin, positions, interleaved, layout, base):
+def _rope_inplace_fake(q, k, cos, sin, positions, interleaved, layout, base, check_indices=None):
+    _rope.check_rope_args("rope", q, k, cos, sin, positions, interleaved, True, layout, base)
     return None
 
 
@@ -110,6 +118,7 @@ def _swiglu_impl(x: Tensor, up: Optional[Tensor]) -> Tensor:
 
 
 def _swiglu_fake(x, up):
+    _swiglu.check_swiglu_args("swiglu", x, up)
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2 if up is None else x.shape[-1]))
 
 
@@ -118,6 +127,7 @@ def _swiglu_linear_impl(x: Tensor, w_gate: Tensor, w_up: Optional[Tensor]) -> Te
 
 
 def _swiglu_linear_fake(x, w_gate, w_up):
+    _swiglu.check_swiglu_linear_args("swiglu_linear", x, w_gate, w_up)
     return x.new_empty((*x.shape[:-1], w_gate.shape[0] // 2 if w_up is None else w_gate.shape[0]))
 
 
@@ -126,6 +136,7 @@ def _add_rms_norm_impl(x: Tensor, residual: Tensor, weight: Tensor, eps: float) 
 
 
 def _add_rms_norm_fake(x, residual, weight, eps):
+    _fused_norm.check_add_rms_norm_args("add_rms_norm", x, residual, weight, eps)
     return x.new_empty(x.shape), x.new_empty(x.shape)
 
 
@@ -135,28 +146,32 @@ def _add_rms_norm_inplace_impl(x: Tensor, residual: Tensor, weight: Tensor, eps:
 
 
 def _add_rms_norm_inplace_fake(x, residual, weight, eps):
+    _fused_norm.check_add_rms_norm_args("add_rms_norm", x, residual, weight, eps, True)
     return x.new_empty(x.shape)
 
 
 # ---------------------------------------------------------------------------------------
 # Grouped GEMM and MoE routing.
 
-def _grouped_gemm_impl(a: Tensor, w: Tensor, offsets: Tensor, trans_w: bool) -> Tensor:
-    return _eager("grouped_gemm")(a, w, offsets, trans_w=trans_w)
+def _grouped_gemm_impl(a: Tensor, w: Tensor, offsets: Tensor, trans_w: bool,
+                       check_indices: Optional[bool] = None) -> Tensor:
+    return _eager("grouped_gemm")(a, w, offsets, trans_w=trans_w, check_indices=check_indices)
 
 
-def _grouped_gemm_fake(a, w, offsets, trans_w):
+def _grouped_gemm_fake(a, w, offsets, trans_w, check_indices=None):
+    _grouped.check_grouped_gemm_args("grouped_gemm", a, w, offsets, trans_w)
     return a.new_empty((a.shape[0], w.shape[1] if trans_w else w.shape[2]))
 
 
-def _moe_align_impl(topk_ids: Tensor, num_experts: int,
-                    block_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return tuple(_eager("moe_align_block_size")(topk_ids, num_experts, block_size))
+def _moe_align_impl(topk_ids: Tensor, num_experts: int, block_size: int,
+                    check_indices: Optional[bool] = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return tuple(_eager("moe_align_block_size")(topk_ids, num_experts, block_size, check_indices=check_indices))
 
 
-def _moe_align_fake(topk_ids, num_experts, block_size):
+def _moe_align_fake(topk_ids, num_experts, block_size, check_indices=None):
     """T k + E (block_size - 1) slots, the blocks of block_size that cover them, the padded
     total, E + 1 offsets, and a position per id: all int32."""
+    _moe.check_moe_align_args("moe_align_block_size", topk_ids, num_experts, block_size)
     slots = topk_ids.numel() + num_experts * (block_size - 1)
     ids = dict(dtype=torch.int32)
     return (topk_ids.new_empty((slots,), **ids), topk_ids.new_empty(((slots + block_size - 1) // block_size,), **ids),
@@ -164,19 +179,23 @@ def _moe_align_fake(topk_ids, num_experts, block_size):
             topk_ids.new_empty(topk_ids.shape, **ids))
 
 
-def _moe_permute_impl(x: Tensor, sorted_token_ids: Tensor, top_k: int) -> Tensor:
-    return _eager("moe_permute")(x, sorted_token_ids, top_k)
+def _moe_permute_impl(x: Tensor, sorted_token_ids: Tensor, top_k: int,
+                      check_indices: Optional[bool] = None) -> Tensor:
+    return _eager("moe_permute")(x, sorted_token_ids, top_k, check_indices=check_indices)
 
 
-def _moe_permute_fake(x, sorted_token_ids, top_k):
+def _moe_permute_fake(x, sorted_token_ids, top_k, check_indices=None):
+    _moe.check_moe_permute_args("moe_permute", x, sorted_token_ids, top_k)
     return x.new_empty((sorted_token_ids.shape[0], x.shape[1]))
 
 
-def _moe_combine_impl(y: Tensor, topk_weights: Tensor, token_positions: Tensor) -> Tensor:
-    return _eager("moe_combine")(y, topk_weights, token_positions)
+def _moe_combine_impl(y: Tensor, topk_weights: Tensor, token_positions: Tensor,
+                      check_indices: Optional[bool] = None) -> Tensor:
+    return _eager("moe_combine")(y, topk_weights, token_positions, check_indices=check_indices)
 
 
-def _moe_combine_fake(y, topk_weights, token_positions):
+def _moe_combine_fake(y, topk_weights, token_positions, check_indices=None):
+    _moe.check_moe_combine_args("moe_combine", y, topk_weights, token_positions)
     return y.new_empty((topk_weights.shape[0], y.shape[1]))
 
 
@@ -210,11 +229,11 @@ def _optional(op: str, name: str, value):
 
 
 def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False, inplace: bool = False,
-         layout: str = "bshd", base: float = 10000.0):
+         layout: str = "bshd", base: float = 10000.0, check_indices: Optional[bool] = None):
     """Rotary position embedding of q and k in one launch: (q_out, k_out), or with
     inplace=True q and k rotated in place and returned. See `rope` in kernels/rope.py (the
-    module is `importlib.import_module("tegula.kernels.rope")`) for the arguments. No
-    backward."""
+    module is `importlib.import_module("tegula.kernels.rope")`) for the arguments, and
+    kernels/_index_checks.py for check_indices. No backward."""
     op = "rope"
     if not isinstance(layout, str) or layout not in _rope.LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {_rope.LAYOUTS}, got {layout!r}")
@@ -228,7 +247,8 @@ def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False,
                            _optional(op, "positions", positions))
     _ops._refuse_all(op, q=q, k=k, cos=cos, sin=sin)
     _rope._check_base(op, base)
-    args = (q, k, cos, sin, positions, interleaved, layout, float(base))
+    index_checks.check_switch(op, check_indices)
+    args = (q, k, cos, sin, positions, interleaved, layout, float(base), check_indices)
     if inplace:
         _ops._call("rope_", *args)
         return q, k
@@ -272,51 +292,57 @@ def add_rms_norm(x, residual, weight, eps: float = 1e-6, inplace: bool = False, 
         y, h = _ops._call("add_rms_norm_", x, residual, weight, eps), residual
     else:
         y, h = _ops._call("add_rms_norm", x, residual, weight, eps)
-    return (y, h) if out is None else (out.copy_(y), h)
+    if out is None:
+        return y, h
+    check_out(op, out, y.shape, y)
+    return out.copy_(y), h
 
 
-def grouped_gemm(a, w, offsets, *, trans_w: bool = False):
+def grouped_gemm(a, w, offsets, *, trans_w: bool = False, check_indices: Optional[bool] = None):
     """c (M, N) with c[offsets[e]:offsets[e+1]] = a[offsets[e]:offsets[e+1]] @ w[e] for
-    every expert e, in one launch. See `tegula.kernels.grouped_gemm`. No backward."""
+    every expert e, in one launch. See `tegula.kernels.grouped_gemm`, and
+    kernels/_index_checks.py for check_indices. No backward."""
     op = "grouped_gemm"
     a, w, offsets = _ops._tensor(op, "a", a), _ops._tensor(op, "w", w), _ops._tensor(op, "offsets", offsets)
     check_flag(op, "trans_w", trans_w)
+    index_checks.check_switch(op, check_indices)
     _ops._refuse_all(op, a=a, w=w)
-    return _ops._call("grouped_gemm", a, w, offsets, trans_w)
+    return _ops._call("grouped_gemm", a, w, offsets, trans_w, check_indices)
 
 
-def _check_int(op, name, value, lo, hi, what):
-    """moe.py's check of an int argument; a size torch.compile traces symbolically (such as
-    topk_ids.shape[1]) is left to the eager entry point, which checks the value it gets."""
-    if not isinstance(value, torch.SymInt):
-        _moe._check_int(op, name, value, lo, hi, what)
-
-
-def moe_align_block_size(topk_ids, num_experts: int, block_size: int):
+def moe_align_block_size(topk_ids, num_experts: int, block_size: int, check_indices: Optional[bool] = None):
     """The routed (token, slot) pairs sorted by expert, each expert padded to a multiple of
-    block_size: a MoeAlignment. See `tegula.kernels.moe.moe_align_block_size`."""
+    block_size: a MoeAlignment. See `tegula.kernels.moe.moe_align_block_size`, and
+    kernels/_index_checks.py for check_indices."""
     op = "moe_align_block_size"
     topk_ids = _ops._tensor(op, "topk_ids", topk_ids)
-    _check_int(op, "num_experts", num_experts, 1, _moe.MAX_EXPERTS, "the experts ids may name")
-    _check_int(op, "block_size", block_size, 1, 1024, "the row tile of the expert GEMMs")
-    return _moe.MoeAlignment(*_ops._call("moe_align_block_size", topk_ids, num_experts, block_size))
+    # A size torch.compile traces symbolically (topk_ids.shape[1]) is checked by the eager
+    # entry point, on the value it gets (moe._check_int).
+    _moe._check_int(op, "num_experts", num_experts, 1, _moe.MAX_EXPERTS, "the experts ids may name")
+    _moe._check_int(op, "block_size", block_size, 1, 1024, "the row tile of the expert GEMMs")
+    index_checks.check_switch(op, check_indices)
+    return _moe.MoeAlignment(*_ops._call("moe_align_block_size", topk_ids, num_experts, block_size, check_indices))
 
 
-def moe_permute(x, sorted_token_ids, top_k: int):
+def moe_permute(x, sorted_token_ids, top_k: int, check_indices: Optional[bool] = None):
     """Rows of x in the experts' order: row r is x[sorted_token_ids[r] // top_k], zeros for
-    padding. See `tegula.kernels.moe.moe_permute`. No backward."""
+    padding. See `tegula.kernels.moe.moe_permute`, and kernels/_index_checks.py for
+    check_indices. No backward."""
     op = "moe_permute"
     x, sorted_token_ids = _ops._tensor(op, "x", x), _ops._tensor(op, "sorted_token_ids", sorted_token_ids)
-    _check_int(op, "top_k", top_k, 1, 1 << 16, "the experts a token is routed to")
+    _moe._check_int(op, "top_k", top_k, 1, 1 << 16, "the experts a token is routed to")
+    index_checks.check_switch(op, check_indices)
     _ops._refuse_all(op, x=x)
-    return _ops._call("moe_permute", x, sorted_token_ids, top_k)
+    return _ops._call("moe_permute", x, sorted_token_ids, top_k, check_indices)
 
 
-def moe_combine(y, topk_weights, token_positions):
+def moe_combine(y, topk_weights, token_positions, check_indices: Optional[bool] = None):
     """out[t] = sum_j topk_weights[t, j] * y[token_positions[t, j]]: the experts' outputs
-    back in token order. See `tegula.kernels.moe.moe_combine`. No backward."""
+    back in token order. See `tegula.kernels.moe.moe_combine`, and
+    kernels/_index_checks.py for check_indices. No backward."""
     op = "moe_combine"
     y, topk_weights = _ops._tensor(op, "y", y), _ops._tensor(op, "topk_weights", topk_weights)
     token_positions = _ops._tensor(op, "token_positions", token_positions)
+    index_checks.check_switch(op, check_indices)
     _ops._refuse_all(op, y=y, topk_weights=topk_weights)
-    return _ops._call("moe_combine", y, topk_weights, token_positions)
+    return _ops._call("moe_combine", y, topk_weights, token_positions, check_indices)

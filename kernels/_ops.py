@@ -1,7 +1,9 @@
 """The shipped kernels as PyTorch operators: `torch.ops.tegula.<name>`, each with a fake
-implementation (shapes and dtypes only) so `torch.compile(fullgraph=True)` traces through
+implementation (shapes and dtypes) so `torch.compile(fullgraph=True)` traces through
 them, and, where the op has one, a backward written in the language and registered with
-`torch.library.register_autograd`.
+`torch.library.register_autograd`. A fake first runs its entry point's argument checks
+(`check_<name>_args` in the kernel's module), so a traced call names a bad argument as an
+eager call does, before anything else sees the shapes; `out=` is checked the same way.
 
 Three layers, for one op:
 
@@ -50,10 +52,11 @@ from typing import Optional
 
 import torch
 
+from . import _index_checks as index_checks
 from . import _model_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
 from ._attention import check_flag, check_num_split, check_sm_scale
-from ._common import check_eps, describe, refuse_grad
+from ._common import check_eps, check_out, describe, refuse_grad
 from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
                          moe_combine, moe_permute, rope, swiglu, swiglu_linear)
 
@@ -159,8 +162,12 @@ def _rms_norm_silu(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return EAGER["rms_norm_silu"](x, weight, eps)
 
 
-def _like_x(x, weight, eps):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+def _rms_fake(op: str):
+    def fake(x, weight, eps):
+        _rms.check_rms_norm_args(op, x, weight, eps)
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return fake
 
 
 def _rms_setup(ctx, inputs, output):
@@ -184,6 +191,7 @@ def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
 
 
 def _rms_norm_backward_fake(dy, x, weight, eps, silu):
+    _rms.check_rms_norm_backward_args("rms_norm_backward", dy, x, weight, eps)
     return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
 
@@ -192,6 +200,7 @@ def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: 
 
 
 def _layer_norm_fake(x, weight, bias, eps):
+    _ln.check_layer_norm_args("layer_norm", x, weight, bias, eps)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -213,6 +222,7 @@ def _layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
 
 
 def _layer_norm_backward_fake(dy, x, weight, bias, eps):
+    _ln.check_layer_norm_backward_args("layer_norm_backward", dy, x, weight, bias, eps)
     return (torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight),
             torch.empty_like(bias))
 
@@ -222,6 +232,7 @@ def _softmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def _softmax_fake(x):
+    _softmax_mod.check_softmax_args("softmax", x)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -239,6 +250,7 @@ def _softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _softmax_backward_fake(dy, y):
+    _softmax_mod.check_softmax_backward_args("softmax_backward", dy, y)
     return torch.empty_like(y, memory_format=torch.contiguous_format)
 
 
@@ -247,6 +259,7 @@ def _add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _add_fake(x, y):
+    elementwise.check_add_args("add", x, y)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -269,6 +282,7 @@ def _column_sum(x: torch.Tensor) -> torch.Tensor:
 
 
 def _column_sum_fake(x):
+    _reduce.check_column_sum_args("column_sum", x)
     return x.new_empty(x.shape[-1:])
 
 
@@ -279,8 +293,12 @@ def _row_reduce(kind: str):
     return run
 
 
-def _row_fake(x):
-    return x.new_empty(x.shape[:-1])
+def _row_fake(kind: str):
+    def fake(x):
+        _reduce.check_row_reduce_args(f"row_{kind}", kind, x)
+        return x.new_empty(x.shape[:-1])
+
+    return fake
 
 
 def _row_sum_setup(ctx, inputs, output):
@@ -296,6 +314,7 @@ def _transpose(x: torch.Tensor) -> torch.Tensor:
 
 
 def _transpose_fake(x):
+    _transpose_mod.check_transpose_args("transpose", x)
     return x.new_empty((x.shape[1], x.shape[0]))
 
 
@@ -311,6 +330,7 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], acti
 
 
 def _matmul_fake(a, b, bias, activation):
+    _gemm.check_matmul_args("matmul", a, b, bias, activation)
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -338,6 +358,8 @@ def _matmul_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: O
 
 
 def _matmul_backward_fake(dc, a, b, bias, activation, c, needs):
+    _gemm.check_matmul_backward_args("matmul_backward", dc, a, b, bias is not None, activation, c, bias,
+                                     tuple(needs))
     like = (a, b, bias)
     return tuple(torch.empty_like(like[i]) if needs[i] and like[i] is not None else a.new_empty(0)
                  for i in range(3))
@@ -348,6 +370,7 @@ def _matmul_tuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _matmul_tuned_fake(a, b):
+    _gemm.check_matmul_tuned_args("matmul_tuned", a, b)
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -361,6 +384,7 @@ def _flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 
 def _flash_attention_fake(q, k, v, causal, window, layout, sm_scale):
+    _fa.check_flash_attention_args("flash_attention", q, k, v, causal, window, layout, sm_scale)
     if layout == "bshd":
         B, Sq, H = q.shape[0], q.shape[1], q.shape[2]
     else:
@@ -394,26 +418,33 @@ def _flash_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tens
 
 
 def _flash_attention_backward_fake(dout, q, k, v, out, lse, dlse, causal, window, layout, sm_scale):
+    from .flash_attention_bwd import check_flash_attention_backward_args
+
+    check_flash_attention_backward_args(dout, q, k, v, out, lse, causal, window, layout, sm_scale, dlse)
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
-                  sm_scale: Optional[float], num_split: Optional[int]) -> torch.Tensor:
-    return EAGER["flash_decode"](q, k_cache, v_cache, cache_seqlens, sm_scale=sm_scale, num_split=num_split)
+                  sm_scale: Optional[float], num_split: Optional[int],
+                  check_indices: Optional[bool] = None) -> torch.Tensor:
+    return EAGER["flash_decode"](q, k_cache, v_cache, cache_seqlens, sm_scale=sm_scale, num_split=num_split,
+                                 check_indices=check_indices)
 
 
-def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, sm_scale, num_split):
+def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, sm_scale, num_split, check_indices=None):
+    _fd.check_flash_decode_args("flash_decode", q, k_cache, v_cache, cache_seqlens, sm_scale, num_split)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def _mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                 block_table: Optional[torch.Tensor], sm_scale: Optional[float],
-                num_split: Optional[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                num_split: Optional[int], check_indices: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
     return EAGER["mla_decode"](q, kv_cache, cache_seqlens, block_table=block_table, sm_scale=sm_scale,
-                           num_split=num_split, return_lse=True)
+                               num_split=num_split, return_lse=True, check_indices=check_indices)
 
 
-def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_split):
+def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_split, check_indices=None):
+    _mla.check_mla_decode_args("mla_decode", q, kv_cache, cache_seqlens, block_table, sm_scale, num_split)
     B, H = q.shape[0], q.shape[1]
     return q.new_empty((B, H, _mla.DIM)), q.new_empty((B, H), dtype=torch.float32)
 
@@ -422,8 +453,8 @@ def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_spli
 # Registration: (name, implementation, fake, backward, setup_context).
 
 _OPS = [
-    ("rms_norm", _rms_norm, _like_x, _rms_backward(False), _rms_setup),
-    ("rms_norm_silu", _rms_norm_silu, _like_x, _rms_backward(True), _rms_setup),
+    ("rms_norm", _rms_norm, _rms_fake("rms_norm"), _rms_backward(False), _rms_setup),
+    ("rms_norm_silu", _rms_norm_silu, _rms_fake("rms_norm_silu"), _rms_backward(True), _rms_setup),
     ("rms_norm_backward", _rms_norm_backward, _rms_norm_backward_fake, None, None),
     ("layer_norm", _layer_norm, _layer_norm_fake, _layer_norm_bwd, _layer_norm_setup),
     ("layer_norm_backward", _layer_norm_backward, _layer_norm_backward_fake, None, None),
@@ -431,9 +462,9 @@ _OPS = [
     ("softmax_backward", _softmax_backward, _softmax_backward_fake, None, None),
     ("add", _add, _add_fake, _add_bwd, _add_setup),
     ("column_sum", _column_sum, _column_sum_fake, None, None),
-    ("row_sum", _row_reduce("sum"), _row_fake, _row_sum_bwd, _row_sum_setup),
-    ("row_max", _row_reduce("max"), _row_fake, None, None),
-    ("row_min", _row_reduce("min"), _row_fake, None, None),
+    ("row_sum", _row_reduce("sum"), _row_fake("sum"), _row_sum_bwd, _row_sum_setup),
+    ("row_max", _row_reduce("max"), _row_fake("max"), None, None),
+    ("row_min", _row_reduce("min"), _row_fake("min"), None, None),
     ("transpose", _transpose, _transpose_fake, _transpose_bwd, lambda ctx, inputs, output: None),
     ("matmul", _matmul, _matmul_fake, _matmul_bwd, _matmul_setup),
     ("matmul_backward", _matmul_backward, _matmul_backward_fake, None, None),
@@ -609,24 +640,29 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
     return (out, lse) if return_lse else out
 
 
-def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, **config):
+def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, *, check_indices=None,
+                 **config):
     """One query token per sequence over a KV cache: see
-    `tegula.kernels.flash_decoding.flash_decode` (no backward)."""
+    `tegula.kernels.flash_decoding.flash_decode` (no backward). check_indices: see
+    kernels/_index_checks.py."""
     op = "flash_decode"
     q, k_cache, v_cache = _tensor(op, "q", q), _tensor(op, "k_cache", k_cache), _tensor(op, "v_cache", v_cache)
     cache_seqlens = _tensor(op, "cache_seqlens", cache_seqlens)
     _refuse_all(op, q=q, k_cache=k_cache, v_cache=v_cache)
+    index_checks.check_switch(op, check_indices)
     if config:
-        return EAGER["flash_decode"](q, k_cache, v_cache, cache_seqlens, sm_scale, num_split, **config)
+        return EAGER["flash_decode"](q, k_cache, v_cache, cache_seqlens, sm_scale, num_split,
+                                     check_indices=check_indices, **config)
     check_sm_scale(op, sm_scale)
     check_num_split(op, num_split)
     return _call("flash_decode", q, k_cache, v_cache, cache_seqlens, None if sm_scale is None else float(sm_scale),
-                 num_split)
+                 num_split, check_indices)
 
 
-def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False):
+def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False,
+               check_indices=None):
     """One decode step of multi-head latent attention: see `tegula.kernels.mla_decode.mla_decode`
-    (no backward)."""
+    (no backward). check_indices: see kernels/_index_checks.py."""
     op = "mla_decode"
     q, kv_cache = _tensor(op, "q", q), _tensor(op, "kv_cache", kv_cache)
     cache_seqlens = _tensor(op, "cache_seqlens", cache_seqlens)
@@ -634,10 +670,11 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
         block_table = _tensor(op, "block_table", block_table)
     _refuse_all(op, q=q, kv_cache=kv_cache)
     check_flag(op, "return_lse", return_lse)
+    index_checks.check_switch(op, check_indices)
     check_sm_scale(op, sm_scale)
     check_num_split(op, num_split)
     out, lse = _call("mla_decode", q, kv_cache, cache_seqlens, block_table,
-                     None if sm_scale is None else float(sm_scale), num_split)
+                     None if sm_scale is None else float(sm_scale), num_split, check_indices)
     return (out, lse) if return_lse else out
 
 
@@ -648,6 +685,7 @@ def _with_out(entry, out, *args):
     input that requires grad is refused."""
     if not _eager((*args, out)):
         result = _op(entry.__name__)(*args)
+        check_out(entry.__name__, out, result.shape, result)
         return out.copy_(result)
     return entry(*args, out=out)
 

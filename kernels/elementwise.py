@@ -85,13 +85,9 @@ def _broadcast_row(y: torch.Tensor, x: torch.Tensor) -> bool:
             and all(s == 1 for s in y.shape[:-1]))
 
 
-def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x + y with y of x's shape or one row of x.shape[-1] values; the result has x's dtype.
-
-    x, y (and out, when given): CUDA tensors of one float dtype. Strided or misaligned views
-    are copied first; an empty x gives an empty result.
-    """
-    op = "add"
+def check_add_args(op, x, y) -> bool:
+    """The arguments of add (its operator's fake checks them too); returns whether y is
+    one row broadcast over x."""
     check_tensor(op, "x", x)
     check_tensor(op, "y", y, like=x)
     if x.dim() == 0:
@@ -105,6 +101,17 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> to
                          f"{x.shape[-1]} values (shape ({x.shape[-1]},) or (1, {x.shape[-1]})), "
                          f"got {describe(y)}")
     check_devices(op, ("x", x), ("y", y))
+    return broadcast
+
+
+def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x + y with y of x's shape or one row of x.shape[-1] values; the result has x's dtype.
+
+    x, y (and out, when given): CUDA tensors of one float dtype. Strided or misaligned views
+    are copied first; an empty x gives an empty result.
+    """
+    op = "add"
+    broadcast = check_add_args(op, x, y)
     dst = Output(op, out, x.shape, x)
     if x.numel() == 0:  # a grid of zero blocks is not a launch CUDA accepts
         return dst.result()

@@ -180,6 +180,22 @@ def check_qkv(op, q, k, v, layout):
     return B, H, Hkv, Sq, Skv, D
 
 
+def check_flash_attention_args(op, q, k, v, causal, window, layout, sm_scale):
+    """The arguments of flash_attention (its operator's fake checks them too); returns
+    (B, H, Hkv, Sq, Skv, D)."""
+    B, H, Hkv, Sq, Skv, D = check_qkv(op, q, k, v, layout)
+    check_flag(op, "causal", causal)
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"{op}: window must be None or a positive int, got {window!r}")
+        if not causal:
+            raise ValueError(f"{op}: window={window} is a causal sliding window (each query sees "
+                             "the last W keys up to its own position): pass causal=True with it")
+    check_sm_scale(op, sm_scale)
+    check_devices(op, ("q", q), ("k", k), ("v", v))
+    return B, H, Hkv, Sq, Skv, D
+
+
 def _visible_keys(Sq, Skv, causal, window, device):
     """How many keys each query sees, (Sq,) int64."""
     if not causal:
@@ -222,17 +238,8 @@ def flash_attention(q, k, v, causal=False, window=None, layout="bshd", sm_scale=
     scores instead, so a masked +inf score turns NaN there).
     """
     op = "flash_attention"
-    B, H, Hkv, Sq, Skv, D = check_qkv(op, q, k, v, layout)
-    check_flag(op, "causal", causal)
     check_flag(op, "return_lse", return_lse)
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"{op}: window must be None or a positive int, got {window!r}")
-        if not causal:
-            raise ValueError(f"{op}: window={window} is a causal sliding window (each query sees "
-                             "the last W keys up to its own position): pass causal=True with it")
-    check_sm_scale(op, sm_scale)
-    check_devices(op, ("q", q), ("k", k), ("v", v))
+    B, H, Hkv, Sq, Skv, D = check_flash_attention_args(op, q, k, v, causal, window, layout, sm_scale)
     if B * H * Sq * D * Skv == 0:
         out, lse = _without_kernel(q, B, H, Sq, Skv, D, causal, int(window or 0))
     else:

@@ -45,7 +45,7 @@ import tegula
 import tegula.language as T
 
 from ._attention import check_flag, check_heads, check_sm_scale
-from ._common import describe, dtype_name, launchable, wgmma_gpu
+from ._common import check_grad_devices, describe, dtype_name, launchable, wgmma_gpu
 from .flash_attention import FAST_MATH, LAYOUTS, LOG2E
 from .gemm import PATHS
 
@@ -313,11 +313,26 @@ def _check_args(do, q, k, v, out, lse, layout):
 
 
 def _check_devices(do, q, k, v, out, lse):
-    for name, t in (("do", do), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
-        if t.device.type != "cuda":
-            raise ValueError(f"{OP}: {name} must be a CUDA tensor, got {describe(t)}")
-        if t.device != q.device:
-            raise ValueError(f"{OP}: {name} must be on {q.device} (the device of q), got {describe(t)}")
+    check_grad_devices(OP, (("do", do), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)))
+
+
+def check_flash_attention_backward_args(do, q, k, v, out, lse, causal, window, layout, sm_scale, dlse):
+    """The arguments of flash_attention_backward (its operator's fake checks them too);
+    returns (B, H, Hkv, Sq, Skv, D)."""
+    B, H, Hkv, Sq, Skv, D = _check_args(do, q, k, v, out, lse, layout)
+    check_flag(OP, "causal", causal)
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"{OP}: window must be None or a positive int, got {window!r}")
+        if not causal:
+            raise ValueError(f"{OP}: window={window} is a causal sliding window: pass causal=True with it")
+    check_sm_scale(OP, sm_scale)
+    _check_devices(do, q, k, v, out, lse)
+    if dlse is not None and (not isinstance(dlse, torch.Tensor) or dlse.dtype != torch.float32
+                             or tuple(dlse.shape) != (B, H, Sq) or dlse.device != q.device):
+        raise ValueError(f"{OP}: dlse must be None or a float32 tensor of shape {(B, H, Sq)} on {q.device}, "
+                         f"got {describe(dlse)}")
+    return B, H, Hkv, Sq, Skv, D
 
 
 def flash_attention_backward(do, q, k, v, out, lse, causal=False, window=None, layout="bshd", sm_scale=None,
@@ -332,15 +347,8 @@ def flash_attention_backward(do, q, k, v, out, lse, causal=False, window=None, l
     contributes nothing and gets dq = 0; keys no query sees get dk = dv = 0; empty extents
     give zeros. **config overrides the tiles (default_config), and path="legacy" holds
     the engine to its cp.async path."""
-    B, H, Hkv, Sq, Skv, D = _check_args(do, q, k, v, out, lse, layout)
-    check_flag(OP, "causal", causal)
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"{OP}: window must be None or a positive int, got {window!r}")
-        if not causal:
-            raise ValueError(f"{OP}: window={window} is a causal sliding window: pass causal=True with it")
-    check_sm_scale(OP, sm_scale)
-    _check_devices(do, q, k, v, out, lse)
+    B, H, Hkv, Sq, Skv, D = check_flash_attention_backward_args(do, q, k, v, out, lse, causal, window, layout,
+                                                                sm_scale, dlse)
     if B * H * Sq * D * Skv == 0:
         zeros = (lambda t: torch.zeros(t.shape, dtype=t.dtype, device=t.device))
         return zeros(q), zeros(k), zeros(v)
@@ -348,10 +356,6 @@ def flash_attention_backward(do, q, k, v, out, lse, causal=False, window=None, l
                         None if sm_scale is None else float(sm_scale), **config)
     if dlse is None:
         dlse = torch.zeros((B, H, Sq), dtype=torch.float32, device=q.device)
-    elif not isinstance(dlse, torch.Tensor) or dlse.dtype != torch.float32 or tuple(dlse.shape) != (B, H, Sq) \
-            or dlse.device != q.device:
-        raise ValueError(f"{OP}: dlse must be None or a float32 tensor of shape {(B, H, Sq)} on {q.device}, "
-                         f"got {describe(dlse)}")
     dq, dk, dv = kernel(launchable(q), launchable(k), launchable(v), launchable(out), launchable(do),
                         launchable(lse), launchable(dlse))
     return dq, dk, dv

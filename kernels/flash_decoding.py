@@ -25,6 +25,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _index_checks as index_checks
 from ._attention import (check_heads, check_like_q, check_num_split, check_operand, check_sm_scale,
                          online_softmax)
 from ._common import check_devices, describe, dtype_name, launchable, sm_count
@@ -144,18 +145,9 @@ def kernels_for(batch, heads, kv_heads, max_seqlen, dim, num_split, dtype, sm_sc
     return split, combine
 
 
-def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, **config):
-    """Attention of one query token per sequence over a KV cache.
-
-    q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), CUDA float16 or bfloat16, H a
-    multiple of Hkv; cache_seqlens int32 (B,): keys at and past len_b are ignored, whatever
-    the cache holds there (lengths past S_max count as S_max; a length of 0 gives zeros).
-    Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the GPU several
-    waves of blocks. Strided or misaligned views are copied first; an empty B, H or D gives
-    an empty result and S_max = 0 zeros. NaN and inf follow torch's float32 softmax, as in
-    `flash_attention`.
-    """
-    op = "flash_decode"
+def check_flash_decode_args(op, q, k_cache, v_cache, cache_seqlens, sm_scale, num_split):
+    """The arguments of flash_decode (its operator's fake checks them too); returns
+    (B, H, D, S_max, Hkv)."""
     for name, t, nd, what in (("q", q, 3, "B, H, D"), ("k_cache", k_cache, 4, "B, S_max, Hkv, D"),
                               ("v_cache", v_cache, 4, "B, S_max, Hkv, D")):
         check_operand(op, name, t, nd, what)
@@ -174,6 +166,26 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
     check_sm_scale(op, sm_scale)
     check_num_split(op, num_split)
     check_devices(op, ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens))
+    return B, H, D, S, Hkv
+
+
+def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=None, check_indices=None, **config):
+    """Attention of one query token per sequence over a KV cache.
+
+    q (B, H, D); k_cache and v_cache (B, S_max, Hkv, D), CUDA float16 or bfloat16, H a
+    multiple of Hkv; cache_seqlens int32 (B,): keys at and past len_b are ignored, whatever
+    the cache holds there (lengths past S_max count as S_max; a length of 0 gives zeros;
+    check_indices=True, or TEGULA_CHECK_INDICES=1, makes a length outside [0, S_max] an
+    error instead: see kernels/_index_checks.py).
+    Returns (B, H, D) in q's dtype. num_split defaults to a split that gives the GPU several
+    waves of blocks. Strided or misaligned views are copied first; an empty B, H or D gives
+    an empty result and S_max = 0 zeros. NaN and inf follow torch's float32 softmax, as in
+    `flash_attention`.
+    """
+    op = "flash_decode"
+    B, H, D, S, Hkv = check_flash_decode_args(op, q, k_cache, v_cache, cache_seqlens, sm_scale, num_split)
+    if index_checks.wanted(op, check_indices, cache_seqlens):
+        index_checks.check_lengths(op, "cache_seqlens", cache_seqlens, S, f"S_max = {S}, the length of k_cache")
     if B * H * D * S == 0:  # nothing to launch: empty, or no key at all (zeros)
         return torch.zeros((B, H, D), dtype=q.dtype, device=q.device)
     if num_split is None:

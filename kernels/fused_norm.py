@@ -126,20 +126,8 @@ def kernel_for(n: int, dtype: torch.dtype, eps: float, inplace: bool = False):
                               p.chunks)
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-                 inplace: bool = False, out: torch.Tensor | None = None):
-    """(y, h) with h = x + residual and y = rms_norm(h, weight, eps), in one pass.
-
-    h is rounded to the dtype as torch's `x + residual` is, and the norm reads that h;
-    y = h / sqrt(mean(h²) + eps) · weight in float32, rounded once (F.rms_norm of h in
-    float32). x, residual: one shape (..., N) and dtype, CUDA float16/bfloat16/float32, any
-    N >= 1 (rows past 16384 elements walked in chunks). weight: (N,). With inplace=True,
-    h is written into residual and the h returned is residual itself. out (optional): y's
-    shape, dtype and device. Strided or misaligned views are read through a copy (and
-    with inplace, written back). NaN and inf propagate as in torch: a NaN or inf in h
-    makes its row's sum of squares NaN or inf, and y follows F.rms_norm.
-    """
-    op = "add_rms_norm"
+def check_add_rms_norm_args(op, x, residual, weight, eps, inplace=False) -> float:
+    """The arguments of add_rms_norm (its operators' fakes check them too); returns eps."""
     check_tensor(op, "x", x)
     check_tensor(op, "residual", residual, like=x)
     check_tensor(op, "weight", weight, like=x)
@@ -156,6 +144,25 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     if x.numel() > 0:
         check_hidden(op, "x", n)
     check_devices(op, ("x", x), ("residual", residual), ("weight", weight))
+    return eps
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                 inplace: bool = False, out: torch.Tensor | None = None):
+    """(y, h) with h = x + residual and y = rms_norm(h, weight, eps), in one pass.
+
+    h is rounded to the dtype as torch's `x + residual` is, and the norm reads that h;
+    y = h / sqrt(mean(h²) + eps) · weight in float32, rounded once (F.rms_norm of h in
+    float32). x, residual: one shape (..., N) and dtype, CUDA float16/bfloat16/float32, any
+    N >= 1 (rows past 16384 elements walked in chunks). weight: (N,). With inplace=True,
+    h is written into residual and the h returned is residual itself. out (optional): y's
+    shape, dtype and device. Strided or misaligned views are read through a copy (and
+    with inplace, written back). NaN and inf propagate as in torch: a NaN or inf in h
+    makes its row's sum of squares NaN or inf, and y follows F.rms_norm.
+    """
+    op = "add_rms_norm"
+    eps = check_add_rms_norm_args(op, x, residual, weight, eps, inplace)
+    n = x.shape[-1]
     y = Output(op, out, x.shape, x)
     h = Output(op, residual if inplace else None, x.shape, x)
     if x.numel() == 0:

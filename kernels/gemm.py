@@ -28,8 +28,8 @@ import torch
 import tegula
 import tegula.language as T
 
-from ._common import (check_devices, check_rank, check_tensor, describe, dtype_name, is_launchable, launchable,
-                      sm_count, wgmma_gpu)
+from ._common import (check_devices, check_grad_devices, check_rank, check_tensor, describe, dtype_name,
+                      is_launchable, launchable, sm_count, wgmma_gpu)
 
 EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
 
@@ -295,6 +295,28 @@ def _check_operands(op, a, b):
     return a.shape[0], a.shape[1], b.shape[1]
 
 
+def check_matmul_args(op, a, b, bias, activation, path="auto"):
+    """The arguments of matmul (its operator's fake checks them too); returns (M, K, N)."""
+    M, K, N = _check_operands(op, a, b)
+    if not isinstance(activation, str) or activation not in ("none", "relu", "gelu"):
+        raise ValueError(f"{op}: activation must be 'none', 'relu' or 'gelu', got {activation!r}")
+    if bias is not None:
+        check_tensor(op, "bias", bias, dtypes=HALF_DTYPES, like=a, like_name="a")
+        if tuple(bias.shape) != (N,):
+            raise ValueError(f"{op}: bias must have shape ({N},), got {describe(bias)}")
+    if not isinstance(path, str) or path not in PATHS:
+        raise ValueError(f"{op}: path must be one of {tuple(PATHS)}, got {path!r}")
+    check_devices(op, ("a", a), ("b", b), *((("bias", bias),) if bias is not None else ()))
+    return M, K, N
+
+
+def check_matmul_tuned_args(op, a, b):
+    """The arguments of matmul_tuned; returns (M, K, N)."""
+    M, K, N = _check_operands(op, a, b)
+    check_devices(op, ("a", a), ("b", b))
+    return M, K, N
+
+
 def _empty_product(a, M, N, bias, activation):
     """What torch gives when an extent is 0: an empty (M, N), or for K = 0 the epilogue of a
     zero product (relu(0 + bias), ...), computed in float32 like the kernel's epilogue."""
@@ -317,16 +339,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     reads an nn.Linear weight (N, K) as it is stored. M <= 64 runs split-K where the output tiles alone would leave SMs idle. path: the
     engine's code path, "auto" or "legacy" (for comparing them; see PATHS)."""
     op = "matmul"
-    M, K, N = _check_operands(op, a, b)
-    if not isinstance(activation, str) or activation not in ("none", "relu", "gelu"):
-        raise ValueError(f"{op}: activation must be 'none', 'relu' or 'gelu', got {activation!r}")
-    if bias is not None:
-        check_tensor(op, "bias", bias, dtypes=HALF_DTYPES, like=a, like_name="a")
-        if tuple(bias.shape) != (N,):
-            raise ValueError(f"{op}: bias must have shape ({N},), got {describe(bias)}")
-    if not isinstance(path, str) or path not in PATHS:
-        raise ValueError(f"{op}: path must be one of {tuple(PATHS)}, got {path!r}")
-    check_devices(op, ("a", a), ("b", b), *((("bias", bias),) if bias is not None else ()))
+    M, K, N = check_matmul_args(op, a, b, bias, activation, path)
     if M == 0 or N == 0 or K == 0:
         return _empty_product(a, M, N, bias, activation)
     epilogue = activation if bias is None else ("bias" if activation == "none" else "bias_" + activation)
@@ -389,8 +402,7 @@ def matmul_tuned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with the tile configuration timed fastest for this shape on this GPU (tuned on
     the first call, then cached on disk per device and shape). Arguments as for `matmul`."""
     op = "matmul_tuned"
-    M, K, N = _check_operands(op, a, b)
-    check_devices(op, ("a", a), ("b", b))
+    M, K, N = check_matmul_tuned_args(op, a, b)
     if M == 0 or N == 0 or K == 0:
         return _empty_product(a, M, N, None, "none")
     kernel = matmul_tuned_kernel(M, N, K, dtype=dtype_name(a.dtype))
@@ -580,7 +592,7 @@ def _grad_operand(op, name, t, like, shape, what):
         raise ValueError(f"{op}: {name} must have shape {tuple(shape)} ({what}), got {describe(t)}")
 
 
-def _check_backward(op, dc, a, b, bias_needed, activation, c, bias, needs):
+def check_matmul_backward_args(op, dc, a, b, bias_needed, activation, c, bias, needs):
     """The arguments of matmul_backward, in the entry points' order (types and dtypes, shapes,
     devices); returns (M, K, N) and needs as three bools."""
     _grad_operand(op, "a", a, None, None, "the forward's a")
@@ -610,12 +622,7 @@ def _check_backward(op, dc, a, b, bias_needed, activation, c, bias, needs):
                              f"pre-activation a @ b + bias")
         _grad_operand(op, "bias", bias, a, (N,), "the forward's bias")
         named.append(("bias", bias))
-    first = named[0][1]
-    for name, t in named:
-        if t.device.type != "cuda":
-            raise ValueError(f"{op}: {name} must be a CUDA tensor, got {describe(t)}")
-        if t.device != first.device:
-            raise ValueError(f"{op}: {name} must be on {first.device} (the device of a), got {describe(t)}")
+    check_grad_devices(op, named)
     return M, K, N, tuple(needs)
 
 
@@ -651,7 +658,7 @@ def matmul_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias_nee
     not repeated, and grad mode is not consulted. dbias sums dZ in fp32 and rounds once;
     dA and dB accumulate in fp32 on tensor cores as the forward does."""
     op = "matmul_backward"
-    M, K, N, needs = _check_backward(op, dc, a, b, bias_needed, activation, c, bias, needs)
+    M, K, N, needs = check_matmul_backward_args(op, dc, a, b, bias_needed, activation, c, bias, needs)
     return _backward(dc, a, b, bias_needed, activation, c, bias, needs, sm_count(a.device))
 
 

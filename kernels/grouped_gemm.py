@@ -39,6 +39,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _index_checks as index_checks
 from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, wgmma_gpu
 from .gemm import HALF_DTYPES, MMA_SYNC, default_config, operand_layout
 
@@ -210,8 +211,9 @@ def kernel_for(E, N, K, dtype: torch.dtype, trans_w=False, mma_sync=False, **con
     return _JITS[bool(mma_sync)](E, N, K, dtype=dtype_name(dtype), trans_w=bool(trans_w), **cfg)
 
 
-def _check(op, a, w, offsets, trans_w):
-    """The arguments of grouped_gemm, in the entry points' order; returns (M, K, N, E)."""
+def check_grouped_gemm_args(op, a, w, offsets, trans_w):
+    """The arguments of grouped_gemm, in the entry points' order (its operator's fake
+    checks them too); returns (M, K, N, E)."""
     check_tensor(op, "a", a, dtypes=HALF_DTYPES)
     check_tensor(op, "w", w, dtypes=HALF_DTYPES, like=a, like_name="a")
     if not isinstance(offsets, torch.Tensor):
@@ -238,7 +240,8 @@ def _check(op, a, w, offsets, trans_w):
     return M, K, N, E
 
 
-def grouped_gemm(a: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, trans_w: bool = False) -> torch.Tensor:
+def grouped_gemm(a: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, trans_w: bool = False,
+                 check_indices: bool | None = None) -> torch.Tensor:
     """c (M, N) with c[offsets[e]:offsets[e+1]] = a[offsets[e]:offsets[e+1]] @ w[e], for
     every expert e, in one launch and without reading offsets on the host.
 
@@ -247,9 +250,13 @@ def grouped_gemm(a: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *, tra
     (E + 1,) int32 on a's device, non-decreasing, offsets[0] >= 0, offsets[E] <= M; rows
     outside [offsets[0], offsets[E]) are left unwritten (torch.empty's contents), and an
     empty expert costs nothing. Strided or misaligned views are copied first. fp32
-    accumulation; NaN and inf propagate as in torch. K = 0 gives zeros."""
+    accumulation; NaN and inf propagate as in torch. K = 0 gives zeros. Offsets that break
+    their contract give rows no expert writes; check_indices=True (or TEGULA_CHECK_INDICES=1)
+    makes them an error naming the first bad entry (kernels/_index_checks.py)."""
     op = "grouped_gemm"
-    M, K, N, E = _check(op, a, w, offsets, trans_w)
+    M, K, N, E = check_grouped_gemm_args(op, a, w, offsets, trans_w)
+    if index_checks.wanted(op, check_indices, offsets):
+        index_checks.check_offsets(op, offsets, M)
     if M == 0 or N == 0 or E == 0:    # no expert: every row is outside the experts
         return a.new_empty((M, N))
     if K == 0:

@@ -99,7 +99,10 @@ def chunk_stats(X, x, xc, sq, total, squares, mean, m2, row, N, n_pad, chunks, b
             n_c = T.cast(T.min(n_pad, N - c * n_pad), "float32")
             n_a = T.cast(c * n_pad, "float32")
             delta = total[i] / n_c - mean[i]
-            m2[i] = m2[i] + squares[i] + delta * delta * (n_a * n_c / (n_a + n_c))
+            # delta · (delta · weight), not delta² · weight: the first chunk merges with
+            # weight 0, and a first mean past sqrt(float32 max) (bfloat16 or float32 rows
+            # near the top of their range) would make delta² inf and inf · 0 NaN.
+            m2[i] = m2[i] + squares[i] + delta * (delta * (n_a * n_c / (n_a + n_c)))
             mean[i] = mean[i] + delta * (n_c / (n_a + n_c))
 
 
@@ -241,17 +244,8 @@ def kernel_for(n: int, dtype: torch.dtype, eps: float, allocates_output: bool = 
     return jit(n, dtype_name(dtype), float(eps), plan.blk_m, plan.threads, plan.n_pad, plan.chunks)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """torch.nn.functional.layer_norm(x, (N,), weight, bias, eps) over the last dimension.
-
-    x: CUDA float16/bfloat16/float32, any leading shape, any N (rows of more than 16384
-    elements are walked in chunks). weight, bias: (N,), x's dtype and device. out
-    (optional): x's shape, dtype and device. Strided or misaligned views (x[:, :N] of a
-    wider tensor) are copied first. A NaN or inf in a row makes
-    the whole row NaN, as in torch.
-    """
-    op = "layer_norm"
+def check_layer_norm_args(op, x, weight, bias, eps) -> float:
+    """The arguments of layer_norm (its operator's fake checks them too); returns eps."""
     check_tensor(op, "x", x)
     check_tensor(op, "weight", weight, like=x)
     check_tensor(op, "bias", bias, like=x)
@@ -266,6 +260,35 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     if x.numel() > 0:
         check_hidden(op, "x", n)
     check_devices(op, ("x", x), ("weight", weight), ("bias", bias))
+    return eps
+
+
+def check_layer_norm_backward_args(op, dy, x, weight, bias, eps) -> float:
+    """The arguments of layer_norm_backward; returns eps."""
+    n = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else 0
+    check_grad_args(op, dy, x, (("weight", weight, (n,)), ("bias", bias, (n,))))
+    eps = check_eps(op, eps)
+    check_grad_devices(op, (("x", x), ("dy", dy), ("weight", weight), ("bias", bias)))
+    return eps
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.nn.functional.layer_norm(x, (N,), weight, bias, eps) over the last dimension.
+
+    x: CUDA float16/bfloat16/float32, any leading shape, any N (rows of more than 16384
+    elements are walked in chunks). weight, bias: (N,), x's dtype and device. out
+    (optional): x's shape, dtype and device. Strided or misaligned views (x[:, :N] of a
+    wider tensor) are copied first. A NaN or inf in a row makes
+    the whole row NaN, as in torch. So does a row whose float32 sum overflows (bfloat16
+    or float32 values near their largest); where only the centred squares overflow, the
+    row is the bias (rstd is 0). That is F.layer_norm in float32 on the upcast input; torch's
+    CUDA kernel keeps Welford's running mean instead, which can part from both where
+    float32 overflows.
+    """
+    op = "layer_norm"
+    eps = check_layer_norm_args(op, x, weight, bias, eps)
+    n = x.shape[-1]
     dst = Output(op, out, x.shape, x)
     if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
         return dst.result()
@@ -298,10 +321,8 @@ def layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     (12288 in float16) are walked in chunks.
     """
     op = "layer_norm_backward"
-    n = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else 0
-    check_grad_args(op, dy, x, (("weight", weight, (n,)), ("bias", bias, (n,))))
-    eps = check_eps(op, eps)
-    check_grad_devices(op, (("x", x), ("dy", dy), ("weight", weight), ("bias", bias)))
+    eps = check_layer_norm_backward_args(op, dy, x, weight, bias, eps)
+    n = x.shape[-1]
     if x.numel() == 0:
         return (torch.empty_like(x, memory_format=torch.contiguous_format), torch.zeros_like(weight),
                 torch.zeros_like(bias))

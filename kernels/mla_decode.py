@@ -26,6 +26,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _index_checks as index_checks
 from ._attention import check_num_split, check_operand, check_sm_scale, online_softmax
 from ._common import check_devices, describe, dtype_name, launchable, sm_count
 from .flash_attention import FAST_MATH
@@ -163,18 +164,10 @@ def _no_table(batch, device):
     return torch.zeros((batch, 1), dtype=torch.int32, device=device)
 
 
-def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False):
-    """One decode step of multi-head latent attention.
-
-    q (B, h_q, 576) float16 or bfloat16; kv_cache in q's dtype, either contiguous
-    (B, S_max, 576) or, with `block_table` (B, max_pages) int32, pages (num_pages, 64, 576);
-    cache_seqlens int32 (B,). Keys at and past len_b are ignored whatever the cache holds
-    there (lengths past the cache count as its end; a length of 0 gives zeros and a
-    log-sum-exp of -inf). sm_scale defaults to 1/sqrt(576). Returns out (B, h_q, 512) in q's
-    dtype and, with return_lse, the natural log-sum-exp of the scaled scores (B, h_q)
-    float32.
-    """
-    op = "mla_decode"
+def check_mla_decode_args(op, q, kv_cache, cache_seqlens, block_table, sm_scale, num_split):
+    """The arguments of mla_decode (its operator's fake checks them too); returns
+    (B, H, capacity): capacity the tokens a sequence can hold, max_pages x 64 when paged,
+    else S_max."""
     check_operand(op, "q", q, 3, "B, h_q, 576")
     B, H, W = q.shape
     if W != DIM + PE_DIM:
@@ -199,8 +192,34 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
     check_num_split(op, num_split)
     named = [("q", q), ("kv_cache", kv_cache), ("cache_seqlens", cache_seqlens)]
     check_devices(op, *(named + ([("block_table", block_table)] if paged else [])))
+    return B, H, block_table.shape[1] * PAGE if paged else kv_cache.shape[1]
+
+
+def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False,
+               check_indices=None):
+    """One decode step of multi-head latent attention.
+
+    q (B, h_q, 576) float16 or bfloat16; kv_cache in q's dtype, either contiguous
+    (B, S_max, 576) or, with `block_table` (B, max_pages) int32, pages (num_pages, 64, 576);
+    cache_seqlens int32 (B,). Keys at and past len_b are ignored whatever the cache holds
+    there (lengths past the cache count as its end; a length of 0 gives zeros and a
+    log-sum-exp of -inf). A block-table entry outside [0, num_pages) reads zeros.
+    check_indices=True (or TEGULA_CHECK_INDICES=1) makes a length outside [0, capacity] or
+    a page a sequence reads outside [0, num_pages) an error naming the entry (see
+    kernels/_index_checks.py). sm_scale defaults to 1/sqrt(576). Returns out (B, h_q, 512) in q's
+    dtype and, with return_lse, the natural log-sum-exp of the scaled scores (B, h_q)
+    float32.
+    """
+    op = "mla_decode"
+    B, H, max_len = check_mla_decode_args(op, q, kv_cache, cache_seqlens, block_table, sm_scale, num_split)
+    paged = block_table is not None
     table_width = block_table.shape[1] if paged else 0
-    max_len = table_width * PAGE if paged else kv_cache.shape[1]
+    if index_checks.wanted(op, check_indices, cache_seqlens, block_table):
+        index_checks.check_lengths(op, "cache_seqlens", cache_seqlens, max_len,
+                                   f"block_table's {table_width} pages of {PAGE} tokens" if paged
+                                   else f"S_max = {max_len}, the length of kv_cache")
+        if paged:
+            index_checks.check_block_table(op, block_table, cache_seqlens, PAGE, kv_cache.shape[0])
     if B * H == 0 or max_len == 0 or kv_cache.shape[0] == 0:
         out = torch.zeros((B, H, DIM), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H), -math.inf, dtype=torch.float32, device=q.device)

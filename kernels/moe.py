@@ -34,6 +34,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _index_checks as index_checks
 from ._common import (check_chunks, check_devices, check_rank, check_tensor, chunk_loop, describe, dtype_name,
                       elem_bytes, launchable, plan_rows)
 from .grouped_gemm import MAX_EXPERTS, inclusive_scan, last_at_most, scan_passes
@@ -312,6 +313,8 @@ class MoeAlignment(NamedTuple):
 
 
 def _check_int(op, name, value, lo, hi, what):
+    if isinstance(value, torch.SymInt):
+        return  # a size torch.compile traces symbolically: the eager call checks the value it gets
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ValueError(f"{op}: {name} must be an int in [{lo}, {hi}] ({what}), got {value!r}")
 
@@ -327,7 +330,24 @@ def _empty_alignment(topk_ids, E, block_size, n):
                         torch.empty(topk_ids.shape, dtype=torch.int32, device=dev))
 
 
-def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: int) -> MoeAlignment:
+def check_moe_align_args(op, topk_ids, num_experts, block_size) -> None:
+    """The arguments of moe_align_block_size (its operator's fake checks them too)."""
+    if not isinstance(topk_ids, torch.Tensor):
+        raise TypeError(f"{op}: topk_ids must be a torch.Tensor (T, k) of expert ids, got {describe(topk_ids)}")
+    if topk_ids.dtype not in ID_DTYPES:
+        raise ValueError(f"{op}: topk_ids must be an int32 or int64 tensor, got {describe(topk_ids)}")
+    check_rank(op, "topk_ids", topk_ids, 2, "T, k")
+    _check_int(op, "num_experts", num_experts, 1, MAX_EXPERTS, "the experts ids may name")
+    _check_int(op, "block_size", block_size, 1, 1024, "the row tile of the expert GEMMs")
+    check_devices(op, ("topk_ids", topk_ids))
+    slots = topk_ids.numel() + num_experts * (block_size - 1)
+    if slots >= 2 ** 31:
+        raise ValueError(f"{op}: T k + num_experts (block_size - 1) = {slots} slots do not fit int32 indices, "
+                         f"got {describe(topk_ids)}")
+
+
+def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: int,
+                         check_indices: bool | None = None) -> MoeAlignment:
     """The routed (token, slot) pairs sorted by expert, each expert's run padded to a
     multiple of block_size, as vLLM's moe_align_block_size lays them out, in one call
     without host synchronisation.
@@ -339,21 +359,16 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
     each block of block_size slots (-1 for blocks past num_tokens_post_padded);
     num_tokens_post_padded (1,); expert_offsets (E + 1,), the padded offsets grouped_gemm
     takes; token_positions (T, k), the slot of each (t, j), moe_combine's index. Ids
-    outside [0, num_experts) are dropped (position -1)."""
+    outside [0, num_experts) are dropped (position -1); with check_indices=True (or
+    TEGULA_CHECK_INDICES=1) an id other than those and -1 is an error naming it
+    (kernels/_index_checks.py)."""
     op = "moe_align_block_size"
-    if not isinstance(topk_ids, torch.Tensor):
-        raise TypeError(f"{op}: topk_ids must be a torch.Tensor (T, k) of expert ids, got {describe(topk_ids)}")
-    if topk_ids.dtype not in ID_DTYPES:
-        raise ValueError(f"{op}: topk_ids must be an int32 or int64 tensor, got {describe(topk_ids)}")
-    check_rank(op, "topk_ids", topk_ids, 2, "T, k")
-    _check_int(op, "num_experts", num_experts, 1, MAX_EXPERTS, "the experts ids may name")
-    _check_int(op, "block_size", block_size, 1, 1024, "the row tile of the expert GEMMs")
-    check_devices(op, ("topk_ids", topk_ids))
+    check_moe_align_args(op, topk_ids, num_experts, block_size)
+    if index_checks.wanted(op, check_indices, topk_ids):
+        index_checks.check_range(op, "topk_ids", topk_ids, 0, num_experts, f"the ids of {num_experts} experts",
+                                 allowed=(-1,))
     n = topk_ids.numel()
     slots = n + num_experts * (block_size - 1)
-    if slots >= 2 ** 31:
-        raise ValueError(f"{op}: T k + num_experts (block_size - 1) = {slots} slots do not fit int32 indices, "
-                         f"got {describe(topk_ids)}")
     if n == 0:
         return _empty_alignment(topk_ids, num_experts, block_size, n)
     dev = topk_ids.device
@@ -369,15 +384,8 @@ def moe_align_block_size(topk_ids: torch.Tensor, num_experts: int, block_size: i
     return MoeAlignment(sorted_ids, expert_ids, num_post, offsets, positions)
 
 
-def moe_permute(x: torch.Tensor, sorted_token_ids: torch.Tensor, top_k: int) -> torch.Tensor:
-    """The token-sorted activation grouped_gemm reads: (len(sorted_token_ids), H), row r =
-    x[sorted_token_ids[r] // top_k], or zeros where sorted_token_ids[r] is a padding entry
-    (not in [0, T top_k)).
-
-    x: (T, H) CUDA float16/bfloat16/float32. sorted_token_ids: 1-D int32 on x's device (as
-    moe_align_block_size gives it). top_k: the slots a token is routed to. Rows are copied
-    in 16-byte vectors."""
-    op = "moe_permute"
+def check_moe_permute_args(op, x, sorted_token_ids, top_k) -> None:
+    """The arguments of moe_permute (its operator's fake checks them too)."""
     check_tensor(op, "x", x)
     if not isinstance(sorted_token_ids, torch.Tensor):
         raise TypeError(f"{op}: sorted_token_ids must be a torch.Tensor (int32 flat ids), "
@@ -388,26 +396,35 @@ def moe_permute(x: torch.Tensor, sorted_token_ids: torch.Tensor, top_k: int) -> 
     check_rank(op, "sorted_token_ids", sorted_token_ids, 1, "slots")
     _check_int(op, "top_k", top_k, 1, 1 << 16, "the experts a token is routed to")
     check_devices(op, ("x", x), ("sorted_token_ids", sorted_token_ids))
+    if x.shape[0] * top_k >= 2 ** 31:
+        raise ValueError(f"{op}: T top_k = {x.shape[0] * top_k} flat ids do not fit int32, got {describe(x)}")
+
+
+def moe_permute(x: torch.Tensor, sorted_token_ids: torch.Tensor, top_k: int,
+                check_indices: bool | None = None) -> torch.Tensor:
+    """The token-sorted activation grouped_gemm reads: (len(sorted_token_ids), H), row r =
+    x[sorted_token_ids[r] // top_k], or zeros where sorted_token_ids[r] is a padding entry
+    (not in [0, T top_k)).
+
+    x: (T, H) CUDA float16/bfloat16/float32. sorted_token_ids: 1-D int32 on x's device (as
+    moe_align_block_size gives it). top_k: the slots a token is routed to. Rows are copied
+    in 16-byte vectors. With check_indices=True (or TEGULA_CHECK_INDICES=1) an id outside
+    [0, T top_k] (T top_k: the padding entry) is an error naming it (kernels/_index_checks.py)."""
+    op = "moe_permute"
+    check_moe_permute_args(op, x, sorted_token_ids, top_k)
     (T_, H), P = x.shape, sorted_token_ids.shape[0]
+    if index_checks.wanted(op, check_indices, sorted_token_ids):
+        index_checks.check_range(op, "sorted_token_ids", sorted_token_ids, 0, T_ * top_k + 1,
+                                 f"flat ids t top_k + j of the {T_} tokens of x, or {T_ * top_k} for padding")
     if P == 0 or H == 0:
         return x.new_empty((P, H))
     if T_ == 0:
         return x.new_zeros((P, H))
-    if T_ * top_k >= 2 ** 31:
-        raise ValueError(f"{op}: T top_k = {T_ * top_k} flat ids do not fit int32, got {describe(x)}")
     return permute_kernel_for(H, top_k, x.dtype)(launchable(x), launchable(sorted_token_ids))
 
 
-def moe_combine(y: torch.Tensor, topk_weights: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
-    """out (T, H), out[t] = sum_j topk_weights[t, j] * y[token_positions[t, j]]: the experts'
-    outputs, held in sorted (padded) order, weighted back into token order. One kernel; the
-    sum is taken in float32 over j in order and rounded once.
-
-    y: (R, H) CUDA float16/bfloat16/float32 (grouped_gemm's output). topk_weights: (T, k),
-    float32 or y's dtype. token_positions: (T, k) int32 (moe_align_block_size's), -1 for a
-    slot that adds nothing (a dropped id); any other position outside [0, R) reads zeros.
-    NaN and inf in a gathered row or a weight propagate as in torch."""
-    op = "moe_combine"
+def check_moe_combine_args(op, y, topk_weights, token_positions) -> None:
+    """The arguments of moe_combine (its operator's fake checks them too)."""
     check_tensor(op, "y", y)
     check_tensor(op, "topk_weights", topk_weights)
     if topk_weights.dtype not in (torch.float32, y.dtype):
@@ -423,7 +440,26 @@ def moe_combine(y: torch.Tensor, topk_weights: torch.Tensor, token_positions: to
         raise ValueError(f"{op}: token_positions must have the shape {tuple(topk_weights.shape)} of topk_weights, "
                          f"got {describe(token_positions)}")
     check_devices(op, ("y", y), ("topk_weights", topk_weights), ("token_positions", token_positions))
+
+
+def moe_combine(y: torch.Tensor, topk_weights: torch.Tensor, token_positions: torch.Tensor,
+                check_indices: bool | None = None) -> torch.Tensor:
+    """out (T, H), out[t] = sum_j topk_weights[t, j] * y[token_positions[t, j]]: the experts'
+    outputs, held in sorted (padded) order, weighted back into token order. One kernel; the
+    sum is taken in float32 over j in order and rounded once.
+
+    y: (R, H) CUDA float16/bfloat16/float32 (grouped_gemm's output). topk_weights: (T, k),
+    float32 or y's dtype. token_positions: (T, k) int32 (moe_align_block_size's), -1 for a
+    slot that adds nothing (a dropped id); any other position outside [0, R) reads zeros,
+    unless check_indices=True (or TEGULA_CHECK_INDICES=1) makes it an error naming the entry
+    (kernels/_index_checks.py). NaN and inf in a gathered row or a weight propagate as in
+    torch."""
+    op = "moe_combine"
+    check_moe_combine_args(op, y, topk_weights, token_positions)
     (R, H), (T_, k) = y.shape, topk_weights.shape
+    if index_checks.wanted(op, check_indices, token_positions):
+        index_checks.check_range(op, "token_positions", token_positions, 0, R, f"the {R} rows of y",
+                                 allowed=(-1,))
     if T_ == 0 or H == 0:
         return y.new_empty((T_, H))
     if k == 0 or R == 0:

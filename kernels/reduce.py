@@ -154,12 +154,13 @@ def kernel_for(n: int, dtype: torch.dtype, kind: str, allocates_output: bool = F
     return jit(n, dtype_name(dtype), kind, plan.blk_m, plan.threads, plan.n_pad, plan.chunks)
 
 
-def _run(op, kind, x, out):
+def check_row_reduce_args(op, kind, x) -> None:
+    """The argument of row_sum, row_max or row_min (`kind` "sum", "max", "min"); their
+    operators' fakes check it too."""
     check_tensor(op, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
     n = x.shape[-1]
-    shape = tuple(x.shape[:-1])
     if n == 0 and kind != "sum":
         # torch's amax/amin raise here too: the extreme of no elements does not exist.
         raise ValueError(f"{op}: the last dimension of x is empty, and a {kind} over no elements "
@@ -168,6 +169,21 @@ def _run(op, kind, x, out):
     if x.numel() > 0:
         check_hidden(op, "x", n)
     check_devices(op, ("x", x))
+
+
+def check_column_sum_args(op, x) -> None:
+    """The argument of column_sum: a gradient, checked without refuse_grad (backward runs
+    under no-grad anyway)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: x must be a torch.Tensor, got {describe(x)}")
+    check_grad_rows(op, "x", x)
+    check_grad_devices(op, (("x", x),))
+
+
+def _run(op, kind, x, out):
+    check_row_reduce_args(op, kind, x)
+    n = x.shape[-1]
+    shape = tuple(x.shape[:-1])
     dst = Output(op, out, shape, x)
     if x.numel() == 0:  # no row (empty result), or empty rows (sums of nothing: 0)
         if n == 0:
@@ -217,12 +233,8 @@ def column_sum(x: torch.Tensor) -> torch.Tensor:
     No leading rows gives zeros.
     """
     op = "column_sum"
-    # A gradient: checked without refuse_grad (backward runs under no-grad anyway).
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{op}: x must be a torch.Tensor, got {describe(x)}")
-    check_grad_rows(op, "x", x)
+    check_column_sum_args(op, x)
     n = x.shape[-1]
-    check_grad_devices(op, (("x", x),))
     if x.numel() == 0:
         return torch.zeros(n, dtype=x.dtype, device=x.device)
     check_hidden(op, "x", n)

@@ -218,7 +218,9 @@ def kernel_for(n: int, dtype: torch.dtype, eps: float, silu: bool = False,
                plan.chunks)
 
 
-def _run(op, x, weight, eps, silu, out):
+def check_rms_norm_args(op, x, weight, eps) -> float:
+    """The arguments of rms_norm and rms_norm_silu (their operators' fakes check them
+    too, so a traced call fails where an eager one would); returns eps as a float."""
     check_tensor(op, "x", x)
     check_tensor(op, "weight", weight, like=x)
     eps = check_eps(op, eps)
@@ -231,6 +233,21 @@ def _run(op, x, weight, eps, silu, out):
     if x.numel() > 0:
         check_hidden(op, "x", n)
     check_devices(op, ("x", x), ("weight", weight))
+    return eps
+
+
+def check_rms_norm_backward_args(op, dy, x, weight, eps) -> float:
+    """The arguments of rms_norm_backward; returns eps as a float."""
+    n = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else 0
+    check_grad_args(op, dy, x, (("weight", weight, (n,)),))
+    eps = check_eps(op, eps)
+    check_grad_devices(op, (("x", x), ("dy", dy), ("weight", weight)))
+    return eps
+
+
+def _run(op, x, weight, eps, silu, out):
+    eps = check_rms_norm_args(op, x, weight, eps)
+    n = x.shape[-1]
     dst = Output(op, out, x.shape, x)
     if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
         return dst.result()
@@ -248,7 +265,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
     x's shape, dtype and device. Views that are strided or do not start on a 16-byte
     boundary (x[:, :N] of a wider tensor) are copied first.
     NaN and inf propagate as in torch: a NaN makes its row NaN; an inf makes its row's
-    sum of squares inf, so its own output NaN and the rest of its row 0.
+    sum of squares inf, so its own output NaN and the rest of its row 0. So do squares
+    past float32's range (bfloat16 or float32 values near their largest; float16's never
+    get there): the row comes out 0. That is F.rms_norm in float32 on the upcast input,
+    and torch's CUDA kernel on rows of a multiple of 4 elements; on other rows that kernel
+    keeps Welford's running mean and variance instead, where an inf makes the whole row
+    NaN.
     """
     return _run("rms_norm", x, weight, eps, False, out)
 
@@ -279,9 +301,7 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, e
     them) are walked in chunks.
     """
     op = "rms_norm_backward"
-    check_grad_args(op, dy, x, (("weight", weight, (x.shape[-1],)),))
-    eps = check_eps(op, eps)
-    check_grad_devices(op, (("x", x), ("dy", dy), ("weight", weight)))
+    eps = check_rms_norm_backward_args(op, dy, x, weight, eps)
     n = x.shape[-1]
     if x.numel() == 0:
         return torch.empty_like(x, memory_format=torch.contiguous_format), torch.zeros_like(weight)

@@ -30,6 +30,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _index_checks as index_checks
 from ._common import (BLOCK_BYTES, MULTI_ROW_THREADS, VECTOR_BYTES, check_devices, check_rank, check_tensor,
                       describe, dtype_name, elem_bytes, is_launchable, launchable, next_pow2)
 
@@ -427,39 +428,11 @@ def _check_positions(op, positions, B, S):
     return "bs" if positions.shape[0] == B and B > 1 else "1s"
 
 
-def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False, inplace: bool = False,
-         layout: str = "bshd", base: float = 10000.0):
-    """Rotary position embedding of q and k in one launch: (q_out, k_out).
-
-    q (B, S, Hq, D) and k (B, S, Hk, D) for layout "bshd" (a projection's output viewed as
-    heads), (B, H, S, D) for "bhsd"; any head counts (GQA: Hq != Hk); either may be None
-    (its result is None). CUDA float16, bfloat16 or float32, one dtype; D even, 2 to 1024.
-    Pairs (x[i], x[i + D/2]) turn by θ_i (half-split: Llama, Hugging Face's rotate_half),
-    or with interleaved=True pairs (x[2i], x[2i + 1]) (GPT-J). Math in float32, rounded
-    once.
-
-    cos, sin: the angles' tables, float32 or q's dtype, (P, W) shared by every sequence or
-    (B, P, W) one per sequence ((1, P, W) is shared too; Hugging Face's per-token
-    cos/sin (B, S, D) are such tables without positions). W = D/2 reads column i for
-    frequency i (`rope_cache` builds these); W = D is Hugging Face's form, of which
-    half-split reads the first half (its halves are equal) and interleaved the even
-    columns (its pairs are equal). Without tables the kernel computes
-    θ_i = p·inv_freq_i from the position p and `base` (see `rope_inv_freq`).
-
-    positions: None (token s is at position s), or int32/int64 (S,), (1, S) or (B, S)
-    (decode: each sequence at its own length). A position outside [0, P) of the table
-    reads cos = sin = 0 (nothing outside the table is read): that token's q and k come
-    out as zeros. Without tables any position is valid (angles are float32: positions are
-    exact up to 2^24).
-
-    inplace=True writes the results into q and k and returns them; otherwise new tensors
-    with q's and k's shapes and strides. Strided or misaligned views are read through a
-    contiguous copy (in place: written back into them); a "bhsd" view that is the
-    transpose of a contiguous "bshd" tensor (or the other way round) is read in place.
-    NaN and inf propagate as in torch's q·cos + rotate_half(q)·sin: a NaN makes its pair
-    NaN; an inf times a zero cos or sin gives NaN. Empty extents return without a launch.
-    """
-    op = "rope"
+def check_rope_args(op, q, k, cos, sin, positions, interleaved, inplace, layout, base):
+    """The arguments of rope (its operators' fakes check them too). Returns
+    (named, B, S, D, cache_layout, width, pos_layout): named, the (name, tensor) of q and
+    k that are not None; the kernel's table and position layouts (`_check_tables`,
+    `_check_positions`)."""
     if layout not in LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {LAYOUTS}, got {layout!r}")
     _check_flag(op, "interleaved", interleaved)
@@ -486,6 +459,49 @@ def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False,
     _check_base(op, base)
     check_devices(op, *named, *[(n, t) for n, t in (("cos", cos), ("sin", sin), ("positions", positions))
                                 if t is not None])
+    return named, B, S, D, cache_layout, width, pos_layout
+
+
+def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False, inplace: bool = False,
+         layout: str = "bshd", base: float = 10000.0, check_indices: bool | None = None):
+    """Rotary position embedding of q and k in one launch: (q_out, k_out).
+
+    q (B, S, Hq, D) and k (B, S, Hk, D) for layout "bshd" (a projection's output viewed as
+    heads), (B, H, S, D) for "bhsd"; any head counts (GQA: Hq != Hk); either may be None
+    (its result is None). CUDA float16, bfloat16 or float32, one dtype; D even, 2 to 1024.
+    Pairs (x[i], x[i + D/2]) turn by θ_i (half-split: Llama, Hugging Face's rotate_half),
+    or with interleaved=True pairs (x[2i], x[2i + 1]) (GPT-J). Math in float32, rounded
+    once.
+
+    cos, sin: the angles' tables, float32 or q's dtype, (P, W) shared by every sequence or
+    (B, P, W) one per sequence ((1, P, W) is shared too; Hugging Face's per-token
+    cos/sin (B, S, D) are such tables without positions). W = D/2 reads column i for
+    frequency i (`rope_cache` builds these); W = D is Hugging Face's form, of which
+    half-split reads the first half (its halves are equal) and interleaved the even
+    columns (its pairs are equal). Without tables the kernel computes
+    θ_i = p·inv_freq_i from the position p and `base` (see `rope_inv_freq`).
+
+    positions: None (token s is at position s), or int32/int64 (S,), (1, S) or (B, S)
+    (decode: each sequence at its own length). A position outside [0, P) of the table
+    reads cos = sin = 0 (nothing outside the table is read): that token's q and k come
+    out as zeros; check_indices=True (or TEGULA_CHECK_INDICES=1) makes it an error naming
+    the position (kernels/_index_checks.py). Without tables any position is valid (angles
+    are float32: positions are exact up to 2^24).
+
+    inplace=True writes the results into q and k and returns them; otherwise new tensors
+    with q's and k's shapes and strides. Strided or misaligned views are read through a
+    contiguous copy (in place: written back into them); a "bhsd" view that is the
+    transpose of a contiguous "bshd" tensor (or the other way round) is read in place.
+    NaN and inf propagate as in torch's q·cos + rotate_half(q)·sin: a NaN makes its pair
+    NaN; an inf times a zero cos or sin gives NaN. Empty extents return without a launch.
+    """
+    op = "rope"
+    named, B, S, D, cache_layout, width, pos_layout = check_rope_args(op, q, k, cos, sin, positions, interleaved,
+                                                                      inplace, layout, base)
+    first = named[0][1]
+    if cos is not None and positions is not None and index_checks.wanted(op, check_indices, positions):
+        rows = cos.shape[-2]
+        index_checks.check_range(op, "positions", positions, 0, rows, f"the {rows} rows of the cos and sin tables")
     live = [(name, t) for name, t in named if t.numel() > 0]
     if not live:  # nothing to rotate: torch's result is empty too
         return tuple(None if t is None else (t if inplace else t.clone()) for t in (q, k))

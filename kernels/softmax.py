@@ -131,6 +131,22 @@ def kernel_for(n: int, dtype: torch.dtype, allocates_output: bool = False):
     return jit(n, dtype_name(dtype), plan.blk_m, plan.threads, plan.n_pad, plan.chunks)
 
 
+def check_softmax_args(op, x) -> None:
+    """The argument of softmax (its operator's fake checks it too)."""
+    check_tensor(op, "x", x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    if x.numel() > 0:
+        check_hidden(op, "x", x.shape[-1])
+    check_devices(op, ("x", x))
+
+
+def check_softmax_backward_args(op, dy, y) -> None:
+    """The arguments of softmax_backward."""
+    check_grad_args(op, dy, y, (), x_name="y")
+    check_grad_devices(op, (("y", y), ("dy", dy)))
+
+
 def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """torch.softmax(x, dim=-1).
 
@@ -139,13 +155,8 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     Strided or misaligned views (x[:, :N] of a wider tensor) are copied first. As in torch, a row holding a NaN or +inf (or only -inf) is NaN.
     """
     op = "softmax"
-    check_tensor(op, "x", x)
-    if x.dim() == 0:
-        raise ValueError(f"{op}: x must have at least one dimension, got {describe(x)}")
+    check_softmax_args(op, x)
     n = x.shape[-1]
-    if x.numel() > 0:
-        check_hidden(op, "x", n)
-    check_devices(op, ("x", x))
     dst = Output(op, out, x.shape, x)
     if x.numel() == 0:  # no row, or rows of nothing: torch's result is empty too
         return dst.result()
@@ -171,8 +182,7 @@ def softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     walked in chunks.
     """
     op = "softmax_backward"
-    check_grad_args(op, dy, y, (), x_name="y")
-    check_grad_devices(op, (("y", y), ("dy", dy)))
+    check_softmax_backward_args(op, dy, y)
     if y.numel() == 0:
         return torch.empty_like(y, memory_format=torch.contiguous_format)
     n = y.shape[-1]

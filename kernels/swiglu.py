@@ -88,17 +88,9 @@ def kernel_for(n: int, dtype: torch.dtype, joined: bool, allocates_output: bool 
     return jit(n, dtype_name(dtype), bool(joined), plan.block_m, plan.block_n, plan.threads)
 
 
-def swiglu(x: torch.Tensor, up: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """silu(gate) * up, computed in float32 and rounded once.
-
-    One tensor x (..., 2I): gate = x[..., :I], up = x[..., I:] (the output of a fused
-    gate/up projection), result (..., I). Two tensors x and up of one shape (..., I): gate
-    is x. CUDA float16/bfloat16/float32, one dtype; any I >= 1 (widths that are not a
-    multiple of 16 bytes use narrower accesses); strided or misaligned views are copied
-    first; out (optional): the result's shape, dtype and device. NaN and inf propagate as
-    in torch (silu(-inf) is NaN, silu(inf) is inf).
-    """
-    op = "swiglu"
+def check_swiglu_args(op, x, up) -> int:
+    """The arguments of swiglu (its operator's fake checks them too); returns I, the
+    width of the result."""
     check_tensor(op, "x", x)
     joined = up is None
     if not joined:
@@ -115,6 +107,22 @@ def swiglu(x: torch.Tensor, up: torch.Tensor | None = None, out: torch.Tensor | 
             raise ValueError(f"{op}: up must have the shape {tuple(x.shape)} of x (the gate), got {describe(up)}")
         n = x.shape[-1]
     check_devices(op, ("x", x), *(() if joined else (("up", up),)))
+    return n
+
+
+def swiglu(x: torch.Tensor, up: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(gate) * up, computed in float32 and rounded once.
+
+    One tensor x (..., 2I): gate = x[..., :I], up = x[..., I:] (the output of a fused
+    gate/up projection), result (..., I). Two tensors x and up of one shape (..., I): gate
+    is x. CUDA float16/bfloat16/float32, one dtype; any I >= 1 (widths that are not a
+    multiple of 16 bytes use narrower accesses); strided or misaligned views are copied
+    first; out (optional): the result's shape, dtype and device. NaN and inf propagate as
+    in torch (silu(-inf) is NaN, silu(inf) is inf).
+    """
+    op = "swiglu"
+    n = check_swiglu_args(op, x, up)
+    joined = up is None
     shape = (*x.shape[:-1], n)
     dst = Output(op, out, shape, x)
     if dst.tensor.numel() == 0:
@@ -363,6 +371,18 @@ def _weights(op, x, w_gate, w_up):
     return w_gate.shape[0], w_gate, w_up
 
 
+def check_swiglu_linear_args(op, x, w_gate, w_up):
+    """The arguments of swiglu_linear (its operator's fake checks them too); returns
+    `_weights`'s (N, gate, up)."""
+    check_tensor(op, "x", x, dtypes=HALF_DTYPES)
+    check_tensor(op, "w_gate", w_gate, dtypes=HALF_DTYPES, like=x)
+    if w_up is not None:
+        check_tensor(op, "w_up", w_up, dtypes=HALF_DTYPES, like=x)
+    n, gate, up = _weights(op, x, w_gate, w_up)
+    check_devices(op, ("x", x), ("w_gate", w_gate), *(() if w_up is None else (("w_up", w_up),)))
+    return n, gate, up
+
+
 def swiglu_linear(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | None = None) -> torch.Tensor:
     """silu(x @ w_gateᵀ) * (x @ w_upᵀ) in one GEMM kernel (two for decode shapes that run
     split-K), the activation applied to the float32 products and rounded once.
@@ -376,12 +396,7 @@ def swiglu_linear(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor | No
     propagate as in torch.
     """
     op = "swiglu_linear"
-    check_tensor(op, "x", x, dtypes=HALF_DTYPES)
-    check_tensor(op, "w_gate", w_gate, dtypes=HALF_DTYPES, like=x)
-    if w_up is not None:
-        check_tensor(op, "w_up", w_up, dtypes=HALF_DTYPES, like=x)
-    n, gate, up = _weights(op, x, w_gate, w_up)
-    check_devices(op, ("x", x), ("w_gate", w_gate), *(() if w_up is None else (("w_up", w_up),)))
+    n, gate, up = check_swiglu_linear_args(op, x, w_gate, w_up)
     K = x.shape[-1]
     shape = (*x.shape[:-1], n)
     m = math.prod(x.shape[:-1])

@@ -67,6 +67,14 @@ def kernel_for(m: int, n: int, dtype: torch.dtype, allocates_output: bool = Fals
     return jit(m, n, dtype_name(dtype), TILE, THREADS, pad)
 
 
+def check_transpose_args(op, x) -> None:
+    """The argument of transpose (its operator's fake checks it too)."""
+    check_tensor(op, "x", x)
+    if x.dim() != 2:
+        raise ValueError(f"{op}: x must be a 2-D tensor, got {describe(x)}")
+    check_devices(op, ("x", x))
+
+
 def transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """x.t().contiguous() for a 2-D CUDA tensor of float16/bfloat16/float32 (strided or
     misaligned views are copied first).
@@ -75,10 +83,7 @@ def transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     shape compiles its own kernel (see the module note on why both sizes are constants).
     """
     op = "transpose"
-    check_tensor(op, "x", x)
-    if x.dim() != 2:
-        raise ValueError(f"{op}: x must be a 2-D tensor, got {describe(x)}")
-    check_devices(op, ("x", x))
+    check_transpose_args(op, x)
     m, n = x.shape
     dst = Output(op, out, (n, m), x)
     if m == 0 or n == 0:  # a grid of zero blocks is not a launch CUDA accepts

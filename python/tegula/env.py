@@ -12,6 +12,9 @@ Variables:
   TEGULA_LOG        "compile" (or "all"): one line per compile stage on stderr, with its
                     time: parse, lowering passes, printing, index and cache lookups, NVRTC
   TEGULA_JIT_INDEX  "0": @jit calls always parse and lower (see tegula/jit_index.py)
+  TEGULA_CHECK_INDICES  "1": the kernels' entry points that take index tensors (block
+                    tables, lengths, positions, offsets, expert ids) check them against
+                    the tensors they index, each call (see `check_indices()`)
 """
 from __future__ import annotations
 
@@ -140,3 +143,19 @@ def log_enabled(topic: str = "compile") -> bool:
 def log_compile(kernel: str, stage: str, ms: float, detail: str = "") -> None:
     """One stage of a compile, in the format the C++ side prints too."""
     sys.stderr.write(f"tegula[compile] {kernel}: {stage:<14} {ms:8.1f} ms{'  ' + detail if detail else ''}\n")
+
+
+_SWITCH_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
+                  "1": True, "true": True, "yes": True, "on": True}
+
+
+def check_indices() -> bool:
+    """TEGULA_CHECK_INDICES: whether the entry points that take index tensors check them
+    (tegula/kernels/_index_checks.py), where a call does not say with check_indices=.
+    Read on every such call, so a test or a debugging session can switch it at run time."""
+    value = os.environ.get("TEGULA_CHECK_INDICES", "")
+    on = _SWITCH_VALUES.get(value.strip().lower())
+    if on is None:
+        raise ValueError(f"TEGULA_CHECK_INDICES={value!r}: expected 1 (check) or 0 (do not), "
+                         "or true/false, yes/no, on/off")
+    return on

@@ -383,7 +383,7 @@ def test_compile_fullgraph_of_the_model_kernels_has_no_graph_break():
 
 
 def _rope_standin(q, k, cos=None, sin=None, positions=None, *, interleaved=False, inplace=False, layout="bshd",
-                  base=10000.0):
+                  base=10000.0, check_indices=None):
     """The eager entry point's contract on the CPU, for (P, D/2) tables, "bshd", positions
     0..S-1: half-split pairs turned in float32."""
     def turn(x):
