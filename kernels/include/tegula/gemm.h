@@ -184,8 +184,9 @@ struct BlockGemm {
   // tid: the thread's index among the threads sharing the gemm (threadIdx.x, or its index
   // in a thread scope when the gemm sits under a branch on the thread index).
   template <typename Acc>
-  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C, int tid) {
-    const int lane = tid % 32, warp = tid / 32;
+  // Unsigned, as threadIdx.x is: signed division would cost registers the wide tiles lack.
+  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C, unsigned tid) {
+    const int lane = int(tid % 32u), warp = int(tid / 32u);
     const int row0 = (warp % WM) * TM, col0 = (warp / WM) * TN;
     if constexpr (kDoubleBuffer) {
       uint32_t a[2][MT][4];
@@ -261,7 +262,7 @@ struct BlockGemm {
 // T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>
-TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, int tid = int(threadIdx.x)) {
+TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
   BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T>::run(A, B, C, tid);
 }
 
@@ -271,7 +272,7 @@ TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, int tid = int(threadI
 // accumulator gives), so attention's P @ V reads P where the first gemm left it.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>
-TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, int tid = int(threadIdx.x)) {
+TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
   BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T>::run(A, B, C, tid);
 }
 
