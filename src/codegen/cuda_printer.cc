@@ -3,8 +3,8 @@
 // Conventions: global tensors are row-major and indexed by one flattened offset (64-bit
 // when a tensor may exceed 2^31 elements); shared buffers are views into one dynamic
 // shared-memory pool at the offsets plan_storage chose; register arrays are local arrays
-// indexed by constants; a load or store of lanes > 1 is one vector access through
-// tegula::Vec.
+// (a fragment's indexed by constants; a T.alloc_local of several dimensions row-major like
+// the rest); a load or store of lanes > 1 is one vector access through tegula::Vec.
 #include "codegen/cuda_printer.h"
 
 #include <cmath>
@@ -266,7 +266,6 @@ class Printer {
   std::string name(const Buffer& b) { return unique(b.get(), b->name); }
 
   std::string offset(const Buffer& b, const std::vector<Expr>& idx) {
-    if (b->scope == Scope::Local) return expr(idx.at(0));
     if (k_.smem_panelled.count(b.get()) && *as_const_int(b->shape[1]) * b->dtype.bytes() > 128) {
       return "panel_offset<" + expr(b->shape[1]) + ", " + std::to_string(b->dtype.bytes()) + ", " +
              expr(b->shape[0]) + ">(" + expr(idx[0]) + ", " + expr(idx[1]) + ")";

@@ -34,6 +34,21 @@ struct WsRegisters {
 };
 WsRegisters ws_registers(const ir::Kernel& k);
 
+// The widest wgmma instruction of a kernel (m64nNk16, N per warpgroup) and the registers a
+// thread needs at once to issue it: N / 2 accumulators and what ptxas keeps beside them
+// (A's registers, the descriptors, the scale: m64n256k16 took 158 in all).
+struct WgmmaRegisters {
+  static constexpr int kBeside = 32;
+  int n = 0;
+  int registers = 0;
+  SourceLoc loc;  // its T.gemm
+};
+WgmmaRegisters wgmma_registers(const ir::Kernel& k);
+
+// The registers ptxas may give a thread of the kernel: 64K over the threads of the blocks
+// its launch bounds put on an SM, at most 255.
+int register_limit(const ir::Kernel& k);
+
 // The C++ spelling of a scalar type ("half_t", "float", ...).
 std::string cuda_type(ir::DataType t);
 

@@ -71,6 +71,7 @@ class Verifier : public IRVisitor {
   }
   void visit_BufferLoad(const BufferLoadNode* op) override {
     std::string text = access_text(op->buffer, op->indices);
+    registers_in_range(op->buffer, op->indices, op->dtype.lanes, op->loc);
     access(op->buffer, op->indices, op->dtype.lanes, text);
     if (op->dtype.element() != op->buffer->dtype.element()) {
       fail("load of dtype " + op->dtype.name() + " from a buffer of " + op->buffer->dtype.name(), text);
@@ -80,6 +81,7 @@ class Verifier : public IRVisitor {
   void visit_BufferStore(const BufferStoreNode* op) override {
     std::string text = first_line(to_string(current_));
     int lanes = op->value ? op->value.dtype().lanes : 1;
+    registers_in_range(op->buffer, op->indices, lanes, op->loc);
     access(op->buffer, op->indices, lanes, text);
     if (!op->value) fail("store without a value", text);
     if (op->value.dtype().element() != op->buffer->dtype.element()) {
@@ -150,6 +152,23 @@ class Verifier : public IRVisitor {
                " is out of range of dimension " + std::to_string(dim) + " of '" + b->name + "' (size " +
                std::to_string(*n) + ")",
            text);
+    }
+  }
+
+  // A constant index past a register array (a T.alloc_local's) is the user's, at the
+  // access: the frontend checks the indices as written, but unrolled and partitioned loops
+  // can make a constant of a loop variable there (loc[j + 1] with j = 7).
+  void registers_in_range(const Buffer& b, const std::vector<Expr>& indices, int lanes, const SourceLoc& loc) {
+    if (!b || b->scope != Scope::Local || indices.size() != b->shape.size()) return;
+    for (size_t d = 0; d < indices.size(); ++d) {
+      const int64_t* i = as_const_int(indices[d]);
+      const int64_t* n = as_const_int(b->shape[d]);
+      int64_t extent = d + 1 == indices.size() ? lanes : 1;
+      if (!i || !n || (*i >= 0 && *i + extent <= *n)) continue;
+      std::string dims;
+      for (const Expr& x : b->shape) dims += (dims.empty() ? "" : ", ") + to_string(x);
+      user_error(loc) << "index " << *i << " is out of bounds for dimension " << d << " of local buffer '" << b->name
+                      << "' of shape (" << dims << ")";
     }
   }
 

@@ -12,6 +12,8 @@
 //  * every buffer touched is a param or in `allocs`;
 //  * loads and stores give one index per dimension, and a constant index lies inside a
 //    constant dimension (a vector access of n lanes needs its last n elements inside);
+//    past a register array (a T.alloc_local's) it is the user's mistake, not ours (the
+//    unrolled loops of their program make such a constant): a UserError at the access;
 //  * tile-op regions give a min and an extent per dimension, inside constant dimensions;
 //  * a store's value and a load have the buffer's element type (lanes aside);
 //  * For bounds are integers; both operands of a Binary have the same dtype.

@@ -75,7 +75,8 @@ TEGULA_DEVICE T abs(T x) {
   } else if constexpr (detail::is_signed_integer<T>) {
     return x < T(0) ? T(-x) : x;
   } else {
-    static_assert(detail::is_integer<T>, "abs: T is not a number type");
+    // bool is the integers 0 and 1 (TVM's uint1): its own absolute value.
+    static_assert(detail::is_integer<T> || detail::is_same<T, bool>, "abs: T is not a number type");
     return x;
   }
 }
@@ -107,7 +108,8 @@ TEGULA_DEVICE T max(T a, T b) {
   } else if constexpr (detail::is_16bit_float<T>) {
     return __hmax_nan(a, b);
   } else {
-    static_assert(detail::is_integer<T>, "max: T is not a number type");
+    // On bool (0 and 1): a || b.
+    static_assert(detail::is_integer<T> || detail::is_same<T, bool>, "max: T is not a number type");
     return a < b ? b : a;
   }
 }
@@ -127,7 +129,8 @@ TEGULA_DEVICE T min(T a, T b) {
   } else if constexpr (detail::is_16bit_float<T>) {
     return __hmin_nan(a, b);
   } else {
-    static_assert(detail::is_integer<T>, "min: T is not a number type");
+    // On bool (0 and 1): a && b.
+    static_assert(detail::is_integer<T> || detail::is_same<T, bool>, "min: T is not a number type");
     return b < a ? b : a;
   }
 }

@@ -79,3 +79,19 @@ def is_float(name: str) -> bool:
 
 def is_int(name: str) -> bool:
     return name in INT_TYPES
+
+
+def itemsize(name: str) -> int:
+    """Bytes of one element: float16 -> 2, bool -> 1."""
+    return 1 if name == "bool" else int(name.lstrip("abcdefghijklmnopqrstuvwxyz")) // 8
+
+
+def int_range(name: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype or bool: int8 -> (-128, 127),
+    uint64 -> (0, 2**64 - 1), bool -> (0, 1)."""
+    if name == "bool":
+        return 0, 1
+    bits = int(name.lstrip("uint"))
+    if name.startswith("u"):
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1

@@ -12,7 +12,7 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import is_float, is_int, normalize_dtype
+from ..frontend.dtypes import is_float, is_int, itemsize, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
 from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
@@ -346,10 +346,22 @@ def alloc_fragment(shape, dtype, scope="local.fragment"):
     return AllocRequest("fragment", _shape(shape, "T.alloc_fragment", True), _dtype(dtype, "T.alloc_fragment"))
 
 
+# The bytes of a thread's 255 32-bit registers: the most a T.alloc_local array may take. A
+# larger one could only live in local memory, and the unrolled loops over it take ptxas
+# minutes (a 32 x 256 float32 array filled in a T.Parallel loop: 48 s; 255 floats: 0.3 s).
+LOCAL_BYTES_LIMIT = 255 * 4
+
+
 @intrinsic("T.alloc_local")
 def alloc_local(shape, dtype, scope="local"):
-    """An array every thread holds whole, in its own registers."""
-    return AllocRequest("local", _shape(shape, "T.alloc_local", True), _dtype(dtype, "T.alloc_local"))
+    """An array every thread holds whole, in its own registers (at most 255 of them)."""
+    shape, dtype = _shape(shape, "T.alloc_local", True), _dtype(dtype, "T.alloc_local")
+    size = math.prod(shape) * itemsize(dtype)
+    if size > LOCAL_BYTES_LIMIT:
+        raise ArgError("shape", f"T.alloc_local: shape {shape} of {dtype} takes {size} bytes in every thread, past "
+                       f"the {LOCAL_BYTES_LIMIT} bytes of a thread's 255 32-bit registers; a tile the block "
+                       f"shares is T.alloc_fragment or T.alloc_shared")
+    return AllocRequest("local", shape, dtype)
 
 
 @intrinsic("T.alloc_global")
