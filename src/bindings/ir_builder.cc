@@ -111,11 +111,47 @@ ir::TileAttr to_attr(const std::string& key, const py::handle& v) {
        py::str(py::type::of(v).attr("__name__")).cast<std::string>());
 }
 
+// A Python int as a constant of type t. uint64 takes all of 0 .. 2^64 - 1, held as its bit
+// pattern (IntImmNode::value); int32 and int64 take the int64 range (a size past 2^31 meets
+// int32 indices: cuda_printer.h, kIndex32Limit); the narrower types their own range; bool
+// any int, as its truth.
+Expr int_constant(const py::object& v, ir::DataType t) {
+  if (!py::isinstance<py::int_>(v)) {
+    fail("an integer constant must be a Python int, got " + py::str(py::type::of(v).attr("__name__")).cast<std::string>());
+  }
+  if (t.is_float()) return ir::make_float(PyLong_AsDouble(v.ptr()), t, current_loc());
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (t.is_bool()) return ir::make_int(overflow != 0 || x != 0, t, current_loc());
+  bool is_unsigned = t.code == ir::DataType::UInt;
+  bool fits = overflow == 0;
+  if (overflow > 0 && is_unsigned && t.bits == 64) {
+    x = static_cast<long long>(PyLong_AsUnsignedLongLong(v.ptr()));
+    fits = !PyErr_Occurred();
+    PyErr_Clear();
+  } else if (fits && t.bits < 32) {
+    long long lo = is_unsigned ? 0 : -(1LL << (t.bits - 1));
+    long long hi = is_unsigned ? (1LL << t.bits) - 1 : (1LL << (t.bits - 1)) - 1;
+    fits = lo <= x && x <= hi;
+  } else if (fits && is_unsigned) {
+    fits = x >= 0 && (t.bits == 64 || x <= 0xFFFFFFFFLL);
+  }
+  if (!fits) {
+    std::string range = is_unsigned ? "0 .. 2^" + std::to_string(t.bits) + " - 1"
+                                    : "-2^" + std::to_string(t.bits < 32 ? t.bits - 1 : 63) + " .. 2^" +
+                                          std::to_string(t.bits < 32 ? t.bits - 1 : 63) + " - 1";
+    fail("the constant " + py::str(v).cast<std::string>() + " is out of the range of " + t.name() + " (" + range + ")");
+  }
+  return ir::make_int(x, t, current_loc());
+}
+
 py::tuple loc_tuple(const SourceLoc& l) { return py::make_tuple(l.file, l.line, l.col); }
 
 py::object expr_const(const Expr& e) {
   if (auto* i = e.as<ir::IntImmNode>()) {
-    return e.dtype().is_bool() ? py::object(py::bool_(i->value != 0)) : py::object(py::int_(i->value));
+    if (e.dtype().is_bool()) return py::bool_(i->value != 0);
+    if (e.dtype().code == ir::DataType::UInt) return py::int_(uint64_t(i->value));  // held as its bit pattern
+    return py::int_(i->value);
   }
   if (auto* f = e.as<ir::FloatImmNode>()) return py::float_(f->value);
   return py::none();
@@ -250,10 +286,8 @@ void init_ir_builder(py::module_& m) {
   m.def("set_loc", [](std::string file, int line, int col) { t_current_loc = SourceLoc{std::move(file), line, col}; },
         py::arg("file"), py::arg("line"), py::arg("col"));
 
-  m.def("int_imm", [](int64_t v, const std::string& dtype) {
-    ir::DataType t = parse_dtype(dtype);
-    if (t.is_float()) return ir::make_float(double(v), t, current_loc());
-    return ir::make_int(t.is_bool() ? (v != 0) : v, t, current_loc());
+  m.def("int_imm", [](const py::object& v, const std::string& dtype) {
+    return int_constant(v, parse_dtype(dtype));
   }, py::arg("v"), py::arg("dtype") = "int32");
   m.def("float_imm", [](double v, const std::string& dtype) {
     ir::DataType t = parse_dtype(dtype);

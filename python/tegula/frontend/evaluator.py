@@ -65,6 +65,19 @@ def closure_of(fn) -> dict:
     return closure
 
 
+def _binding_misuse(err: Exception) -> str | None:
+    """pybind11's TypeError for a call into tegula._C with arguments of the wrong types, as
+    ours: the frontend checks the user's values before it calls the IR builder, so such a
+    call is a bug here, and its list of C++ signatures means nothing to the user."""
+    text = str(err)
+    if not isinstance(err, TypeError) or "incompatible function arguments" not in text:
+        return None
+    function = text.split("(", 1)[0].strip()
+    given = text.split("Invoked with:", 1)[1].strip() if "Invoked with:" in text else "?"
+    return (f"internal error: Tegula's frontend called {function}() of its IR builder with arguments of types it "
+            f"does not take ({given}); please report this with the kernel")
+
+
 class Evaluator:
     def __init__(self, fn, source: SourceInfo):
         self.src = source
@@ -99,6 +112,9 @@ class Evaluator:
             return from_native(err, self.src)
         if isinstance(err, ArgError):
             return self.error(node, err.message)
+        binding = _binding_misuse(err)
+        if binding is not None:
+            return self.error(node, binding)
         return self.error(node, f"{type(err).__name__}: {err}")
 
     # ---- names ----

@@ -14,10 +14,11 @@ so `A[bx * 64:(bx + 1) * 64]` has the Python extent 64, not an expression to sim
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 from ..env import native
-from .dtypes import DType, is_float, is_int
+from .dtypes import DType, int_range, is_float, is_int
 
 _IR = None
 
@@ -31,6 +32,16 @@ def ir():
 
 
 _INT32_RANGE = range(-(2**31), 2**31)
+_INT64_RANGE = range(-(2**63), 2**63)
+
+
+def int_const(value: int, dtype: str):
+    """The constant `value` of an integer dtype or bool; a value past the dtype's range is
+    the user's error, naming both (uint64 takes all of 0 .. 2**64 - 1)."""
+    lo, hi = int_range(dtype)
+    if not lo <= value <= hi:
+        raise ValueError(f"the constant {value} is out of the range of {dtype} ({lo} .. {hi})")
+    return ir().int_imm(value, dtype)
 
 
 def const(value, dtype: str | None = None):
@@ -41,8 +52,15 @@ def const(value, dtype: str | None = None):
         value = int(value)
         if dtype is not None and is_float(dtype):
             return ir().float_imm(float(value), dtype)
-        if dtype is not None and is_int(dtype):
+        if dtype in ("int32", "int64") and value in _INT64_RANGE:
+            # The index types: a size past 2**31 meeting an int32 index stays as written, and
+            # the printer indexes such tensors in 64 bits (cuda_printer.h: kIndex32Limit).
             return ir().int_imm(value, dtype)
+        if dtype is not None and is_int(dtype):
+            return int_const(value, dtype)
+        if value not in _INT64_RANGE:
+            raise ValueError(f"the constant {value} is out of the range of int64 ({_INT64_RANGE.start} .. "
+                             f"{_INT64_RANGE.stop - 1}); an unsigned 64-bit constant is written T.uint64({value})")
         return ir().int_imm(value, "int32" if value in _INT32_RANGE else "int64")
     if isinstance(value, numbers.Real):
         return ir().float_imm(float(value), dtype if dtype is not None and is_float(dtype) else "float32")
@@ -163,10 +181,15 @@ def cast_value(value, dtype: str):
     if isinstance(value, VarBuffer):
         value = value.load()
     if not isinstance(value, PrimExpr):
+        if not is_number(value):
+            raise TypeError(f"expected a number or a kernel expression for a {dtype} value, got "
+                            f"{type(value).__name__} {value!r}")
         if dtype == "bool":
             return PrimExpr(ir().int_imm(int(bool(value)), "bool"))
         if is_int(dtype):
-            return PrimExpr(ir().int_imm(int(value), dtype))
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"the constant {value} cannot be converted to {dtype}")
+            return PrimExpr(int_const(int(value), dtype))
         return PrimExpr(ir().float_imm(float(value), dtype))
     if value.expr.dtype == dtype:
         return value
