@@ -147,3 +147,16 @@ def test_the_ir_builder_checks_its_constants():
     with pytest.raises(C.CompileError) as info:
         C.ir.int_imm("3", "int32")
     assert "must be a Python int, got str" in str(info.value)
+
+
+def test_a_misused_ir_builder_is_reported_as_ours_without_its_signatures():
+    from tegula import env
+    from tegula.frontend.evaluator import _binding_misuse
+
+    try:
+        env.native().ir.var(3, ["int32"])
+    except TypeError as err:
+        message = _binding_misuse(err)
+    assert message.startswith("internal error: Tegula's frontend called var() of its IR builder"), message
+    assert "(3, ['int32'])" in message and "supported" not in message and "->" not in message, message
+    assert _binding_misuse(TypeError("something else")) is None
