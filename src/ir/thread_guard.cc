@@ -50,6 +50,17 @@ void conjuncts(const Expr& e, std::vector<Expr>* out) {
 
 }  // namespace
 
+bool thread_private_nest(const Stmt& s) {
+  bool local_only = true;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) local_only &= st->buffer->scope == Scope::Local;
+    if (x.as<EvaluateNode>() || x.as<TileOpNode>() || x.as<SyncNode>()) local_only = false;
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) local_only &= ld->buffer->scope != Scope::Fragment;
+  });
+  return local_only;
+}
+
 bool reads_var(const Expr& e, const Expr& v) {
   return reads_any(e, [&](const Expr& x) { return x.same_as(v); });
 }
@@ -120,9 +131,11 @@ class LearnVarying : public IRVisitor {
   }
   void visit_For(const ForNode* op) override {
     bool saved = varying_;
-    if (op->for_kind == ForKind::Parallel || !u_.uniform(op->min) || !u_.uniform(op->extent)) {
+    // A thread-private T.Parallel nest runs whole in every thread, like a serial loop.
+    bool divided = op->for_kind == ForKind::Parallel && !thread_private_nest(op->body);
+    if (divided || !u_.uniform(op->min) || !u_.uniform(op->extent)) {
       mark(op->var.get());
-      varying_ |= op->for_kind == ForKind::Parallel;
+      varying_ |= divided;
     }
     IRVisitor::visit_For(op);
     varying_ = saved;

@@ -1,6 +1,7 @@
 // Shared by partition_loops.cc, vectorize.cc and facts.cc.
 #pragma once
 #include "ir/analyzer.h"
+#include "ir/thread_guard.h"
 #include "transform/context.h"
 
 namespace tegula::transform {
@@ -34,9 +35,7 @@ class Facts {
   std::vector<ir::Expr> facts_;  // each e, meaning e >= 0
 };
 
-// A T.Parallel nest that touches no fragment and stores only into local buffers: each
-// thread runs it whole (TileLang's rule), so it is not divided among threads.
-bool thread_private_nest(const ir::Stmt& s);
+using ir::thread_private_nest;
 
 struct NestInfo {
   layout::FragmentPtr layout;

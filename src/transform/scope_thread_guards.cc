@@ -22,17 +22,6 @@ namespace tegula::transform {
 
 using namespace ir;
 
-bool thread_private_nest(const Stmt& s) {
-  bool local_only = true;
-  post_order(s, [&](const Stmt& x) {
-    if (auto* st = x.as<BufferStoreNode>()) local_only &= st->buffer->scope == Scope::Local;
-    if (x.as<EvaluateNode>() || x.as<TileOpNode>() || x.as<SyncNode>()) local_only = false;
-  }, [&](const Expr& e) {
-    if (auto* ld = e.as<BufferLoadNode>()) local_only &= ld->buffer->scope != Scope::Fragment;
-  });
-  return local_only;
-}
-
 namespace {
 
 // Code whose work is divided among the block's threads.
@@ -61,7 +50,8 @@ class Scoper : public IRMutator {
   }
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    if (op->for_kind == ForKind::Parallel || !uni_.uniform(op->min) || !uni_.uniform(op->extent)) {
+    bool divided = op->for_kind == ForKind::Parallel && !thread_private_nest(self);
+    if (divided || !uni_.uniform(op->min) || !uni_.uniform(op->extent)) {
       uni_.mark_varying(op->var);
     }
     return IRMutator::mutate_For(self, op);
