@@ -53,7 +53,10 @@ def layer_norm_program(N, dtype, eps, blk_m, threads, n_pad, chunks=1):
                 T.copy(x, xc)
                 T.reduce_sum(xc, total, dim=1)
                 for i, j in T.Parallel(blk_m, n_pad):
-                    xc[i, j] = T.if_then_else(j < N, xc[i, j] - total[i] * inv_n, 0.0)
+                    # total / N, not total * (1 / N): a row of one value sums exactly in float32
+                    # (as a float16 row of 65504s does), and only the division then gives back
+                    # that value, so the centred row is exactly 0 as torch's running mean makes it.
+                    xc[i, j] = T.if_then_else(j < N, xc[i, j] - total[i] / N, 0.0)
                 for i, j in T.Parallel(blk_m, n_pad):
                     sq[i, j] = xc[i, j] * xc[i, j]
                 T.reduce_sum(sq, squares, dim=1)

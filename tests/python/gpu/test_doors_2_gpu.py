@@ -176,7 +176,10 @@ def test_norms_give_torchs_nan_and_inf_pattern(kind, dtype, n):
     out, torch_fn, inputs = _norm_call(kind, x.cuda(), tag)
     # The reference: torch's definition in float32 on the upcast inputs.
     ref = torch_fn(*(t.cpu().float() for t in inputs))
-    same_pattern(out, ref, dtype, f"{kind} {dtype} n={n} against torch on the CPU")
+    # A layer norm's rows whose float32 statistics overflow: torch's CPU and CUDA kernels
+    # disagree with each other there (the order of the sums decides), so neither is the bar.
+    rows_cpu = ~overflows if kind == "layer_norm" else torch.ones_like(overflows)
+    same_pattern(out.cpu()[rows_cpu], ref[rows_cpu], dtype, f"{kind} {dtype} n={n} against torch on the CPU")
     # torch's CUDA kernels, on the rows where they compute the definition's statistics: an
     # rms norm of rows a multiple of 4 sums squares (every row); otherwise they take
     # Welford's running mean, which agrees but where float32 overflows, and for an rms
