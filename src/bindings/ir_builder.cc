@@ -329,7 +329,10 @@ void init_ir_builder(py::module_& m) {
     require_rank(b.node, indices.size());
     return ir::make_store(b.node, std::move(indices), value, current_loc());
   }, py::arg("buf"), py::arg("indices"), py::arg("value"));
-  m.def("sync", [] { return ir::make_sync(current_loc()); });
+  // threads > 0: a named barrier `barrier` for that many threads (T.sync_threads(id, n)).
+  m.def("sync", [](int barrier, int threads) {
+    return threads > 0 ? ir::make_scoped_sync(barrier, threads, current_loc()) : ir::make_sync(current_loc());
+  }, py::arg("barrier") = 0, py::arg("threads") = 0);
   m.def("for_", [](const Expr& var, const Expr& min, const Expr& extent, const std::string& kind, const Stmt& body,
                    int num_stages) {
     require_var(var, "a loop variable");

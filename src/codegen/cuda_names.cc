@@ -52,6 +52,9 @@ const char* const kReservedWords[] = {
     "sync_async_proxy", "tanh", "tile_at", "tile_at2", "tma_load_1d", "tma_load_2d", "tma_load_3d",
     "tma_load_4d", "tma_load_5d", "tmap_addr", "to_float", "to_tf32", "trunc", "unpack2", "warp_reduce",
     "wgmma_commit", "wgmma_desc", "wgmma_fence", "wgmma_rs", "wgmma_ss", "wgmma_wait", "wgmma_wait_regs",
+    // warp.h
+    "activemask", "all_sync", "any_sync", "ballot", "ballot_sync", "max_num", "min_num", "pdl_sync",
+    "pdl_trigger", "warp_reduce_bitand", "warp_reduce_bitor", "warp_reduce_max", "warp_reduce_min", "warp_reduce_sum",
 };
 
 // CUDA's vector types: char1 ... ulonglong4, double4.

@@ -51,6 +51,16 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"max_value", {"tegula::max_value", true}}, {"min_value", {"tegula::min_value", true}},
       {"sigmoid", {"tegula::sigmoid", false}}, {"tanh", {"tegula::tanh", false}},
       {"sin", {"tegula::sin", false}},         {"cos", {"tegula::cos", false}},
+      // warp.h: NaN-ignoring max / min, warp reductions and votes, programmatic dependent launch.
+      {"max_num", {"tegula::max_num", false}}, {"min_num", {"tegula::min_num", false}},
+      {"warp_reduce_sum", {"tegula::warp_reduce_sum", false}}, {"warp_reduce_max", {"tegula::warp_reduce_max", false}},
+      {"warp_reduce_min", {"tegula::warp_reduce_min", false}},
+      {"warp_reduce_bitand", {"tegula::warp_reduce_bitand", false}},
+      {"warp_reduce_bitor", {"tegula::warp_reduce_bitor", false}},
+      {"any_sync", {"tegula::any_sync", false}}, {"all_sync", {"tegula::all_sync", false}},
+      {"ballot_sync", {"tegula::ballot_sync", false}}, {"ballot", {"tegula::ballot", false}},
+      {"activemask", {"tegula::activemask", false}},
+      {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
   };
   return t;
 }

@@ -166,6 +166,13 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
   else if (name == "rint") r = std::nearbyint(x);
   else if (name == "abs") r = std::fabs(x);
   else if (name == "sigmoid") r = 1.0 / (1.0 + std::exp(-x));
+  else if (name == "max_num" || name == "min_num") {
+    // IEEE maxNum / minNum (fmaxf): a NaN operand is dropped.
+    double y = arg(1);
+    if (std::isnan(x) || std::isnan(y)) r = std::isnan(x) ? y : x;
+    else r = name == "max_num" ? std::max(x, y) : std::min(x, y);
+  }
+  else if (name == "pdl_trigger" || name == "pdl_sync") r = 0;  // ordering between kernels only
   else if (name == "infinity") r = inf;
   else if (name == ir::kThreadScope) r = x - arg(1);  // the thread's index in its scope
   else if (name == "ninfinity") r = -inf;

@@ -131,6 +131,12 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       std::vector<ExprFn> args;
       for (auto& a : c->args) args.push_back(expr(a, loc));
       double probe;
+      // A warp's lanes together: a tile program has one logical thread per block.
+      user_assert(c->op.rfind("warp_reduce_", 0) != 0 && c->op != "any_sync" && c->op != "all_sync" &&
+                      c->op != "ballot_sync" && c->op != "ballot" && c->op != "activemask",
+                  at)
+          << "the reference cannot run '" << c->op << "': it combines the values of the 32 lanes of a warp, and a "
+          << "tile program is one logical thread per block (tegula.testing.simulate runs it thread by thread)";
       if (!eval_intrinsic(c->op, std::vector<double>(args.size(), 1.0), t, &probe)) {
         internal_error << "reference: cannot interpret the call '" << c->op << "' at " << loc.str();
       }

@@ -195,9 +195,12 @@ StmtFn reduce(const TileOpNode* op, Compiler& c) {
   double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   // absmax starts from 0, as |x| >= 0 (and so do the generated reductions).
   double identity = sum || take_abs ? 0.0 : is_max ? -inf : inf;
-  // max and min propagate NaN, as torch.amax does.
-  auto combine = [sum, is_max, nan](double a, double b) {
+  // max and min propagate NaN, as torch.amax does, unless nan_propagate is 0 (TileLang's
+  // nan_propagate=False: a NaN is dropped, as fmaxf does).
+  bool propagate = op->attr_int("nan_propagate", 1) != 0;
+  auto combine = [sum, is_max, nan, propagate](double a, double b) {
     if (sum) return a + b;
+    if (!propagate && (std::isnan(a) || std::isnan(b))) return std::isnan(a) ? b : a;
     if (std::isnan(a) || std::isnan(b)) return nan;
     return is_max ? std::max(a, b) : std::min(a, b);
   };

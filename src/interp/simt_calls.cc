@@ -14,6 +14,7 @@
 // writes C at the wgmma_wait that retires its group (one group per call).
 #include <cmath>
 #include <algorithm>
+#include <map>
 
 #include "interp/simt_machine.h"
 #include "ir/printer.h"
@@ -58,6 +59,10 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     }
     return out;
   }
+  if (f.rfind("warp_reduce_", 0) == 0 || f == "any_sync" || f == "all_sync" || f == "ballot_sync" || f == "ballot" ||
+      f == "activemask") {
+    return warp_call(op, ts);
+  }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
   std::vector<Vals> args;
   for (const Expr& a : op->args) args.push_back(eval(a, ts));
@@ -69,6 +74,73 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
       if (args[a].undef_at(i)) out.set_undef(i);
     }
     if (!eval_intrinsic(f, xs, op->dtype.element(), &out.v[i])) cannot("the call '" + f + "'");
+  }
+  return out;
+}
+
+// A call the lanes of a warp make together: warp_reduce_<op>(v) over all 32 lanes, the
+// votes any_sync / all_sync / ballot_sync(mask, predicate) over the lanes of mask, ballot
+// over all 32, activemask. Every lane named must be active (CUDA leaves the rest
+// undefined): reported. A reduction runs the device library's butterfly (warp.h), each
+// step rounded to the value's dtype, so sums match the GPU's order.
+Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
+  const std::string& f = op->op;
+  size_t n = ts.size();
+  bool reduce = f.rfind("warp_reduce_", 0) == 0, voting = f == "any_sync" || f == "all_sync" || f == "ballot_sync";
+  Vals mask = voting ? eval(op->args.at(0), ts) : Vals{1, std::vector<double>(n, 4294967295.0)};
+  if (voting) require_defined(mask, ts, "votes with");
+  Vals v = f == "activemask" ? Vals{1, std::vector<double>(n, 1.0)} : eval(op->args.at(voting ? 1 : 0), ts);
+  if (!reduce) require_defined(v, ts, "votes on");
+  std::vector<int> pos(threads_, -1);
+  for (size_t i = 0; i < n; ++i) pos[ts[i]] = int(i);
+  Vals out{1, std::vector<double>(n, 0.0)};
+  DataType t = op->dtype.element();
+  for (size_t i = 0; i < n; ++i) {
+    int base = ts[i] & ~31;
+    uint32_t m = uint32_t(int64_t(mask.at(i)));
+    if (f == "activemask") {
+      uint64_t bits = 0;
+      for (int l = 0; l < 32; ++l) bits |= uint64_t(base + l < threads_ && pos[base + l] >= 0) << l;
+      out.v[i] = double(bits);
+      continue;
+    }
+    bool whole = true;
+    for (int l = 0; l < 32; ++l) {
+      if (((m >> l) & 1) && (base + l >= threads_ || pos[base + l] < 0)) whole = false;
+    }
+    if (!whole || !((m >> (ts[i] & 31)) & 1)) {
+      error(f + " in thread " + std::to_string(ts[i]) + ": lanes of mask " + std::to_string(m) +
+            " of its warp are inactive or missing (all of them must reach the call, and the caller be among them)");
+      continue;
+    }
+    if (reduce) {
+      static const std::map<std::string, BinaryOp> kOps = {
+          {"warp_reduce_sum", BinaryOp::Add}, {"warp_reduce_max", BinaryOp::Max}, {"warp_reduce_min", BinaryOp::Min},
+          {"warp_reduce_bitand", BinaryOp::BitAnd}, {"warp_reduce_bitor", BinaryOp::BitOr}};
+      auto it = kOps.find(f);
+      if (it == kOps.end()) cannot("the call '" + f + "'");
+      double lane[32];
+      bool undef = false;
+      for (int l = 0; l < 32; ++l) {
+        lane[l] = v.at(pos[base + l]);
+        undef |= v.undef_at(pos[base + l]);
+      }
+      for (int d = 16; d > 0; d >>= 1) {
+        double next[32];
+        for (int l = 0; l < 32; ++l) next[l] = eval_binary(it->second, lane[l], lane[l ^ d], t, t);
+        std::copy(next, next + 32, lane);
+      }
+      out.v[i] = lane[ts[i] & 31];
+      if (undef) out.set_undef(i);
+      continue;
+    }
+    uint64_t bits = 0;
+    for (int l = 0; l < 32; ++l) {
+      if ((m >> l) & 1) bits |= uint64_t(v.at(pos[base + l]) != 0) << l;
+    }
+    if (f == "any_sync") out.v[i] = bits != 0;
+    else if (f == "all_sync") out.v[i] = bits == (uint64_t(m) & 0xffffffffu);
+    else out.v[i] = double(bits);
   }
   return out;
 }

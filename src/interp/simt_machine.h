@@ -119,6 +119,7 @@ class Machine {
 
   // ---- simt_calls.cc
   Vals call(const ir::CallNode* op, const Threads& ts);
+  Vals warp_call(const ir::CallNode* op, const Threads& ts);  // warp reductions and votes
   // Calls with an effect (cp.async, atomics, tensor cores, waits); false when `op` is
   // an ordinary expression call.
   bool call_statement(const ir::CallNode* op, const Threads& ts);

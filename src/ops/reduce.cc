@@ -112,7 +112,12 @@ class Reduce : public TileOp {
     ctx.extra_locals.push_back(part);
     std::vector<Stmt> body;
     for (int p = 0; p < ld->slots(); ++p) body.push_back(make_store(part, {make_int(p)}, identity(kind, acc_t), loc));
-    auto combine = [&](Expr a, Expr b) { return make_binary(comb.op, a, b, loc); };
+    // nan_propagate=0 (TileLang's nan_propagate=False): max and min of floats drop a NaN.
+    bool drop_nan = op->attr_int("nan_propagate", 1) == 0 && acc_t.is_float() && comb.op != BinaryOp::Add;
+    auto combine = [&](Expr a, Expr b) {
+      if (drop_nan) return make_call(comb.op == BinaryOp::Max ? "max_num" : "min_num", {a, b}, acc_t, loc);
+      return make_binary(comb.op, a, b, loc);
+    };
     for (int s = 0; s < ls->slots(); ++s) {
       if (to_dst[s] < 0) continue;
       Expr v = make_cast(acc_t, make_load(sreg, {make_int(s)}, loc));

@@ -12,6 +12,7 @@
 //   fast_math.h  exp2_fast and the other single-instruction approximations
 //   limits.h   infinity, ninfinity, max_value, min_value
 //   reduce.h   warp shuffles and warp_reduce with SumOp, MaxOp, MinOp, AbsSumOp, AbsMaxOp
+//   warp.h     warp_reduce_sum / _max / ..., warp votes, pdl_trigger / pdl_sync, max_num / min_num
 //   atomic.h   atomic_add
 //   print.h    print for T.print
 //   mma.h      ldmatrix, stmatrix, mma.sync (sm_80+)
@@ -28,6 +29,7 @@
 #include "tegula/fast_math.h"
 #include "tegula/limits.h"
 #include "tegula/reduce.h"
+#include "tegula/warp.h"
 #include "tegula/atomic.h"
 #include "tegula/print.h"
 #include "tegula/mma.h"

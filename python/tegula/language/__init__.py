@@ -8,17 +8,21 @@
 
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, T.Kernel, allocations
+  intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
-from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, abs, alloc_fragment,
-                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
-                       floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2, max, max_value,
-                       min, min_value, rsqrt, serial, sin, sqrt, sync_threads, unroll)
+from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, Select, abs, align_up,
+                       alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
+                       exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
+                       max, max_value, min, min_value, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
+from .intrinsics import (__ldg, activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync,
+                         pdl_sync, pdl_trigger, warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min,
+                         warp_reduce_sum)
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
 from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,

@@ -29,6 +29,8 @@ _UNARY_MATH = {
     "rsqrt": lambda x: 1.0 / math.sqrt(x),
     "sin": math.sin,
     "cos": math.cos,
+    "tanh": math.tanh,
+    "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)),
 }
 
 
@@ -55,7 +57,7 @@ def _unary_math(name: str, fold):
     return op
 
 
-exp, exp2, log, log2, sqrt, rsqrt, sin, cos = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
+exp, exp2, log, log2, sqrt, rsqrt, sin, cos, tanh, sigmoid = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
 
 
 @intrinsic("T.abs")
@@ -95,10 +97,20 @@ def ceildiv(a, b):
     return (a + b - 1) // b
 
 
+@intrinsic("T.align_up")
+def align_up(x, y):
+    """x rounded up to a multiple of y: T.ceildiv(x, y) * y; folds for Python numbers."""
+    return ceildiv(x, y) * y
+
+
 @intrinsic("T.clamp")
-def clamp(x, lo, hi):
-    """T.max(T.min(x, hi), lo)."""
-    return max(min(x, hi), lo)
+def clamp(dst, min_val=None, max_val=None):
+    """T.max(T.min(dst, max_val), min_val) (TileLang's names); a bound left None is not applied."""
+    if max_val is not None:
+        dst = min(dst, max_val)
+    if min_val is not None:
+        dst = max(dst, min_val)
+    return dst
 
 
 @intrinsic("T.if_then_else")
@@ -113,6 +125,12 @@ def if_then_else(cond, then_value, else_value):
     db = b.expr.dtype if isinstance(b, PrimExpr) else None
     expr = ir().select(to_expr(cond), to_expr(a, db), to_expr(b, da))
     return PrimExpr(expr, any(isinstance(v, PrimExpr) and v.reads for v in (cond, a, b)))
+
+
+@intrinsic("T.Select")
+def Select(condition, true_value, false_value):  # noqa: N802 - TVM's name
+    """TVM's T.Select: T.if_then_else under its other name (both sides evaluated)."""
+    return if_then_else(condition, true_value, false_value)
 
 
 def _special_constant(name: str):
@@ -287,11 +305,33 @@ def get_block_binding(dim=0):
     return frame.block_vars[dim]
 
 
+def _barrier_int(value, arg: str):
+    if isinstance(value, PrimExpr) and value.expr.const is not None and is_int(value.expr.dtype):
+        value = int(value.expr.const)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgError(arg, f"T.sync_threads: '{arg}' must be a constant int, got {value!r}")
+    return int(value)
+
+
 @intrinsic("T.sync_threads")
-def sync_threads():
+def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block (`__syncthreads()`); the compiler places the barriers
-    shared memory needs by itself."""
-    builder.current("T.sync_threads").emit(ir().sync())
+    shared memory needs by itself. With TileLang's arguments, `T.sync_threads(id, n)` is
+    named barrier `id` (0..15) for `n` threads (a multiple of 32; the block's threads when
+    left out): `bar.sync id, n`."""
+    frame = builder.current("T.sync_threads")
+    if barrier_id is None and arrive_count is None:
+        frame.emit(ir().sync())
+        return
+    kernel = frame.require_kernel("T.sync_threads")
+    barrier = _barrier_int(0 if barrier_id is None else barrier_id, "barrier_id")
+    if not 0 <= barrier <= 15:
+        raise ArgError("barrier_id", f"T.sync_threads: the hardware has named barriers 0..15, got {barrier}")
+    threads = kernel.threads if arrive_count is None else _barrier_int(arrive_count, "arrive_count")
+    if threads <= 0 or threads % 32 or threads > kernel.threads:
+        raise ArgError("arrive_count", f"T.sync_threads: arrive_count must be a positive multiple of 32 up to the "
+                       f"block's {kernel.threads} threads, got {threads}")
+    frame.emit(ir().sync(barrier, threads) if (barrier, threads) != (0, kernel.threads) else ir().sync())
 
 
 # ---- allocations ----

@@ -181,19 +181,30 @@ def _reduce(kind: str):
     name = f"T.reduce_{kind}"
 
     @intrinsic(name)
-    def reduce(buffer, out, dim=-1, clear=True):
+    def reduce(buffer, out, dim=-1, clear=True, nan_propagate=None):
         """T.reduce_<kind>(buffer, out, dim=-1, clear=True): reduces the fragment `buffer`
         along `dim` into the fragment `out`, `buffer`'s shape without that dimension; with
-        clear=False the result is combined with what `out` holds."""
+        clear=False the result is combined with what `out` holds. For max, min and absmax,
+        nan_propagate=False drops NaN (TileLang's default); True or left out propagates it."""
         src = _region(buffer, name, "buffer")
         rank = len(src[1])
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -rank <= dim < rank:
             raise ArgError("dim", f"{name}: dim must be an int in {-rank}..{rank - 1} for a {rank}-d "
                            f"buffer, got {dim!r}")
         attrs = {"kind": kind, "dim": int(dim) % rank, "clear": _flag(clear, name, "clear")}
+        if nan_propagate is not None:
+            attrs["nan_propagate"] = _flag(nan_propagate, name, "nan_propagate")
         _check_reduce_shape(name, region_of(buffer), region_of(out), int(dim) % rank)
         _emit(name, "reduce", [src, _region(out, name, "out")], [], attrs)
 
+    if kind in ("sum", "abssum"):  # NaN is no question for a sum: no nan_propagate
+        plain = reduce
+
+        @intrinsic(name)
+        def reduce(buffer, out, dim=-1, clear=True):
+            plain(buffer, out, dim, clear)
+
+        reduce.__doc__ = plain.__doc__.split(" For max, min")[0]
     reduce.__name__ = reduce.__qualname__ = f"reduce_{kind}"
     return reduce
 

@@ -1,0 +1,84 @@
+// The intrinsics a thread calls by name (TileLang's T.warp_reduce_*, T.any_sync, T.ballot,
+// T.pdl_*), and the NaN-ignoring max and min of T.reduce_max(..., nan_propagate=False).
+//
+// Every warp call here names the full warp (mask 0xffffffff) unless it takes a mask: all
+// 32 lanes must reach it, as TileLang's do.
+#pragma once
+
+#include "tegula/config.h"
+#include "tegula/math.h"
+#include "tegula/reduce.h"
+
+namespace tegula {
+
+// IEEE maxNum / minNum: a NaN operand is dropped, the other returned (fmaxf, __hmax).
+// max_num(NaN, 1) == 1; max_num(NaN, NaN) is NaN.
+template <typename T>
+TEGULA_DEVICE T max_num(T a, T b) {
+  if constexpr (detail::is_same<T, float>) {
+    return ::fmaxf(a, b);
+  } else if constexpr (detail::is_same<T, double>) {
+    return ::fmax(a, b);
+  } else if constexpr (detail::is_16bit_float<T>) {
+    return __hmax(a, b);
+  } else {
+    return a < b ? b : a;
+  }
+}
+template <typename T>
+TEGULA_DEVICE T min_num(T a, T b) {
+  if constexpr (detail::is_same<T, float>) {
+    return ::fminf(a, b);
+  } else if constexpr (detail::is_same<T, double>) {
+    return ::fmin(a, b);
+  } else if constexpr (detail::is_16bit_float<T>) {
+    return __hmin(a, b);
+  } else {
+    return b < a ? b : a;
+  }
+}
+
+// The value of every lane of the warp combined, in every lane: a butterfly over lane
+// distances 16, 8, 4, 2, 1 (the order the simulator reproduces, interp/simt_calls.cc).
+// max and min propagate NaN, as T.max does.
+#define TEGULA_WARP_REDUCE(name, expr)                       \
+  template <typename T>                                      \
+  TEGULA_DEVICE T name(T v) {                                \
+    _Pragma("unroll") for (int d = 16; d > 0; d >>= 1) {     \
+      T o = shfl_xor(v, d);                                  \
+      v = expr;                                              \
+    }                                                        \
+    return v;                                                \
+  }
+TEGULA_WARP_REDUCE(warp_reduce_sum, add(v, o))
+TEGULA_WARP_REDUCE(warp_reduce_max, max(v, o))
+TEGULA_WARP_REDUCE(warp_reduce_min, min(v, o))
+TEGULA_WARP_REDUCE(warp_reduce_bitand, T(v & o))
+TEGULA_WARP_REDUCE(warp_reduce_bitor, T(v | o))
+#undef TEGULA_WARP_REDUCE
+
+// Warp votes over the lanes of `mask` (each of which must reach the call).
+TEGULA_DEVICE int any_sync(unsigned mask, int predicate) { return __any_sync(mask, predicate); }
+TEGULA_DEVICE int all_sync(unsigned mask, int predicate) { return __all_sync(mask, predicate); }
+// Bit l set when lane l's predicate is non-zero; 64 bits, as TileLang's (the upper 32 zero).
+TEGULA_DEVICE unsigned long long ballot_sync(unsigned mask, int predicate) {
+  return __ballot_sync(mask, predicate);
+}
+TEGULA_DEVICE unsigned long long ballot(int predicate) { return __ballot_sync(0xffffffffu, predicate); }
+TEGULA_DEVICE unsigned long long activemask() { return __activemask(); }
+
+// Programmatic dependent launch (sm_90+): let the next kernel on the stream start its
+// prologue, and wait for the previous kernel's results. Where the launch did not ask for
+// programmatic serialisation, both are no-ops; before sm_90 they are left out.
+TEGULA_DEVICE void pdl_trigger() {
+#if TEGULA_ARCH >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+TEGULA_DEVICE void pdl_sync() {
+#if TEGULA_ARCH >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+}  // namespace tegula

@@ -1,0 +1,203 @@
+"""A thread's own intrinsics, with TileLang's names and meaning: warp reductions and votes
+(`T.warp_reduce_sum`, `T.any_sync`, `T.ballot`, ...), `T.any_of` / `T.all_of` over a
+buffer region, read-only loads (`T.__ldg`), `T.assume`, programmatic dependent launch
+(`T.pdl_trigger` / `T.pdl_sync`).
+
+A warp call is one IR call (`warp_reduce_sum(v)`, `any_sync(mask, predicate)`) that the
+printer spells as the device library's (kernels/include/tegula/warp.h); every lane the
+call names must reach it, as in CUDA.
+"""
+from __future__ import annotations
+
+import numbers
+
+from ..frontend import builder
+from ..frontend.builder import intrinsic
+from ..frontend.dtypes import is_float, is_int
+from ..frontend.errors import ArgError
+from ..frontend.values import LoadValue, PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, region_of
+
+_FULL_MASK = 0xFFFFFFFF
+
+
+def _value(value, fn: str, arg: str) -> PrimExpr:
+    if isinstance(value, VarBuffer):
+        value = value.load()
+    if isinstance(value, bool):
+        return cast_value(value, "bool")
+    if isinstance(value, numbers.Integral):
+        return cast_value(value, "int32")
+    if isinstance(value, float):
+        return cast_value(value, "float32")
+    if not isinstance(value, PrimExpr):
+        raise ArgError(arg, f"{fn}: '{arg}' must be a number or a kernel expression, got {value!r}")
+    return value
+
+
+# ---- warp reductions ----
+
+def _warp_reduce(op: str, ints_only: bool):
+    name = f"warp_reduce_{op}"
+
+    @intrinsic(f"T.{name}")
+    def fn(value):
+        v = _value(value, f"T.{name}", "value")
+        dtype = v.expr.dtype
+        if ints_only and not is_int(dtype):
+            raise ArgError("value", f"T.{name}: the value must be an integer, got {dtype}")
+        if not (is_int(dtype) or is_float(dtype)) or dtype == "bool":
+            raise ArgError("value", f"T.{name}: the value must be a number, got {dtype}")
+        return call(name, [v], dtype)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"T.{name}(value): the {op} of `value` over the 32 lanes of the warp, in every lane "
+                  "(a butterfly of shuffles); all 32 lanes must reach it.")
+    return fn
+
+
+warp_reduce_sum = _warp_reduce("sum", False)
+warp_reduce_max = _warp_reduce("max", False)
+warp_reduce_min = _warp_reduce("min", False)
+warp_reduce_bitand = _warp_reduce("bitand", True)
+warp_reduce_bitor = _warp_reduce("bitor", True)
+
+
+# ---- warp votes ----
+
+def _predicate(value, fn: str) -> PrimExpr:
+    p = _value(value, fn, "predicate")
+    if not (is_int(p.expr.dtype) or p.expr.dtype == "bool"):
+        raise TypeError(f"{fn} requires an integer or boolean predicate, but got {p.expr.dtype}")
+    return cast_value(p, "int32")
+
+
+def _mask(value, fn: str) -> PrimExpr:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if not 0 <= value <= _FULL_MASK:
+            raise ArgError("mask", f"{fn}: mask must be a 32-bit lane mask, got {value:#x}")
+        return cast_value(value, "uint32")
+    m = _value(value, fn, "mask")
+    if not is_int(m.expr.dtype):
+        raise ArgError("mask", f"{fn}: mask must be an integer lane mask, got {m.expr.dtype}")
+    return cast_value(m, "uint32")
+
+
+@intrinsic("T.any_sync")
+def any_sync(predicate, mask=_FULL_MASK):
+    """Non-zero (int32) when the predicate is non-zero in any lane of `mask`."""
+    return call("any_sync", [_mask(mask, "T.any_sync"), _predicate(predicate, "T.any_sync")], "int32")
+
+
+@intrinsic("T.all_sync")
+def all_sync(predicate, mask=_FULL_MASK):
+    """Non-zero (int32) when the predicate is non-zero in every lane of `mask`."""
+    return call("all_sync", [_mask(mask, "T.all_sync"), _predicate(predicate, "T.all_sync")], "int32")
+
+
+@intrinsic("T.ballot_sync")
+def ballot_sync(predicate, mask=_FULL_MASK):
+    """A uint64 with bit l set when lane l of `mask` has a non-zero predicate."""
+    return call("ballot_sync", [_mask(mask, "T.ballot_sync"), _predicate(predicate, "T.ballot_sync")], "uint64")
+
+
+@intrinsic("T.ballot")
+def ballot(predicate):
+    """T.ballot_sync over the whole warp."""
+    return call("ballot", [_predicate(predicate, "T.ballot")], "uint64")
+
+
+@intrinsic("T.activemask")
+def activemask():
+    """A uint64 with bit l set for each lane of the warp running this call."""
+    return call("activemask", [], "uint64")
+
+
+# ---- any_of / all_of ----
+
+def _fold_region(value, fn: str, op: str):
+    region = region_of(value)
+    if region is None:
+        raise ArgError("buffer", f"{fn}: 'buffer' must be a buffer or a buffer region, got {value!r}")
+    extents = region.extents
+    if not all(isinstance(e, numbers.Integral) for e in extents):
+        raise ArgError("buffer", f"{fn}: the region's extents must be constant, got {region!r}")
+    count = 1
+    for e in extents:
+        count *= int(e)
+    if count > 1024:
+        raise ArgError("buffer", f"{fn}: the region holds {count} elements; at most 1024 are folded")
+    buf = region.buffer
+    result = None
+    for flat in range(count):
+        index, rest = [], flat
+        for e in reversed(extents):
+            index.append(rest % int(e))
+            rest //= int(e)
+        index = [binop("add", m, i) if isinstance(m, PrimExpr) else m + i
+                 for m, i in zip(region.mins, reversed(index))]
+        element = LoadValue(buf, index)
+        truth = element if buf.dtype == "bool" else binop("ne", element, 0)
+        result = truth if result is None else binop(op, result, truth)
+    return result
+
+
+@intrinsic("T.any_of")
+def any_of(buffer):
+    """True when any element of the buffer (or region: `A[i, :]`) is non-zero."""
+    return _fold_region(buffer, "T.any_of", "or")
+
+
+@intrinsic("T.all_of")
+def all_of(buffer):
+    """True when every element of the buffer (or region) is non-zero."""
+    return _fold_region(buffer, "T.all_of", "and")
+
+
+# ---- loads, hints, launch order ----
+
+def _ldg(load_or_buf, index=None):
+    """T.__ldg(x[i]) (or T.__ldg(x, i)): x[i], a load through the read-only data cache."""
+    if isinstance(load_or_buf, LoadValue):
+        if index is not None:
+            raise ArgError("index", "T.__ldg: give either an element (x[i]) or a buffer and an index")
+        return load_or_buf
+    region = region_of(load_or_buf)
+    if region is None or isinstance(load_or_buf, PrimExpr):
+        raise ArgError("load_or_buf", f"T.__ldg expects an element (x[i]) or a buffer, got {load_or_buf!r}")
+    if index is None:
+        raise ArgError("index", "T.__ldg(buffer, index) requires an index when passing a buffer")
+    if isinstance(index, (list, tuple)):
+        if len(index) != 1:
+            raise ArgError("index", "T.__ldg supports one (flattened) index")
+        index = index[0]
+    if region.buffer.ndim != 1:
+        raise ArgError("load_or_buf", f"T.__ldg(buffer, index): '{region.buffer.name}' must be 1-D")
+    return region.buffer[index]
+
+
+__ldg = intrinsic("T.__ldg")(_ldg)
+
+
+@intrinsic("T.assume")
+def assume(cond=None):
+    """A fact the programmer states (`T.assume(i < N)`); a hint with no effect here."""
+    if cond is not None and not (isinstance(cond, (PrimExpr, VarBuffer)) or is_number(cond)):
+        raise ArgError("cond", f"T.assume: 'cond' must be a condition, got {cond!r}")
+
+
+def _statement(fn: str, name: str):
+    builder.current(fn).emit(ir().evaluate(call(name, [], "int32").expr))
+
+
+@intrinsic("T.pdl_trigger")
+def pdl_trigger():
+    """Programmatic dependent launch: lets the next kernel on the stream start
+    (`griddepcontrol.launch_dependents` on sm_90+, nothing before)."""
+    _statement("T.pdl_trigger", "pdl_trigger")
+
+
+@intrinsic("T.pdl_sync")
+def pdl_sync():
+    """Programmatic dependent launch: waits until the previous kernel on the stream has
+    finished and its memory is visible (`griddepcontrol.wait` on sm_90+, nothing before)."""
+    _statement("T.pdl_sync", "pdl_sync")

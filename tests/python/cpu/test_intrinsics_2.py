@@ -1,0 +1,345 @@
+"""TileLang's thread intrinsics and reduction options without a GPU: T.assume, T.Select,
+T.align_up, T.sigmoid / T.tanh, T.clamp(min_val=, max_val=), T.__ldg, T.reduce_max /
+reduce_min(nan_propagate=), T.any_of / T.all_of, warp votes and T.warp_reduce_*,
+T.sync_threads(id, n), T.pdl_trigger / T.pdl_sync. Each program compiles with NVRTC for
+sm_80 and sm_90a, and the reference (where it can model the program) and the simulator
+agree with torch on fresh random inputs, outputs poisoned."""
+import math
+
+import pytest
+import torch
+
+import tegula
+import tegula.language as T
+import tegula.testing as tt
+
+TARGETS = ["sm_90a", "sm_80"]
+
+
+def compiles(kernel):
+    assert kernel.cubin()[:4] == b"\x7fELF"
+    return kernel.get_kernel_source()
+
+
+def both(kernel, *args, reference=True):
+    """The simulator's outputs, and the reference's where it can run the program."""
+    outs = [tt.simulate(kernel, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])]
+    if reference:
+        outs.append(tt.reference(kernel, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+    return outs
+
+
+# ------------------------------------------------------------------ scalar names
+
+def scalar_names(N, target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((N,), "float32"), Y: T.Tensor((6, N), "float32")):
+            with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+                for i in T.Parallel(128):
+                    j = bx * 128 + i
+                    T.assume(j >= 0)
+                    if j < N:
+                        x = T.__ldg(X[j])
+                        Y[0, j] = T.Select(x > 0, x, 0.5 * x)
+                        Y[1, j] = T.sigmoid(x)
+                        Y[2, j] = T.tanh(x)
+                        Y[3, j] = T.clamp(x, min_val=-0.5, max_val=0.25)
+                        Y[4, j] = T.clamp(x, max_val=0.0) + T.clamp(T.__ldg(X, j), min_val=1.0)
+                        Y[5, j] = T.cast(T.align_up(j, 16), "float32")
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_scalar_names(target):
+    N = 300
+    k = scalar_names(N, target)
+    compiles(k)
+    x = torch.randn(N) * 2
+    j = torch.arange(N, dtype=torch.float64)
+    xd = x.double()
+    want = torch.stack([torch.where(xd > 0, xd, 0.5 * xd), torch.sigmoid(xd), torch.tanh(xd), xd.clamp(-0.5, 0.25),
+                        xd.clamp(max=0.0) + xd.clamp(min=1.0), torch.ceil(j / 16) * 16])
+    for out in both(k, x):
+        torch.testing.assert_close(out.double(), want, rtol=2e-6, atol=2e-6)
+
+
+def test_scalar_names_fold_in_python():
+    assert T.align_up(100, 16) == 112
+    assert T.Select(True, 1, 2) == 1
+    assert T.clamp(5, min_val=0, max_val=3) == 3 and T.clamp(-1, min_val=0) == 0
+    assert abs(T.sigmoid(0.0) - 0.5) < 1e-12 and abs(T.tanh(1.0) - math.tanh(1.0)) < 1e-12
+
+
+# ------------------------------------------------------------------ nan_propagate
+
+def reduce_program(kind, dtype, nan_propagate, clear, target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        fn = {"max": T.reduce_max, "min": T.reduce_min, "absmax": T.reduce_absmax}[kind]
+        kwargs = {} if nan_propagate is None else {"nan_propagate": nan_propagate}
+
+        @T.prim_func
+        def f(A: T.Tensor((4, 64), dtype), Out: T.Tensor((4,), dtype)):
+            with T.Kernel(1, threads=32):
+                frag = T.alloc_fragment((4, 64), dtype)
+                out = T.alloc_fragment((4,), dtype)
+                T.copy(A, frag)
+                if not clear:
+                    T.fill(out, -1.0)
+                fn(frag, out, dim=1, clear=clear, **kwargs)
+                T.copy(out, Out)
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("kind", ["max", "min", "absmax"])
+@pytest.mark.parametrize("nan_propagate", [None, True, False])
+def test_reduce_nan_propagate(target, dtype, kind, nan_propagate):
+    tdt = getattr(torch, dtype)
+    a = torch.randn(4, 64).to(tdt)
+    a[0, 7] = float("nan")
+    a[2, :] = float("nan")  # every element NaN: NaN either way
+    for clear in (True, False):
+        k = reduce_program(kind, dtype, nan_propagate, clear, target)
+        if clear:
+            src = compiles(k)
+            assert ("max_num" in src or "min_num" in src) == (nan_propagate is False)
+        d = a.double()
+        if kind == "absmax":
+            d = d.abs()
+        red = {"max": torch.amax, "absmax": torch.amax, "min": torch.amin}[kind]
+        if nan_propagate is False:
+            fill = -math.inf if kind != "min" else math.inf
+            want = red(torch.where(d.isnan(), torch.full_like(d, fill), d), dim=1)
+            want[2] = {"max": -math.inf, "min": math.inf, "absmax": 0.0}[kind]  # the identity
+        else:
+            want = red(d, dim=1)
+        if not clear:
+            prev = torch.full_like(want, -1.0)
+            if nan_propagate is False:
+                want = torch.where(want.isnan(), prev, want)
+            want = torch.maximum(want, prev) if kind != "min" else torch.minimum(want, prev)
+        for out in both(k, a):
+            torch.testing.assert_close(out.double(), want.to(tdt).double(), equal_nan=True, rtol=0, atol=0)
+
+
+def test_nan_propagate_is_for_max_and_min():
+    with pytest.raises(tegula.TegulaCompileError, match="unexpected keyword argument 'nan_propagate'"):
+        @T.prim_func
+        def f(A: T.Tensor((64,), "float32"), Out: T.Tensor((1,), "float32")):
+            with T.Kernel(1, threads=32):
+                frag = T.alloc_fragment((64,), "float32")
+                out = T.alloc_fragment((1,), "float32")
+                T.copy(A, frag)
+                T.reduce_sum(frag, out, nan_propagate=True)
+                T.copy(out, Out)
+
+
+# ------------------------------------------------------------------ any_of / all_of
+
+def any_all_program(target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(Mask: T.Tensor((16, 8), "bool"), V: T.Tensor((16, 8), "int32"), Out: T.Tensor((16, 4), "int32")):
+            with T.Kernel(16, threads=32) as bx:
+                v = T.alloc_local((8,), "int32")
+                for j in T.serial(8):
+                    v[j] = V[bx, j]
+                Out[bx, 0] = T.any_of(Mask[bx, :])
+                Out[bx, 1] = T.all_of(Mask[bx, :])
+                Out[bx, 2] = T.any_of(v)
+                Out[bx, 3] = T.all_of(v[2:6])
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_any_of_all_of(target):
+    k = any_all_program(target)
+    compiles(k)
+    mask = torch.rand(16, 8) < 0.2
+    mask[3] = True
+    mask[4] = False
+    v = (torch.rand(16, 8) < 0.7).int() * torch.randint(1, 9, (16, 8), dtype=torch.int32)
+    v[5] = 0
+    v[6] = 3
+    want = torch.stack([mask.any(1), mask.all(1), (v != 0).any(1), (v[:, 2:6] != 0).all(1)], dim=1).int()
+    for out in both(k, mask, v):
+        assert torch.equal(out, want)
+
+
+# ------------------------------------------------------------------ warps
+
+def warp_program(dtype, threads, target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((threads,), dtype), Y: T.Tensor((5, threads), dtype)):
+            with T.Kernel(1, threads=threads):
+                tx = T.get_thread_binding()
+                x = T.alloc_var(dtype)
+                x = X[tx]
+                Y[0, tx] = T.warp_reduce_sum(x)
+                Y[1, tx] = T.warp_reduce_max(x)
+                Y[2, tx] = T.warp_reduce_min(x)
+                if dtype == "int32":
+                    Y[3, tx] = T.warp_reduce_bitand(x)
+                    Y[4, tx] = T.warp_reduce_bitor(x)
+                else:
+                    Y[3, tx] = 0
+                    Y[4, tx] = 0
+        return f
+    return program()
+
+
+def butterfly_sum(w):
+    """The device library's order: distances 16, 8, 4, 2, 1, in float32."""
+    lanes = w.clone()
+    for d in (16, 8, 4, 2, 1):
+        lanes = lanes + lanes[torch.arange(32) ^ d]
+    return lanes
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_warp_reduce(target, dtype):
+    threads = 64
+    k = warp_program(dtype, threads, target)
+    src = compiles(k)
+    assert "warp_reduce_sum(" in src
+    if dtype == "float32":
+        x = torch.randn(threads)
+    else:
+        x = torch.randint(0, 100, (threads,), dtype=torch.int32)
+    out = tt.simulate(k, x)
+    for w in range(threads // 32):
+        part = x[32 * w:32 * w + 32]
+        if dtype == "float32":
+            torch.testing.assert_close(out[0, 32 * w:32 * w + 32], butterfly_sum(part), rtol=0, atol=0)
+        else:
+            assert torch.all(out[0, 32 * w:32 * w + 32] == part.sum())
+            a, o = part[0].item(), part[0].item()
+            for v in part.tolist():
+                a, o = a & v, o | v
+            assert torch.all(out[3, 32 * w:32 * w + 32] == a) and torch.all(out[4, 32 * w:32 * w + 32] == o)
+        assert torch.all(out[1, 32 * w:32 * w + 32] == part.max())
+        assert torch.all(out[2, 32 * w:32 * w + 32] == part.min())
+    # The reference is one logical thread per block: it refuses, it does not guess.
+    with pytest.raises(Exception, match="cannot run"):
+        tt.reference(k, x)
+
+
+def vote_program(target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((64,), "int32"), Y: T.Tensor((6, 64), "int64")):
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                p = X[tx] > 0
+                Y[0, tx] = T.any_sync(p)
+                Y[1, tx] = T.all_sync(p)
+                if tx % 32 < 16:  # the callers of a masked vote are the mask's lanes
+                    Y[2, tx] = T.ballot_sync(p, 0x0000FFFF)
+                else:
+                    Y[2, tx] = 7
+                Y[3, tx] = T.ballot(X[tx])
+                Y[4, tx] = T.activemask()
+                Y[5, tx] = T.any_sync(X[tx] > 5, mask=0xFFFFFFFF)
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_warp_votes(target):
+    k = vote_program(target)
+    src = compiles(k)
+    assert "ballot_sync(" in src and "any_sync(" in src
+    x = torch.randint(-3, 8, (64,), dtype=torch.int32)
+    x[32:64] = torch.randint(1, 8, (32,), dtype=torch.int32)  # warp 1: every predicate true
+    out = tt.simulate(k, x)
+    for w in range(2):
+        part = x[32 * w:32 * w + 32]
+        bits = sum(1 << l for l in range(32) if part[l] > 0)
+        nonzero = sum(1 << l for l in range(32) if part[l] != 0)
+        seg = slice(32 * w, 32 * w + 32)
+        assert torch.all((out[0, seg] != 0) == bool((part > 0).any()))
+        assert torch.all((out[1, seg] != 0) == bool((part > 0).all()))
+        assert torch.all(out[2, 32 * w:32 * w + 16] == bits & 0xFFFF) and torch.all(out[2, 32 * w + 16:32 * w + 32] == 7)
+        assert torch.all(out[3, seg] == nonzero)
+        assert torch.all(out[4, seg] == 0xFFFFFFFF)
+        assert torch.all((out[5, seg] != 0) == bool((part > 5).any()))
+
+
+def test_a_warp_call_with_lanes_missing_is_reported():
+    @tegula.jit(out_idx=[-1], target="sm_80")
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((32,), "float32"), Y: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                tx = T.get_thread_binding()
+                Y[tx] = 0.0
+                if tx < 16:
+                    Y[tx] = T.warp_reduce_sum(X[tx])
+        return f
+
+    with pytest.raises(tt.SimulationError, match="inactive or missing"):
+        tt.simulate(program(), torch.randn(32))
+
+
+def test_vote_predicates_must_be_integers():
+    with pytest.raises(tegula.TegulaCompileError, match="requires an integer or boolean predicate"):
+        @T.prim_func
+        def f(X: T.Tensor((32,), "float32"), Y: T.Tensor((32,), "int32")):
+            with T.Kernel(1, threads=32):
+                tx = T.get_thread_binding()
+                Y[tx] = T.any_sync(X[tx])
+
+
+# ------------------------------------------------------------------ barriers and launch order
+
+def barrier_program(target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((128,), "float32"), Y: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128):
+                s = T.alloc_shared((128,), "float32")
+                T.pdl_sync()
+                for i in T.Parallel(128):
+                    s[i] = X[i] * 2.0
+                T.sync_threads(3)
+                for i in T.Parallel(128):
+                    Y[i] = s[127 - i]
+                T.sync_threads(1, 128)
+                T.sync_threads()
+                T.pdl_trigger()
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_named_barriers_and_pdl(target):
+    k = barrier_program(target)
+    src = compiles(k)
+    assert "barrier_sync(3, 128)" in src and "barrier_sync(1, 128)" in src
+    assert "pdl_sync()" in src and "pdl_trigger()" in src
+    x = torch.randn(128)
+    for out in both(k, x):
+        torch.testing.assert_close(out, x.flip(0) * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("args,match", [((16,), "named barriers 0..15"), ((1, 48), "multiple of 32"),
+                                        ((1, 256), "multiple of 32")])
+def test_sync_threads_arguments_are_checked(args, match):
+    with pytest.raises(tegula.TegulaCompileError, match=match):
+        @T.prim_func
+        def f(X: T.Tensor((128,), "float32")):
+            with T.Kernel(1, threads=128):
+                T.sync_threads(*args)

@@ -1,0 +1,108 @@
+"""The programs of tests/python/cpu/test_intrinsics_2.py run on the GPU, against torch:
+T.Select / T.sigmoid / T.tanh / T.clamp / T.align_up / T.__ldg / T.assume, reduce_max /
+reduce_min / reduce_absmax with nan_propagate, T.any_of / T.all_of, T.warp_reduce_*,
+warp votes, named barriers and T.pdl_trigger / T.pdl_sync."""
+import importlib.util
+import math
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+_spec = importlib.util.spec_from_file_location(
+    "intrinsics_2_programs", os.path.join(os.path.dirname(__file__), "..", "cpu", "test_intrinsics_2.py"))
+progs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(progs)
+
+
+def test_scalar_names():
+    N = 1000
+    k = progs.scalar_names(N, "auto")
+    x = torch.randn(N, device="cuda") * 2
+    y = k(x)
+    xd = x.double()
+    j = torch.arange(N, dtype=torch.float64, device="cuda")
+    want = torch.stack([torch.where(xd > 0, xd, 0.5 * xd), torch.sigmoid(xd), torch.tanh(xd), xd.clamp(-0.5, 0.25),
+                        xd.clamp(max=0.0) + xd.clamp(min=1.0), torch.ceil(j / 16) * 16])
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("kind", ["max", "min", "absmax"])
+@pytest.mark.parametrize("nan_propagate", [None, True, False])
+@pytest.mark.parametrize("clear", [True, False])
+def test_reduce_nan_propagate(dtype, kind, nan_propagate, clear):
+    tdt = getattr(torch, dtype)
+    a = torch.randn(4, 64).to(tdt)
+    a[0, 7] = float("nan")
+    a[2, :] = float("nan")
+    k = progs.reduce_program(kind, dtype, nan_propagate, clear, "auto")
+    out = k(a.cuda()).cpu()
+    # The simulator's result is checked against torch in the CPU test; the GPU must match it.
+    import tegula.testing as tt
+    want = tt.simulate(progs.reduce_program(kind, dtype, nan_propagate, clear, "sm_80"), a)
+    torch.testing.assert_close(out.double(), want.double(), equal_nan=True, rtol=0, atol=0)
+    assert math.isnan(out[0].item()) == (nan_propagate is not False)
+
+
+def test_any_of_all_of():
+    k = progs.any_all_program("auto")
+    mask = torch.rand(16, 8, device="cuda") < 0.2
+    mask[3] = True
+    mask[4] = False
+    v = (torch.rand(16, 8, device="cuda") < 0.7).int() * torch.randint(1, 9, (16, 8), dtype=torch.int32, device="cuda")
+    v[5] = 0
+    want = torch.stack([mask.any(1), mask.all(1), (v != 0).any(1), (v[:, 2:6] != 0).all(1)], dim=1).int()
+    assert torch.equal(k(mask, v), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_warp_reduce(dtype):
+    threads = 64
+    k = progs.warp_program(dtype, threads, "auto")
+    if dtype == "float32":
+        x = torch.randn(threads, device="cuda")
+    else:
+        x = torch.randint(0, 100, (threads,), dtype=torch.int32, device="cuda")
+    out = k(x)
+    for w in range(threads // 32):
+        part = x[32 * w:32 * w + 32]
+        seg = slice(32 * w, 32 * w + 32)
+        if dtype == "float32":
+            torch.testing.assert_close(out[0, seg], progs.butterfly_sum(part.cpu()).cuda(), rtol=1e-6, atol=1e-5)
+        else:
+            assert torch.all(out[0, seg] == part.sum())
+            a, o = part[0].item(), part[0].item()
+            for v in part.tolist():
+                a, o = a & v, o | v
+            assert torch.all(out[3, seg] == a) and torch.all(out[4, seg] == o)
+        assert torch.all(out[1, seg] == part.max()) and torch.all(out[2, seg] == part.min())
+
+
+def test_warp_votes():
+    k = progs.vote_program("auto")
+    x = torch.randint(-3, 8, (64,), dtype=torch.int32, device="cuda")
+    x[32:64] = torch.randint(1, 8, (32,), dtype=torch.int32, device="cuda")
+    out = k(x).cpu()
+    x = x.cpu()
+    for w in range(2):
+        part = x[32 * w:32 * w + 32]
+        seg = slice(32 * w, 32 * w + 32)
+        bits = sum(1 << l for l in range(32) if part[l] > 0)
+        nonzero = sum(1 << l for l in range(32) if part[l] != 0)
+        assert torch.all((out[0, seg] != 0) == bool((part > 0).any()))
+        assert torch.all((out[1, seg] != 0) == bool((part > 0).all()))
+        assert torch.all(out[2, 32 * w:32 * w + 16] == bits & 0xFFFF)
+        assert torch.all(out[2, 32 * w + 16:32 * w + 32] == 7)
+        assert torch.all(out[3, seg] == nonzero)
+        assert torch.all(out[4, seg] == 0xFFFFFFFF)
+        assert torch.all((out[5, seg] != 0) == bool((part > 5).any()))
+
+
+def test_named_barriers_and_pdl():
+    k = progs.barrier_program("auto")
+    x = torch.randn(128, device="cuda")
+    for _ in range(3):  # back to back on one stream: pdl_sync waits for nothing wrong
+        torch.testing.assert_close(k(x), x.flip(0) * 2, rtol=0, atol=0)
