@@ -106,6 +106,8 @@ class Printer {
     indent_ = 1;
     line() << "const int " << name(k_.thread_var) << " = threadIdx.x;\n";
     print_block_indices();
+    std::string rng_state = rng_state_type();
+    if (!rng_state.empty()) line() << rng_state << " tegula_rng;\n";  // T.rng_init's generator, per thread
     if (k_.smem_bytes > 0) {
       line() << "extern __shared__ __align__(" << (k_.smem_panelled.empty() ? 128 : 1024)
              << ") unsigned char tegula_smem[];\n";
@@ -274,6 +276,43 @@ class Printer {
     return nm;
   }
   std::string name(const Buffer& b) { return unique(b.get(), b->name); }
+
+  // T.rng_*: one generator state per thread (tegula_rng); rng_init's args[3] names
+  // TileLang's generator (0 Philox4_32_10, 1 MRG32k3a, 2 XORWOW), one per kernel. "" when
+  // the kernel draws no random numbers.
+  std::string rng_state_type() const {
+    static const char* const kStates[] = {"curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t", "curandStateXORWOW_t"};
+    int generator = -1;
+    const CallNode* draw = nullptr;
+    post_order(k_.body, [](const Stmt&) {}, [&](const Expr& e) {
+      auto* c = e.as<CallNode>();
+      if (!c || c->op.rfind("rng_", 0) != 0) return;
+      if (c->op != "rng_init") {
+        draw = draw ? draw : c;
+        return;
+      }
+      int g = int(*as_const_int(c->args.at(3)));
+      user_assert(generator < 0 || generator == g, c->loc)
+          << "T.rng_init: a kernel draws from one generator; this one initialises " << kStates[generator] << " and "
+          << kStates[g];
+      generator = g;
+    });
+    if (draw) user_assert(generator >= 0, draw->loc) << "T.rng_rand / T.rng_rand_float: the kernel calls no T.rng_init";
+    // Every generator draws from the device library's Philox (random.h): curand's Philox
+    // numbers; TileLang's other generators give other numbers of the same distributions.
+    return generator < 0 ? "" : "tegula::Philox";
+  }
+  std::string rng_call(const CallNode* c) {
+    if (c->op == "rng_init") {
+      return "tegula_rng.init(" + expr(c->args[0]) + ", " + expr(c->args[1]) + ", " + expr(c->args[2]) + ")";
+    }
+    std::string wide = c->dtype.bits == 64 ? "_double" : "";
+    if (c->op == "rng_rand") return "tegula_rng.next()";
+    if (c->op == "rng_uniform") return "tegula_rng.uniform" + wide + "()";
+    if (c->op == "rng_normal") return "tegula_rng.normal" + wide + "()";
+    internal_error << "unknown random-number call '" << c->op << "'";
+    return "";
+  }
 
   std::string offset(const Buffer& b, const std::vector<Expr>& idx) {
     if (k_.smem_panelled.count(b.get()) && *as_const_int(b->shape[1]) * b->dtype.bytes() > 128) {
@@ -446,6 +485,7 @@ class Printer {
     if (c->op == "ws_producer") return "(threadIdx.x >= " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "sync_all") return "__syncthreads()";
+    if (c->op.rfind("rng_", 0) == 0) return rng_call(c);
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
     if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
       WsRegisters r = ws_registers(k_);

@@ -137,6 +137,9 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
                   at)
           << "the reference cannot run '" << c->op << "': it combines the values of the 32 lanes of a warp, and a "
           << "tile program is one logical thread per block (tegula.testing.simulate runs it thread by thread)";
+      user_assert(c->op.rfind("rng_", 0) != 0, loc)
+          << "the reference cannot run '" << c->op << "': the reference runs one logical thread per block, "
+          << "and random numbers are each thread's own";
       if (!eval_intrinsic(c->op, std::vector<double>(args.size(), 1.0), t, &probe)) {
         internal_error << "reference: cannot interpret the call '" << c->op << "' at " << loc.str();
       }

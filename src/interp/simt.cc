@@ -164,6 +164,7 @@ void Machine::run_block(const std::vector<int64_t>& bi) {
   epoch_ = 0;
   open_.assign(threads_, {});
   committed_.assign(threads_, {});
+  rng_.assign(threads_, {});
   wgmma_.clear();
   Threads all(threads_);
   for (int t = 0; t < threads_; ++t) all[t] = t;

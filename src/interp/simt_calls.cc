@@ -64,6 +64,7 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     return warp_call(op, ts);
   }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
+  if (f.rfind("rng_", 0) == 0) return rng_call(op, ts);
   std::vector<Vals> args;
   for (const Expr& a : op->args) args.push_back(eval(a, ts));
   Vals out{1, std::vector<double>(n, 0.0)};
@@ -141,6 +142,103 @@ Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
     if (f == "any_sync") out.v[i] = bits != 0;
     else if (f == "all_sync") out.v[i] = bits == (uint64_t(m) & 0xffffffffu);
     else out.v[i] = double(bits);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ random numbers
+
+namespace {
+
+using Rng = Machine::Rng;
+
+void rng_add(Rng& r, uint64_t n) {
+  uint64_t lo = (uint64_t(r.ctr[1]) << 32 | r.ctr[0]) + n;
+  bool carry = lo < n;
+  r.ctr[0] = uint32_t(lo), r.ctr[1] = uint32_t(lo >> 32);
+  if (carry && ++r.ctr[2] == 0) ++r.ctr[3];
+}
+
+void rng_refill(Rng& r) {
+  uint32_t c[4] = {r.ctr[0], r.ctr[1], r.ctr[2], r.ctr[3]}, k0 = r.key[0], k1 = r.key[1];
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(0xD2511F53u) * c[0], p1 = uint64_t(0xCD9E8D57u) * c[2];
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c[1] ^ k0, n2 = uint32_t(p0 >> 32) ^ c[3] ^ k1;
+    c[0] = n0, c[1] = uint32_t(p1), c[2] = n2, c[3] = uint32_t(p0);
+    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+  }
+  std::copy(c, c + 4, r.out);
+}
+
+uint32_t rng_next(Rng& r) {
+  uint32_t v = r.out[r.pos];
+  if (++r.pos == 4) rng_add(r, 1), rng_refill(r), r.pos = 0;
+  return v;
+}
+
+}  // namespace
+
+// The device library's Philox (random.h), thread by thread: the same bits, and uniforms
+// rounded as the GPU's fused multiply-add gives them. Normals use the CPU's sin and cos
+// where the GPU uses __sincosf (float) and sincospi: equal to a few ulps, not bits.
+Vals Machine::rng_call(const CallNode* op, const Threads& ts) {
+  const std::string& f = op->op;
+  size_t n = ts.size();
+  std::vector<Vals> args;
+  for (const Expr& a : op->args) args.push_back(eval(a, ts));
+  for (const Vals& a : args) require_defined(a, ts, "draws random numbers with");
+  Vals out{1, std::vector<double>(n, 0.0)};
+  constexpr float kInv32 = 2.3283064e-10f;
+  constexpr double kInv53 = 1.1102230246251565e-16, kPi = 3.14159265358979323846;
+  for (size_t i = 0; i < n; ++i) {
+    Rng& r = rng_[ts[i]];
+    if (f == "rng_init") {
+      auto u64 = [&](int a) { return uint64_t(args[a].at(i)); };
+      uint64_t seed = u64(0), seq = u64(1), off = u64(2);
+      r = Rng{};
+      r.key[0] = uint32_t(seed), r.key[1] = uint32_t(seed >> 32);
+      r.ctr[0] = r.ctr[1] = 0, r.ctr[2] = uint32_t(seq), r.ctr[3] = uint32_t(seq >> 32);
+      r.pos = int(off & 3);
+      rng_add(r, off >> 2);
+      rng_refill(r);
+      r.ready = true;
+      continue;
+    }
+    if (!r.ready) {
+      error(thread_name(ts[i]) + " calls " + f + " before T.rng_init");
+      continue;
+    }
+    if (f == "rng_rand") {
+      out.v[i] = rng_next(r);
+    } else if (f == "rng_uniform") {
+      uint32_t x = rng_next(r);
+      out.v[i] = op->dtype.bits == 64 ? x * 2.3283064365386963e-10 + 2.3283064365386963e-10 / 2.0
+                                      : double(std::fma(float(x), kInv32, kInv32 / 2.0f));
+    } else if (f == "rng_normal" && op->dtype.bits != 64) {
+      if (r.has_extra) {
+        r.has_extra = false, out.v[i] = r.extra;
+        continue;
+      }
+      uint32_t x = rng_next(r), y = rng_next(r);
+      float u = std::fma(float(x), kInv32, kInv32 / 2.0f);
+      float v = std::fma(float(y), kInv32 * 6.2831855f, kInv32 * 6.2831855f / 2.0f);
+      float s = std::sqrt(-2.0f * std::log(u));
+      r.extra = double(float(std::cos(v) * s)), r.has_extra = true;
+      out.v[i] = double(float(std::sin(v) * s));
+    } else if (f == "rng_normal") {
+      if (r.has_extra_double) {
+        r.has_extra_double = false, out.v[i] = r.extra_double;
+        continue;
+      }
+      uint64_t x0 = rng_next(r), x1 = rng_next(r), y0 = rng_next(r), y1 = rng_next(r);
+      double u = double(x0 ^ (x1 << 21)) * kInv53 + kInv53 / 2.0;
+      double v = double(y0 ^ (y1 << 21)) * (kInv53 * 2.0) + kInv53;
+      double s = std::sqrt(-2.0 * std::log(u));
+      r.extra_double = std::cos(kPi * v) * s, r.has_extra_double = true;
+      out.v[i] = std::sin(kPi * v) * s;
+    } else {
+      cannot("the call '" + f + "'");
+    }
   }
   return out;
 }

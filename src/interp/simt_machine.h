@@ -141,6 +141,15 @@ class Machine {
   std::vector<std::vector<Landing>> open_;                  // per thread: issued, uncommitted
   std::vector<std::deque<std::vector<Landing>>> committed_;  // per thread: groups in flight
   std::deque<WgmmaGroup> wgmma_;                             // the block's groups in flight
+  // T.rng_*: each thread's Philox state (kernels/include/tegula/random.h); ready once initialised.
+  struct Rng {
+    uint32_t ctr[4], out[4], key[2];
+    int pos = 0;
+    bool ready = false, has_extra = false, has_extra_double = false;
+    double extra = 0, extra_double = 0;
+  };
+  std::vector<Rng> rng_;  // per thread of the block
+  Vals rng_call(const ir::CallNode* op, const Threads& ts);
   std::map<std::pair<const ir::CallNode*, int>, layout::FragmentPtr> mma_layouts_;  // per call: C, A
 
  private:

@@ -108,6 +108,8 @@ std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, Thre
 bool Uniformity::uniform(const Expr& e) const {
   return !reads_any(e, [&](const Expr& x) {
     if (varying_.count(x.get())) return true;
+    // Each thread's own draw, and the lanes running a call: they differ with no argument that does.
+    if (auto* c = x.as<CallNode>(); c && (c->op.rfind("rng_", 0) == 0 || c->op == "activemask")) return true;
     auto* ld = x.as<BufferLoadNode>();
     if (!ld) return false;
     return ld->buffer->scope == Scope::Fragment ||

@@ -13,6 +13,7 @@
 //   limits.h   infinity, ninfinity, max_value, min_value
 //   reduce.h   warp shuffles and warp_reduce with SumOp, MaxOp, MinOp, AbsSumOp, AbsMaxOp
 //   warp.h     warp_reduce_sum / _max / ..., warp votes, pdl_trigger / pdl_sync, max_num / min_num
+//   random.h   Philox, the per-thread generator of T.rng_* (curand's Philox numbers)
 //   atomic.h   atomic_add
 //   print.h    print for T.print
 //   mma.h      ldmatrix, stmatrix, mma.sync (sm_80+)
@@ -30,6 +31,7 @@
 #include "tegula/limits.h"
 #include "tegula/reduce.h"
 #include "tegula/warp.h"
+#include "tegula/random.h"
 #include "tegula/atomic.h"
 #include "tegula/print.h"
 #include "tegula/mma.h"

@@ -1,7 +1,7 @@
 """A thread's own intrinsics, with TileLang's names and meaning: warp reductions and votes
 (`T.warp_reduce_sum`, `T.any_sync`, `T.ballot`, ...), `T.any_of` / `T.all_of` over a
 buffer region, read-only loads (`T.__ldg`), `T.assume`, programmatic dependent launch
-(`T.pdl_trigger` / `T.pdl_sync`).
+(`T.pdl_trigger` / `T.pdl_sync`), random numbers (`T.rng_init`, `T.rng_rand`, curand's).
 
 A warp call is one IR call (`warp_reduce_sum(v)`, `any_sync(mask, predicate)`) that the
 printer spells as the device library's (kernels/include/tegula/warp.h); every lane the
@@ -201,3 +201,46 @@ def pdl_sync():
     """Programmatic dependent launch: waits until the previous kernel on the stream has
     finished and its memory is visible (`griddepcontrol.wait` on sm_90+, nothing before)."""
     _statement("T.pdl_sync", "pdl_sync")
+
+
+# ---- random numbers ----
+
+_GENERATORS = ("curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t", "curandStateXORWOW_t")
+
+
+@intrinsic("T.rng_init")
+def rng_init(seed, seq=None, off=0, generator="curandStatePhilox4_32_10_t"):
+    """Starts this thread's random numbers: curand_init(seed, seq, off) of `generator`.
+    seq left out is the thread's index in the grid, tx + bx * threads."""
+    fn = "T.rng_init"
+    if generator not in _GENERATORS:
+        raise ArgError("generator", f"{fn}: generator must be one of {', '.join(_GENERATORS)}, got {generator!r}")
+    frame = builder.current(fn)
+    if seq is None:
+        kernel = frame.require_kernel(fn)
+        seq = kernel.thread_var + kernel.block_vars[0] * kernel.threads
+    args = []
+    for arg, value in (("seed", seed), ("seq", seq), ("off", off)):
+        v = _value(value, fn, arg)
+        if not is_int(v.expr.dtype):
+            raise ArgError(arg, f"{fn}: '{arg}' must be an integer, got {v.expr.dtype}")
+        args.append(cast_value(v, "uint64"))
+    args.append(cast_value(_GENERATORS.index(generator), "int32"))
+    frame.emit(ir().evaluate(call("rng_init", args, "int32").expr))
+
+
+@intrinsic("T.rng_rand")
+def rng_rand():
+    """The thread's next random uint32 (curand)."""
+    return call("rng_rand", [], "uint32")
+
+
+@intrinsic("T.rng_rand_float")
+def rng_rand_float(bit=32, dist="uniform"):
+    """The thread's next random float32 (bit=64: float64): uniform in (0, 1]
+    (curand_uniform) or standard normal (dist="normal", curand_normal)."""
+    if bit not in (32, 64):
+        raise ArgError("bit", f"T.rng_rand_float: bit must be 32 or 64, got {bit!r}")
+    if dist not in ("uniform", "normal"):
+        raise ArgError("dist", f"T.rng_rand_float: dist must be 'uniform' or 'normal', got {dist!r}")
+    return call(f"rng_{dist}", [], f"float{bit}")

@@ -343,3 +343,104 @@ def test_sync_threads_arguments_are_checked(args, match):
         def f(X: T.Tensor((128,), "float32")):
             with T.Kernel(1, threads=128):
                 T.sync_threads(*args)
+
+
+# ------------------------------------------------------------------ random numbers
+
+def rand_program(M, seed, generator, target, draws=6, off=5):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(A: T.Tensor((M, draws), "uint32"), U: T.Tensor((M, draws), "float32")):
+            with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+                tx = T.get_thread_binding()
+                T.rng_init(seed, off=off, generator=generator)  # seq: tx + bx * 32
+                for j in T.serial(draws):
+                    if bx * 32 + tx < M:
+                        A[bx * 32 + tx, j] = T.rng_rand()
+                if bx * 32 + tx < M:
+                    U[bx * 32 + tx, 0] = T.rng_rand_float()
+                    U[bx * 32 + tx, 1] = T.rng_rand_float(dist="normal")
+                    U[bx * 32 + tx, 2] = T.cast(T.rng_rand_float(bit=64), "float32")
+                    U[bx * 32 + tx, 3] = T.cast(T.rng_rand_float(bit=64, dist="normal"), "float32")
+                    for j in T.serial(draws - 4):
+                        U[bx * 32 + tx, j + 4] = T.rng_rand_float()
+        return f
+    return program()
+
+
+M32 = 0xFFFFFFFF
+
+
+def philox_draws(seed, seq, off, count):
+    """curand's Philox4x32-10 stream after curand_init(seed, seq, off), in Python."""
+    out = []
+    for m in range(off, off + count):
+        ctr = (seq << 64) + m // 4
+        c = [(ctr >> (32 * w)) & M32 for w in range(4)]
+        k0, k1 = seed & M32, (seed >> 32) & M32
+        for _ in range(10):
+            p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+            c = [((p1 >> 32) ^ c[1] ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c[3] ^ k1) & M32, p0 & M32]
+            k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+        out.append(c[m % 4])
+    return out
+
+
+def expected_draws(M, seed, off=5):
+    """What rand_program's threads draw: A's six words, and U's uniforms (columns 0, 2, 4, 5)
+    and normals (1, 3) as curand computes them from the same words."""
+    A = torch.zeros(M, 6, dtype=torch.int64)
+    U = torch.zeros(M, 6, dtype=torch.float64)
+    inv32, inv53 = 2.3283064365386963e-10, 1.1102230246251565e-16
+    for g in range(M):
+        w = philox_draws(seed, g, off, 16)
+        A[g] = torch.tensor(w[:6])
+        U[g, 0] = w[6] * inv32 + inv32 / 2
+        u, v = w[7] * inv32 + inv32 / 2, w[8] * inv32 * 6.2831855 + inv32 * 6.2831855 / 2
+        U[g, 1] = math.sin(v) * math.sqrt(-2 * math.log(u))
+        U[g, 2] = w[9] * inv32 + inv32 / 2
+        zx, zy = w[10] ^ (w[11] << 21), w[12] ^ (w[13] << 21)
+        u, v = zx * inv53 + inv53 / 2, zy * inv53 * 2 + inv53
+        U[g, 3] = math.sin(math.pi * v) * math.sqrt(-2 * math.log(u))
+        U[g, 4] = w[14] * inv32 + inv32 / 2
+        U[g, 5] = w[15] * inv32 + inv32 / 2
+    return A, U
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("generator", ["curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t", "curandStateXORWOW_t"])
+def test_random_numbers(target, generator):
+    M, seed = 70, 42
+    k = rand_program(M, seed, generator, target)
+    src = compiles(k)
+    assert "tegula::Philox tegula_rng;" in src and "tegula_rng.init(" in src and "tegula_rng.normal_double()" in src
+    A = torch.full((M, 6), 7, dtype=torch.uint32)
+    U = tt.simulate(k, A)
+    want_a, want_u = expected_draws(M, seed)
+    assert torch.equal(A.to(torch.int64), want_a)
+    torch.testing.assert_close(U.double(), want_u, rtol=2e-6, atol=2e-6)
+    with pytest.raises(tegula.TegulaCompileError, match="cannot run"):
+        tt.reference(k, torch.empty(M, 6, dtype=torch.uint32))
+
+
+def test_random_numbers_need_one_generator_and_an_init():
+    @T.prim_func
+    def no_init(A: T.Tensor((32,), "uint32")):
+        with T.Kernel(1, threads=32):
+            tx = T.get_thread_binding()
+            A[tx] = T.rng_rand()
+
+    with pytest.raises(tegula.TegulaCompileError, match="calls no T.rng_init"):
+        tegula.compile(no_init, target="sm_80")
+
+    @T.prim_func
+    def two(A: T.Tensor((32,), "uint32")):
+        with T.Kernel(1, threads=32):
+            tx = T.get_thread_binding()
+            T.rng_init(1)
+            T.rng_init(2, generator="curandStateXORWOW_t")
+            A[tx] = T.rng_rand()
+
+    with pytest.raises(tegula.TegulaCompileError, match="one generator"):
+        tegula.compile(two, target="sm_80")

@@ -106,3 +106,36 @@ def test_named_barriers_and_pdl():
     x = torch.randn(128, device="cuda")
     for _ in range(3):  # back to back on one stream: pdl_sync waits for nothing wrong
         torch.testing.assert_close(k(x), x.flip(0) * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("generator", ["curandStatePhilox4_32_10_t", "curandStateXORWOW_t"])
+def test_random_numbers_are_curands_philox(generator):
+    M, seed = 300, 1234
+    k = progs.rand_program(M, seed, generator, "auto")
+    A = torch.empty(M, 6, dtype=torch.uint32, device="cuda")
+    U = k(A)
+    want_a, want_u = progs.expected_draws(M, seed)
+    assert torch.equal(A.cpu().to(torch.int64), want_a)
+    torch.testing.assert_close(U.cpu().double(), want_u, rtol=1e-5, atol=1e-5)
+
+
+def test_random_numbers_distribution():
+    import tegula
+    import tegula.language as T
+
+    @tegula.jit(out_idx=[-1])
+    def program(N):
+        @T.prim_func
+        def f(U: T.Tensor((N,), "float32"), Z: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, 256), threads=256) as bx:
+                T.rng_init(7)
+                for i in T.Parallel(256):
+                    U[bx * 256 + i] = T.rng_rand_float()
+                    Z[bx * 256 + i] = T.rng_rand_float(dist="normal")
+        return f
+
+    N = 1 << 20
+    U = torch.empty(N, device="cuda")
+    Z = program(N)(U)
+    assert U.min() > 0 and U.max() <= 1 and abs(U.mean().item() - 0.5) < 2e-3
+    assert abs(Z.mean().item()) < 5e-3 and abs(Z.std().item() - 1) < 5e-3
