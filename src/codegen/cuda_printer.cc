@@ -61,6 +61,7 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"ballot_sync", {"tegula::ballot_sync", false}}, {"ballot", {"tegula::ballot", false}},
       {"activemask", {"tegula::activemask", false}},
       {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
+      {"assume", {"__builtin_assume", false}},
   };
   return t;
 }

@@ -56,7 +56,7 @@ double cast_to_dtype(const ir::DataType& from, const ir::DataType& to, double v)
 double eval_binary(ir::BinaryOp op, double a, double b, const ir::DataType& operand, const ir::DataType& result);
 // A pure intrinsic call by its IR name (exp, exp2, log, log2, sqrt, rsqrt, tanh, sin, cos,
 // floor, ceil, trunc, rint, abs, sigmoid, infinity, ninfinity, max_value, min_value, the
-// NaN-ignoring max_num and min_num, and pdl_trigger / pdl_sync, which change no value).
+// NaN-ignoring max_num and min_num, and pdl_trigger / pdl_sync / assume, which change no value).
 // Returns false when `name` is not one of them.
 bool eval_intrinsic(const std::string& name, const std::vector<double>& args, const ir::DataType& result,
                     double* out);

@@ -65,6 +65,15 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
   }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
   if (f.rfind("rng_", 0) == 0) return rng_call(op, ts);
+  if (f == "assume") {
+    // The compiler dropped the checks this implies: a thread where it fails reads or writes
+    // past what the program meant.
+    Vals c = eval(op->args.at(0), ts);
+    for (size_t i = 0; i < n; ++i) {
+      if (!c.undef_at(i) && c.at(i) == 0) error("T.assume(" + ir::to_string(op->args[0]) + ") does not hold in " + thread_name(ts[i]));
+    }
+    return {1, std::vector<double>(n, 0.0)};
+  }
   std::vector<Vals> args;
   for (const Expr& a : op->args) args.push_back(eval(a, ts));
   Vals out{1, std::vector<double>(n, 0.0)};

@@ -277,11 +277,16 @@ class Partitioner : public IRMutator {
     }
     std::vector<Stmt> out;
     int saved = ahead_of_pipeline_;
+    size_t assumed = facts_.mark();
     for (size_t i = 0; i < op->seq.size(); ++i) {
       auto* f = op->seq[i].as<ForNode>();
       ahead_of_pipeline_ = i < loop && f && f->for_kind == ForKind::Parallel;
       out.push_back(mutate(op->seq[i]));
+      // T.assume(c): the programmer's axiom, a fact for the rest of the block (TileLang's meaning).
+      auto* ev = op->seq[i].as<EvaluateNode>();
+      if (auto* c = ev ? ev->value.as<CallNode>() : nullptr; c && c->op == "assume") facts_.assume(c->args.at(0));
     }
+    facts_.restore(assumed);
     ahead_of_pipeline_ = saved;
     return make_seq(out, op->loc);
   }

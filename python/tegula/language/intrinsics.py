@@ -180,9 +180,15 @@ __ldg = intrinsic("T.__ldg")(_ldg)
 
 @intrinsic("T.assume")
 def assume(cond=None):
-    """A fact the programmer states (`T.assume(i < N)`); a hint with no effect here."""
-    if cond is not None and not (isinstance(cond, (PrimExpr, VarBuffer)) or is_number(cond)):
+    """`T.assume(i < N)`: a fact the programmer vouches for from here to the end of the
+    block; the compiler may drop the bounds checks it implies (TileLang's axiom)."""
+    if cond is None or isinstance(cond, bool) or is_number(cond):
+        return
+    if isinstance(cond, VarBuffer):
+        cond = cond.load()
+    if not isinstance(cond, PrimExpr):
         raise ArgError("cond", f"T.assume: 'cond' must be a condition, got {cond!r}")
+    builder.current("T.assume").emit(ir().evaluate(call("assume", [cast_value(cond, "bool")], "int32").expr))
 
 
 def _statement(fn: str, name: str):

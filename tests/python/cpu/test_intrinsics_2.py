@@ -444,3 +444,42 @@ def test_random_numbers_need_one_generator_and_an_init():
 
     with pytest.raises(tegula.TegulaCompileError, match="one generator"):
         tegula.compile(two, target="sm_80")
+
+
+# ------------------------------------------------------------------ T.assume
+
+def assume_program(target, with_assume):
+    N = T.dynamic("N")
+
+    @tegula.jit(target=target)
+    def program():
+        @T.prim_func
+        def f(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), l: T.int32, r: T.int32):
+            with T.Kernel(1, threads=32):
+                for i in T.serial(r - l + 1):
+                    if with_assume:
+                        T.assume(l + i >= 0 and l + i < N)
+                    A[l + i] = 0
+                if with_assume:
+                    T.assume(l >= 0 and l < N)
+                B[l] = 1.0
+        return f
+    return program()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_assume_drops_the_checks_it_implies(target):
+    src = compiles(assume_program(target, True))
+    assert "if (" not in src and "__builtin_assume(" in src
+    assert "if (" in assume_program(target, False).get_kernel_source()
+    k = assume_program(target, True)
+    a, b = torch.randn(50), torch.randn(50)
+    for run in (tt.simulate, tt.reference):
+        a2, b2 = a.clone(), b.clone()
+        run(k, a2, b2, 3, 17)
+        want = a.clone()
+        want[3:18] = 0
+        assert torch.equal(a2, want) and b2[3] == 1 and torch.equal(b2[4:], b[4:])
+    # Broken, the promise lets the kernel write past the tensor: the simulator says which.
+    with pytest.raises(tt.SimulationError, match="does not hold"):
+        tt.simulate(k, a.clone(), b.clone(), 40, 60)

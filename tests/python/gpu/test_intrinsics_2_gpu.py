@@ -139,3 +139,13 @@ def test_random_numbers_distribution():
     Z = program(N)(U)
     assert U.min() > 0 and U.max() <= 1 and abs(U.mean().item() - 0.5) < 2e-3
     assert abs(Z.mean().item()) < 5e-3 and abs(Z.std().item() - 1) < 5e-3
+
+
+def test_assume():
+    k = progs.assume_program("auto", True)
+    a, b = torch.randn(50, device="cuda"), torch.randn(50, device="cuda")
+    want_a, want_b = a.clone(), b.clone()
+    want_a[3:18] = 0
+    want_b[3] = 1
+    k(a, b, 3, 17)
+    assert torch.equal(a, want_a) and torch.equal(b, want_b)
