@@ -62,6 +62,9 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"activemask", {"tegula::activemask", false}},
       {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
       {"assume", {"__builtin_assume", false}},
+      {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
+      {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
+      {"sync_warp", {"tegula::sync_warp", false}}, {"ffs", {"tegula::ffs", false}},
   };
   return t;
 }

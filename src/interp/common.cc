@@ -173,6 +173,16 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
     else r = name == "max_num" ? std::max(x, y) : std::min(x, y);
   }
   else if (name == "pdl_trigger" || name == "pdl_sync") r = 0;  // ordering between kernels only
+  else if (name == "ffs") {
+    uint64_t bits = uint64_t(int64_t(x));
+    r = 0;
+    for (int b = 0; b < 64; ++b) {
+      if ((bits >> b) & 1) {
+        r = b + 1;
+        break;
+      }
+    }
+  }
   else if (name == "assume") r = 0;  // T.assume: a hint (the simulator checks it holds)
   else if (name == "infinity") r = inf;
   else if (name == ir::kThreadScope) r = x - arg(1);  // the thread's index in its scope

@@ -133,7 +133,8 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       double probe;
       // A warp's lanes together: a tile program has one logical thread per block.
       user_assert(c->op.rfind("warp_reduce_", 0) != 0 && c->op != "any_sync" && c->op != "all_sync" &&
-                      c->op != "ballot_sync" && c->op != "ballot" && c->op != "activemask",
+                      c->op != "ballot_sync" && c->op != "ballot" && c->op != "activemask" &&
+                      c->op.rfind("shfl_", 0) != 0 && c->op != "sync_warp",
                   at)
           << "the reference cannot run '" << c->op << "': it combines the values of the 32 lanes of a warp, and a "
           << "tile program is one logical thread per block (tegula.testing.simulate runs it thread by thread)";

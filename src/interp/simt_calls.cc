@@ -60,7 +60,8 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     return out;
   }
   if (f.rfind("warp_reduce_", 0) == 0 || f == "any_sync" || f == "all_sync" || f == "ballot_sync" || f == "ballot" ||
-      f == "activemask") {
+      f == "activemask" || f == "shfl_idx" || f == "shfl_up" || f == "shfl_down" || f == "shfl_bfly" ||
+      f == "sync_warp") {
     return warp_call(op, ts);
   }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
@@ -90,17 +91,27 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
 
 // A call the lanes of a warp make together: warp_reduce_<op>(v) over all 32 lanes, the
 // votes any_sync / all_sync / ballot_sync(mask, predicate) over the lanes of mask, ballot
-// over all 32, activemask. Every lane named must be active (CUDA leaves the rest
+// over all 32, activemask, the shuffles shfl_idx / up / down / bfly(mask, v, lane, width)
+// and sync_warp(mask). Every lane named must be active (CUDA leaves the rest
 // undefined): reported. A reduction runs the device library's butterfly (warp.h), each
 // step rounded to the value's dtype, so sums match the GPU's order.
 Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   size_t n = ts.size();
-  bool reduce = f.rfind("warp_reduce_", 0) == 0, voting = f == "any_sync" || f == "all_sync" || f == "ballot_sync";
-  Vals mask = voting ? eval(op->args.at(0), ts) : Vals{1, std::vector<double>(n, 4294967295.0)};
-  if (voting) require_defined(mask, ts, "votes with");
-  Vals v = f == "activemask" ? Vals{1, std::vector<double>(n, 1.0)} : eval(op->args.at(voting ? 1 : 0), ts);
-  if (!reduce) require_defined(v, ts, "votes on");
+  bool reduce = f.rfind("warp_reduce_", 0) == 0, shuffle = f.rfind("shfl_", 0) == 0;
+  bool voting = f == "any_sync" || f == "all_sync" || f == "ballot_sync";
+  bool masked = voting || shuffle || f == "sync_warp";
+  Vals mask = masked ? eval(op->args.at(0), ts) : Vals{1, std::vector<double>(n, 4294967295.0)};
+  if (masked) require_defined(mask, ts, "names lanes with");
+  Vals v = f == "activemask" || f == "sync_warp" ? Vals{1, std::vector<double>(n, 1.0)}
+                                                 : eval(op->args.at(masked ? 1 : 0), ts);
+  if (!reduce && !shuffle) require_defined(v, ts, "votes on");
+  Vals lane_arg, width;
+  if (shuffle) {
+    lane_arg = eval(op->args.at(2), ts), width = eval(op->args.at(3), ts);
+    require_defined(lane_arg, ts, "shuffles with");
+    require_defined(width, ts, "shuffles with");
+  }
   std::vector<int> pos(threads_, -1);
   for (size_t i = 0; i < n; ++i) pos[ts[i]] = int(i);
   Vals out{1, std::vector<double>(n, 0.0)};
@@ -121,6 +132,26 @@ Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
     if (!whole || !((m >> (ts[i] & 31)) & 1)) {
       error(f + " in thread " + std::to_string(ts[i]) + ": lanes of mask " + std::to_string(m) +
             " of its warp are inactive or missing (all of them must reach the call, and the caller be among them)");
+      continue;
+    }
+    if (f == "sync_warp") continue;
+    if (shuffle) {
+      int lane = ts[i] & 31, w = int(width.at(i)), d = int(int64_t(lane_arg.at(i)));
+      if (w < 1 || w > 32 || (w & (w - 1))) {
+        error(f + " in thread " + std::to_string(ts[i]) + ": width " + std::to_string(w) + " is not a power of two up to 32");
+        continue;
+      }
+      int group = lane & ~(w - 1), src = lane;
+      if (f == "shfl_idx") src = group + (d & (w - 1));
+      else if (f == "shfl_up") src = lane - d >= group ? lane - d : lane;
+      else if (f == "shfl_down") src = lane + d < group + w ? lane + d : lane;
+      else src = ((lane ^ d) & 31) < group + w ? (lane ^ d) & 31 : lane;
+      if (!((m >> src) & 1)) {
+        error(f + " in thread " + std::to_string(ts[i]) + " reads lane " + std::to_string(src) + ", outside its mask");
+        continue;
+      }
+      out.v[i] = v.at(pos[base + src]);
+      if (v.undef_at(pos[base + src])) out.set_undef(i);
       continue;
     }
     if (reduce) {

@@ -67,6 +67,36 @@ TEGULA_DEVICE unsigned long long ballot_sync(unsigned mask, int predicate) {
 TEGULA_DEVICE unsigned long long ballot(int predicate) { return __ballot_sync(0xffffffffu, predicate); }
 TEGULA_DEVICE unsigned long long activemask() { return __activemask(); }
 
+// TileLang's T.shfl_sync / shfl_up / shfl_down / shfl_xor: value from another lane of
+// this one's group of `width` lanes (a power of two up to 32), any trivially copyable T as
+// 32-bit words; an up / down / xor partner outside the group gives the lane its own value.
+#define TEGULA_WARP_SHUFFLE(name, cuda)                                     \
+  template <typename T>                                                     \
+  TEGULA_DEVICE T name(unsigned mask, T v, int lane, int width) {           \
+    constexpr int kWords = (sizeof(T) + 3) / 4;                             \
+    unsigned words[kWords] = {};                                            \
+    memcpy(words, &v, sizeof(T));                                           \
+    _Pragma("unroll") for (int i = 0; i < kWords; ++i) words[i] = cuda(mask, words[i], lane, width); \
+    memcpy(&v, words, sizeof(T));                                           \
+    return v;                                                               \
+  }
+TEGULA_WARP_SHUFFLE(shfl_idx, __shfl_sync)
+TEGULA_WARP_SHUFFLE(shfl_up, __shfl_up_sync)
+TEGULA_WARP_SHUFFLE(shfl_down, __shfl_down_sync)
+TEGULA_WARP_SHUFFLE(shfl_bfly, __shfl_xor_sync)
+#undef TEGULA_WARP_SHUFFLE
+
+TEGULA_DEVICE void sync_warp(unsigned mask) { __syncwarp(mask); }
+// The one-based position of the lowest set bit, 0 for 0 (CUDA's __ffs, __ffsll).
+template <typename T>
+TEGULA_DEVICE int ffs(T x) {
+  if constexpr (sizeof(T) == 8) {
+    return __ffsll((long long)x);
+  } else {
+    return __ffs((int)x);
+  }
+}
+
 // Programmatic dependent launch (sm_90+): let the next kernel on the stream start its
 // prologue, and wait for the previous kernel's results. Where the launch did not ask for
 // programmatic serialisation, both are no-ops; before sm_90 they are left out.

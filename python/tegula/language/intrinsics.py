@@ -9,6 +9,7 @@ call names must reach it, as in CUDA.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 
 from ..frontend import builder
@@ -110,6 +111,62 @@ def ballot(predicate):
 def activemask():
     """A uint64 with bit l set for each lane of the warp running this call."""
     return call("activemask", [], "uint64")
+
+
+# ---- shuffles ----
+
+def _shuffle(name: str, op: str, lane_arg: str, what: str):
+    fn_name = f"T.{name}"
+
+    signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
+                                   for n, d in (("value", inspect.Parameter.empty), (lane_arg, inspect.Parameter.empty),
+                                                ("width", 32), ("mask", _FULL_MASK))])
+
+    def fn(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        value, lane, width, mask = bound.arguments.values()
+        v = _value(value, fn_name, "value")
+        d = _value(lane, fn_name, lane_arg)
+        if not is_int(d.expr.dtype):
+            raise ArgError(lane_arg, f"{fn_name}: '{lane_arg}' must be an integer, got {d.expr.dtype}")
+        if isinstance(width, bool) or not isinstance(width, int) or width not in (1, 2, 4, 8, 16, 32):
+            raise ArgError("width", f"{fn_name}: width must be a power of two up to 32, got {width!r}")
+        args = [_mask(mask, fn_name), v, cast_value(d, "int32"), cast_value(width, "int32")]
+        return call(op, args, v.expr.dtype)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{fn_name}(value, {lane_arg}, width=32, mask=0xFFFFFFFF): {what}"
+    fn.__signature__ = signature  # TileLang's parameter names (srcLane, delta)
+    return intrinsic(fn_name)(fn)
+
+
+shfl_sync = _shuffle("shfl_sync", "shfl_idx", "srcLane",
+                     "`value` of lane `srcLane` (modulo width) of this lane's group of `width` lanes.")
+shfl_xor = _shuffle("shfl_xor", "shfl_bfly", "delta",
+                    "`value` of lane (this lane ^ delta); a lane of a later group gives this lane's own value.")
+shfl_down = _shuffle("shfl_down", "shfl_down", "delta",
+                     "`value` of lane (this lane + delta) within the group; past its end, this lane's own.")
+shfl_up = _shuffle("shfl_up", "shfl_up", "delta",
+                   "`value` of lane (this lane - delta) within the group; before its start, this lane's own.")
+
+
+@intrinsic("T.sync_warp")
+def sync_warp(mask=None):
+    """`__syncwarp(mask)`: the lanes of `mask` (all 32 when left out) meet here."""
+    m = _mask(_FULL_MASK if mask is None else mask, "T.sync_warp")
+    builder.current("T.sync_warp").emit(ir().evaluate(call("sync_warp", [m], "int32").expr))
+
+
+def _ffs(value):
+    """T.__ffs(value): the one-based position of the lowest set bit of an integer, 0 for 0."""
+    v = _value(value, "T.__ffs", "value")
+    if not is_int(v.expr.dtype):
+        raise ArgError("value", f"T.__ffs: the value must be an integer, got {v.expr.dtype}")
+    return call("ffs", [v], "int32")
+
+
+__ffs = intrinsic("T.__ffs")(_ffs)
 
 
 # ---- any_of / all_of ----

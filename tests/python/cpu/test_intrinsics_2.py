@@ -483,3 +483,53 @@ def test_assume_drops_the_checks_it_implies(target):
     # Broken, the promise lets the kernel write past the tensor: the simulator says which.
     with pytest.raises(tt.SimulationError, match="does not hold"):
         tt.simulate(k, a.clone(), b.clone(), 40, 60)
+
+
+# ------------------------------------------------------------------ shuffles, __syncwarp, __ffs
+
+def shuffle_program(target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((64,), "float16"), Y: T.Tensor((6, 64), "float32")):
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                x = T.alloc_var("float16")
+                x = X[tx]
+                T.sync_warp()
+                Y[0, tx] = T.shfl_sync(x, 5)
+                Y[1, tx] = T.shfl_xor(x, 3, width=4)
+                Y[2, tx] = T.shfl_down(x, 2, width=8)
+                Y[3, tx] = T.shfl_up(x, delta=1)
+                Y[4, tx] = T.shfl_sync(x, tx + 9, width=16)
+                Y[5, tx] = T.__ffs(T.cast(tx * 12, "int32")) + T.__ffs(T.cast(tx, "int64") * 4294967296)
+        return f
+    return program()
+
+
+def expected_shuffles(x):
+    y = torch.zeros(6, 64, dtype=torch.float64)
+    for t in range(64):
+        lane, base = t % 32, t - t % 32
+
+        def at(src):
+            return float(x[base + src])
+        y[0, t] = at(5)
+        y[1, t] = at(lane ^ 3)
+        y[2, t] = at(lane + 2 if lane % 8 + 2 < 8 else lane)
+        y[3, t] = at(lane - 1 if lane >= 1 else lane)
+        y[4, t] = at((lane & ~15) + (lane + 9) % 16)
+
+        def ffs(v):
+            return (v & -v).bit_length()
+        y[5, t] = ffs(t * 12) + ffs(t << 32)
+    return y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shuffles_sync_warp_ffs(target):
+    k = shuffle_program(target)
+    src = compiles(k)
+    assert "shfl_idx(" in src and "sync_warp(" in src and "ffs(" in src
+    x = torch.randn(64).half()
+    torch.testing.assert_close(tt.simulate(k, x).double(), expected_shuffles(x), rtol=0, atol=0)

@@ -149,3 +149,10 @@ def test_assume():
     want_b[3] = 1
     k(a, b, 3, 17)
     assert torch.equal(a, want_a) and torch.equal(b, want_b)
+
+
+def test_shuffles_sync_warp_ffs():
+    k = progs.shuffle_program("auto")
+    x = torch.randn(64).half()
+    y = k(x.cuda()).cpu()
+    torch.testing.assert_close(y.double(), progs.expected_shuffles(x), rtol=0, atol=0)
