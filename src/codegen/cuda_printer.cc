@@ -65,6 +65,8 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
       {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
       {"sync_warp", {"tegula::sync_warp", false}}, {"ffs", {"tegula::ffs", false}},
+      {"syncthreads_count", {"__syncthreads_count", false}}, {"syncthreads_and", {"__syncthreads_and", false}},
+      {"syncthreads_or", {"__syncthreads_or", false}},
   };
   return t;
 }

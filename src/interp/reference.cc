@@ -134,10 +134,11 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       // A warp's lanes together: a tile program has one logical thread per block.
       user_assert(c->op.rfind("warp_reduce_", 0) != 0 && c->op != "any_sync" && c->op != "all_sync" &&
                       c->op != "ballot_sync" && c->op != "ballot" && c->op != "activemask" &&
-                      c->op.rfind("shfl_", 0) != 0 && c->op != "sync_warp",
+                      c->op.rfind("shfl_", 0) != 0 && c->op != "sync_warp" && c->op.rfind("syncthreads_", 0) != 0,
                   at)
-          << "the reference cannot run '" << c->op << "': it combines the values of the 32 lanes of a warp, and a "
-          << "tile program is one logical thread per block (tegula.testing.simulate runs it thread by thread)";
+          << "the reference cannot run '" << c->op << "': it combines the values of several threads (a warp's "
+          << "lanes, or the block's threads), and a tile program is one logical thread per block "
+          << "(tegula.testing.simulate runs it thread by thread)";
       user_assert(c->op.rfind("rng_", 0) != 0, loc)
           << "the reference cannot run '" << c->op << "': the reference runs one logical thread per block, "
           << "and random numbers are each thread's own";

@@ -66,6 +66,20 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
   }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
   if (f.rfind("rng_", 0) == 0) return rng_call(op, ts);
+  if (f == "syncthreads_count" || f == "syncthreads_and" || f == "syncthreads_or") {
+    // A barrier of the whole block that also counts the threads whose predicate holds.
+    Vals p = eval(op->args.at(0), ts);
+    require_defined(p, ts, "votes on");
+    if (int(n) != threads_) {
+      error(f + " reached by " + std::to_string(n) + " of " + std::to_string(threads_) + " threads (" +
+            thread_name(ts[0]) + " among them)");
+    }
+    double count = 0;
+    for (size_t i = 0; i < n; ++i) count += p.at(i) != 0;
+    double r = f == "syncthreads_count" ? count : f == "syncthreads_and" ? double(count == double(n)) : double(count > 0);
+    ++epoch_;
+    return {1, std::vector<double>(n, r)};
+  }
   if (f == "assume") {
     // The compiler dropped the checks this implies: a thread where it fails reads or writes
     // past what the program meant.

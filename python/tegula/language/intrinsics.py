@@ -169,6 +169,66 @@ def _ffs(value):
 __ffs = intrinsic("T.__ffs")(_ffs)
 
 
+# ---- block votes ----
+
+def _block_vote(name: str, what: str):
+    fn_name = f"T.{name}"
+
+    @intrinsic(fn_name)
+    def fn(predicate):
+        return call(name, [_predicate(predicate, fn_name)], "int32")
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{fn_name}(predicate): a barrier of the whole block (`__{name}`) returning {what}."
+    return fn
+
+
+syncthreads_count = _block_vote("syncthreads_count", "the number of threads whose predicate is non-zero")
+syncthreads_and = _block_vote("syncthreads_and", "non-zero when every thread's predicate is")
+syncthreads_or = _block_vote("syncthreads_or", "non-zero when some thread's predicate is")
+
+
+# ---- thread index helpers ----
+
+def _thread(fn: str):
+    return builder.current(fn).require_kernel(fn).thread_var
+
+
+def _size(value, fn: str, arg: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ArgError(arg, f"{fn}: '{arg}' must be a positive int, got {value!r}")
+    return value
+
+
+@intrinsic("T.get_lane_idx")
+def get_lane_idx(warp_size=None):
+    """The thread's lane in its warp: tx % warp_size (32 when left out)."""
+    return _thread("T.get_lane_idx") % _size(warp_size, "T.get_lane_idx", "warp_size", 32)
+
+
+@intrinsic("T.get_warp_idx")
+def get_warp_idx(warp_size=None):
+    """The thread's warp in the block: tx // warp_size (32 when left out)."""
+    return _thread("T.get_warp_idx") // _size(warp_size, "T.get_warp_idx", "warp_size", 32)
+
+
+@intrinsic("T.get_warp_idx_sync")
+def get_warp_idx_sync(warp_size=None):
+    """T.get_warp_idx (every lane of a warp computes the same value, no shuffle needed)."""
+    return _thread("T.get_warp_idx_sync") // _size(warp_size, "T.get_warp_idx_sync", "warp_size", 32)
+
+
+@intrinsic("T.get_warp_group_idx")
+def get_warp_group_idx(warp_size=None, warps_per_group=None):
+    """The thread's warp group: tx // (warp_size * warps_per_group) (32 and 4 when left out)."""
+    fn = "T.get_warp_group_idx"
+    if warps_per_group is not None and warp_size is None:
+        raise ArgError("warp_size", f"{fn} expects `warp_size` when specifying `warps_per_group`")
+    return _thread(fn) // (_size(warp_size, fn, "warp_size", 32) * _size(warps_per_group, fn, "warps_per_group", 4))
+
+
 # ---- any_of / all_of ----
 
 def _fold_region(value, fn: str, op: str):

@@ -533,3 +533,40 @@ def test_shuffles_sync_warp_ffs(target):
     assert "shfl_idx(" in src and "sync_warp(" in src and "ffs(" in src
     x = torch.randn(64).half()
     torch.testing.assert_close(tt.simulate(k, x).double(), expected_shuffles(x), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ block votes, thread index helpers
+
+def block_vote_program(target):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((256,), "int32"), Y: T.Tensor((7, 256), "int32")):
+            with T.Kernel(1, threads=256):
+                tx = T.get_thread_binding()
+                Y[0, tx] = T.syncthreads_count(X[tx] > 0)
+                Y[1, tx] = T.syncthreads_and(X[tx] > -100)
+                Y[2, tx] = T.syncthreads_or(X[tx] > 5)
+                Y[3, tx] = T.get_lane_idx()
+                Y[4, tx] = T.get_warp_idx() + T.get_warp_idx_sync(16) * 100
+                Y[5, tx] = T.get_warp_group_idx()
+                Y[6, tx] = T.get_warp_group_idx(32, 2)
+        return f
+    return program()
+
+
+def expected_block_votes(x):
+    t = torch.arange(256)
+    n = int((x > 0).sum())
+    return torch.stack([torch.full((256,), n), torch.full((256,), int(bool((x > -100).all()))),
+                        torch.full((256,), int(bool((x > 5).any()))), t % 32, t // 32 + (t // 16) * 100,
+                        t // 128, t // 64]).int()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_block_votes_and_thread_index_helpers(target):
+    k = block_vote_program(target)
+    src = compiles(k)
+    assert "__syncthreads_count(" in src
+    x = torch.randint(-10, 6, (256,), dtype=torch.int32)
+    assert torch.equal(tt.simulate(k, x), expected_block_votes(x))

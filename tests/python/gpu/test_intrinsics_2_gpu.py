@@ -156,3 +156,9 @@ def test_shuffles_sync_warp_ffs():
     x = torch.randn(64).half()
     y = k(x.cuda()).cpu()
     torch.testing.assert_close(y.double(), progs.expected_shuffles(x), rtol=0, atol=0)
+
+
+def test_block_votes_and_thread_index_helpers():
+    k = progs.block_vote_program("auto")
+    x = torch.randint(-10, 6, (256,), dtype=torch.int32)
+    assert torch.equal(k(x.cuda()).cpu(), progs.expected_block_votes(x))
