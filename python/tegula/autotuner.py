@@ -119,11 +119,21 @@ def _core_stamp() -> str:
         return "unknown"
 
 
+def _cache_enabled() -> bool:
+    """False after `tegula.disable_cache()`, with TEGULA_DISABLE_CACHE (or TileLang's
+    TILELANG_DISABLE_CACHE / TILELANG_AUTO_TUNING_DISABLE_CACHE) set: then every call
+    tunes again, as in TileLang, which skips its memory and disk caches alike."""
+    for name in ("TEGULA_DISABLE_CACHE", "TILELANG_DISABLE_CACHE", "TILELANG_AUTO_TUNING_DISABLE_CACHE"):
+        flag = os.environ.get(name, "")
+        if flag and flag not in ("0", "false", "FALSE", "off"):
+            return False
+    return bool(env.native().cache_disk_enabled())
+
+
 def _cache_dir() -> str | None:
     """`<cache dir>/autotune`, or None when the disk cache is off. Read at every call
     (the native cache reads its variables once, at first use)."""
-    flag = os.environ.get("TEGULA_DISABLE_CACHE", "")
-    if flag and flag not in ("0", "false", "FALSE", "off"):
+    if not _cache_enabled():
         return None
     root = os.environ.get("TEGULA_CACHE_DIR") or env.cache_dir()
     return os.path.join(root, "autotune") if root else None
@@ -260,8 +270,16 @@ class AutoTuner:
     def _name(self) -> str:
         return self._jit().fn.__qualname__
 
-    def run(self, warmup=None, rep=None, timeout=None) -> AutotuneResult:
-        """TileLang's `AutoTuner.from_kernel(f, configs).run()`: f takes only tunables."""
+    def run(self, warmup=None, rep=None, timeout=None, use_pipeline=False, enable_grouped_compile=False,
+            group_compile_size=2, benchmark_devices=None, benchmark_multi_gpu=False, early_stop=False,
+            early_stop_factor=2.0) -> AutotuneResult:
+        """TileLang's `AutoTuner.from_kernel(f, configs).run()`: f takes only tunables.
+        TileLang's scheduling options are accepted and change nothing here: Tegula already
+        compiles the configurations in parallel (the grouped and pipelined modes' aim),
+        times on the current device, and times every configuration in full (early_stop
+        only skips slow ones sooner in TileLang, the choice is the same)."""
+        if early_stop and early_stop_factor < 1.0:
+            raise ValueError(f"early_stop_factor must be >= 1.0, got {early_stop_factor}")
         self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout)
         return self._search((), {})
 
@@ -327,7 +345,7 @@ class AutoTuner:
                 free.append(rest)
 
         key = self._key(given, free, _bench.device_name())
-        entry = _memo.get(key) or _load(key)
+        entry = (_memo.get(key) or _load(key)) if _cache_enabled() else None
         # The cached config is matched back to the list so its values keep their types
         # (JSON has no tuples or dtypes).
         chosen = next((c for c in free if entry and _plain(c) == _plain(entry["config"])), None)

@@ -73,9 +73,30 @@ _TARGET_FORMS = (
 COMPILE_ONLY_TARGET = "sm_90a"
 
 
-def parse_target(target: str) -> str:
+def target_text(target) -> str | None:
+    """A target in any of TileLang's forms as the text Tegula reads: a string as it is, a
+    dict `{"kind": "cuda", "arch": "sm_90"}` (TileLang 0.1.15's form of a target with
+    attributes) or an object shaped like `tvm.target.Target` (`.kind.name`, `.attrs`) as
+    "cuda" or "cuda -arch=sm_90"; None stays None."""
+    if target is None or isinstance(target, str):
+        return target
+    if isinstance(target, dict):
+        kind, attrs = target.get("kind"), target
+    elif hasattr(target, "kind"):
+        kind = getattr(target.kind, "name", target.kind)
+        attrs = dict(getattr(target, "attrs", None) or {})
+    else:
+        raise ValueError(f"unknown target {target!r}: expected a string such as 'cuda' or 'sm_90a', "
+                         "or a dict such as {'kind': 'cuda', 'arch': 'sm_90'}")
+    if kind != "cuda":
+        raise ValueError(f"unknown target {target!r}: Tegula compiles for kind 'cuda' only, got kind {kind!r}")
+    arch = attrs.get("arch")
+    return f"cuda -arch={arch}" if arch else "cuda"
+
+
+def parse_target(target) -> str:
     """Explicit spellings to "sm_XX[a]"; ValueError for anything else."""
-    text = target.strip()
+    text = target_text(target).strip()
     for form in _TARGET_FORMS:
         match = form.search(text)
         if match:
@@ -113,6 +134,7 @@ def _current_device() -> int:
 def resolve_target(target: str | None) -> tuple[str, bool]:
     """(concrete target, guessed). `guessed` is True when "auto" found no GPU and fell
     back to COMPILE_ONLY_TARGET: the kernel can be compiled and inspected, not launched."""
+    target = target_text(target)
     if target is None or target.strip() in ("auto", "cuda"):
         chosen = env_target()
         if chosen:
@@ -159,3 +181,66 @@ def check_indices() -> bool:
         raise ValueError(f"TEGULA_CHECK_INDICES={value!r}: expected 1 (check) or 0 (do not), "
                          "or true/false, yes/no, on/off")
     return on
+
+
+def _tegula_cache_dir() -> str:
+    try:
+        return cache_dir()
+    except ImportError:  # no compiled core: the directory the native cache would choose
+        return (os.environ.get("TEGULA_CACHE_DIR") or os.environ.get("TILELANG_CACHE_DIR")
+                or os.path.expanduser("~/.cache/tegula"))
+
+
+class Environment:
+    """TileLang's `tilelang.env.env` (and the module attributes of `tilelang.env`): the
+    settings TileLang programs read, with Tegula's values. `TILELANG_CACHE_DIR` is the
+    directory Tegula caches kernels in, `TILELANG_TMP_DIR` a `tmp` folder in it (or the
+    variable's value); other TILELANG_* names read the environment with TileLang's
+    defaults. Setting an attribute fixes its value for the process, as in TileLang."""
+
+    _DEFAULTS = {"TILELANG_PRINT_ON_COMPILATION": "1", "TILELANG_DISABLE_CACHE": "0",
+                 "TILELANG_AUTO_TUNING_DISABLE_CACHE": "0", "TILELANG_DEFAULT_TARGET": "auto",
+                 "TILELANG_PASS_PROFILE_THRESHOLD_MS": "0", "TILELANG_PASS_DIFF": "0"}
+
+    def __init__(self):
+        object.__setattr__(self, "_forced", {})
+
+    def __getattr__(self, name: str):
+        forced = self._forced
+        if name in forced:
+            return forced[name]
+        if name == "TILELANG_CACHE_DIR":
+            return _tegula_cache_dir()
+        if name == "TILELANG_TMP_DIR":
+            return os.environ.get("TILELANG_TMP_DIR") or os.path.join(self.TILELANG_CACHE_DIR, "tmp")
+        if name in self._DEFAULTS:
+            return os.environ.get(name, self._DEFAULTS[name])
+        raise AttributeError(f"tegula.env has no setting {name!r}")
+
+    def __setattr__(self, name: str, value):
+        self._forced[name] = value
+
+    def is_cache_enabled(self) -> bool:
+        return bool(native().cache_disk_enabled())
+
+    def enable_cache(self) -> None:
+        set_cache_enabled(True)
+
+    def disable_cache(self) -> None:
+        set_cache_enabled(False)
+
+    def is_autotune_cache_disabled(self) -> bool:
+        return str(self.TILELANG_AUTO_TUNING_DISABLE_CACHE).lower() in ("1", "true", "yes", "on")
+
+    def get_default_target(self):
+        return self.TILELANG_DEFAULT_TARGET
+
+
+env = Environment()
+
+
+def __getattr__(name: str):
+    # `tilelang.env.TILELANG_CACHE_DIR`: TileLang's module attributes read the settings.
+    if name.startswith("TILELANG_"):
+        return getattr(env, name)
+    raise AttributeError(f"module 'tegula.env' has no attribute {name!r}")

@@ -13,6 +13,12 @@ import enum
 
 class PassConfigKey(str, enum.Enum):
     TL_SIMPLIFY = "tl.Simplify"
+    TL_SIMPLIFY_TRANSITIVELY_PROVE_INEQUALITIES = "transitively_prove_inequalities"
+    TL_SIMPLIFY_CONVERT_BOOLEAN_TO_AND_OF_ORS = "convert_boolean_to_and_of_ors"
+    TL_SIMPLIFY_APPLY_CONSTRAINTS_TO_BOOLEAN_BRANCHES = "apply_constraints_to_boolean_branches"
+    TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_PROVE_CONDITIONAL = "propagate_knowns_to_prove_conditional"
+    TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_SIMPLIFY_EXPRESSIONS = "propagate_knowns_to_simplify_expressions"
+    TL_SIMPLIFY_ENABLE_LET_INLINE = "enable_simplify_let_inline"
     TL_DISABLE_BUFFER_INIT_CHECK = "tl.disable_buffer_init_check"
     TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
     TL_DISABLE_PRELOWER_SEMANTIC_CHECK = "tl.disable_prelower_semantic_check"
@@ -25,11 +31,17 @@ class PassConfigKey(str, enum.Enum):
     TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
     TL_EMIT_LINE_DIRECTIVES = "tl.emit_line_directives"
     TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
+    TL_ENABLE_REDUCER_PLAN_VERBOSE = "tl.enable_reducer_plan_verbose"
+    TL_LAYOUT_COST_MODEL = "tl.layout_cost_model"
+    TL_REDUCER_FORCE_BASELINE = "tl.reducer_force_baseline"
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
     TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
     TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
+    TL_ENABLE_LOWER_LDGSTG = "tl.enable_lower_ldgstg"
+    TL_ENABLE_LOWER_LDGSTG_PREDICATED = "tl.enable_lower_ldgstg_predicated"
+    TL_ENABLE_VECTORIZE_PLANNER_VERBOSE = "tl.enable_vectorize_planner_verbose"
     TL_DISABLE_DYNAMIC_TAIL_SPLIT = "tl.disable_dynamic_tail_split"
     TL_DYNAMIC_ALIGNMENT = "tl.dynamic_alignment"
     TL_DEBUG_MERGE_SHARED_MEMORY_ALLOCATIONS = "tl.debug_merge_shared_memory_allocations"
@@ -37,6 +49,8 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_SHARED_MEMORY_REUSE = "tl.disable_shared_memory_reuse"
     TL_DISABLE_SHUFFLE_ELECT = "tl.disable_shuffle_elect"
     TL_DISABLE_LOOP_UNSWITCHING = "tl.disable_loop_unswitching"
+    TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE = "tl.loop_unswitching_allow_non_trivial_else"
+    TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS = "tl.if_stmt_binding_inline_replayable_binds"
     TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
     TL_FORCE_LET_INLINE = "tl.force_let_inline"
     TL_AST_PRINT_ENABLE = "tl.ast_print_enable"
@@ -47,6 +61,7 @@ class PassConfigKey(str, enum.Enum):
     TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
     TL_DUMP_IR_DIR = "tl.dump_ir_path"
     TL_PASS_PROFILE = "tl.pass_profile"
+    TL_PASS_PROFILE_THRESHOLD_MS = "tl.pass_profile_threshold_ms"
     TIR_ENABLE_EQUIV_TERMS_IN_CSE = "tir.enable_equiv_terms_in_cse_tir"
     TIR_DISABLE_CSE = "tir.disable_cse_tir"
     TIR_SIMPLIFY = "tir.Simplify"
@@ -128,6 +143,22 @@ _IGNORED = {
     K.TL_DISABLE_OUT_OF_BOUND_WARNING: "no-op in Tegula (no out-of-bound warnings are printed)",
     K.TL_DUMP_IR_DIR: "no-op in Tegula (TEGULA_DUMP_IR prints to stderr)",
     K.TL_PASS_PROFILE: "no-op in Tegula (no per-pass timing yet)",
+    K.TL_PASS_PROFILE_THRESHOLD_MS: "no-op in Tegula (no per-pass timing yet)",
+    # Sub-keys of TileLang's simplifier: they make it prove more, never change a result.
+    K.TL_SIMPLIFY_TRANSITIVELY_PROVE_INEQUALITIES: _NO_TVM,
+    K.TL_SIMPLIFY_CONVERT_BOOLEAN_TO_AND_OF_ORS: _NO_TVM,
+    K.TL_SIMPLIFY_APPLY_CONSTRAINTS_TO_BOOLEAN_BRANCHES: _NO_TVM,
+    K.TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_PROVE_CONDITIONAL: _NO_TVM,
+    K.TL_SIMPLIFY_PROPAGATE_KNOWNS_TO_SIMPLIFY_EXPRESSIONS: _NO_TVM,
+    K.TL_SIMPLIFY_ENABLE_LET_INLINE: _NO_TVM,
+    K.TL_ENABLE_REDUCER_PLAN_VERBOSE: "no-op in Tegula (reductions have one plan, shown by TEGULA_DUMP_IR)",
+    K.TL_LAYOUT_COST_MODEL: "no-op in Tegula (layout inference has one cost order; the choice changes speed, not results)",
+    K.TL_REDUCER_FORCE_BASELINE: "no-op in Tegula (it picks among TileLang's reduction plans, which agree in their results; Tegula has its own single lowering)",
+    K.TL_ENABLE_LOWER_LDGSTG: "no-op in Tegula (global loads and stores are printed as C++ accesses; NVRTC picks the instructions)",
+    K.TL_ENABLE_LOWER_LDGSTG_PREDICATED: "no-op in Tegula (global loads and stores are printed as C++ accesses; NVRTC picks the instructions)",
+    K.TL_ENABLE_VECTORIZE_PLANNER_VERBOSE: "no-op in Tegula (vector widths appear in the IR dump)",
+    K.TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE: _NO_TVM,
+    K.TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS: _NO_TVM,
 }
 
 # Spellings newer TileLang uses for the same keys ("tirx." replaced "tir.").

@@ -34,10 +34,37 @@ class DType(str):
 
     __slots__ = ()
 
-    def __call__(self, value):
-        from .values import cast_value  # values imports this module
+    def __call__(self, value=None, *rest):
+        from .values import cast_value, unbound_var  # values imports this module
 
-        return cast_value(value, str(self))
+        if rest:
+            raise TypeError(f"T.{self}(...) takes one value; vector values such as T.bfloat16x2(a, b) "
+                            "are not in Tegula")
+        # TileLang: with no value, a fresh variable of this type (TVM's T.int32()).
+        return unbound_var(str(self)) if value is None else cast_value(value, str(self))
+
+    def as_torch(self):
+        """The torch dtype: `T.float16.as_torch()` is torch.float16 (TileLang's name)."""
+        return to_torch(str(self))
+
+    @property
+    def bits(self) -> int:
+        return 8 * itemsize(str(self))
+
+    @property
+    def itemsize(self) -> int:
+        return itemsize(str(self))
+
+    bytes = itemsize
+
+    @property
+    def lanes(self) -> int:
+        return 1
+
+    def is_float(self) -> bool:
+        return str(self) in FLOAT_TYPES
+
+    is_floating_point = is_float
 
     def __repr__(self):
         return f"T.{str(self)}"

@@ -196,6 +196,24 @@ def cast_value(value, dtype: str):
     return PrimExpr(ir().cast(dtype, value.expr), value.reads, value.dyn)
 
 
+_UNBOUND_COUNT = [0]
+
+
+def unbound_var(dtype: str) -> "PrimExpr":
+    """`T.int32()`: in TileLang (TVMScript) a fresh variable of that type. Outside a kernel
+    Tegula gives the same, a symbolic size like `T.dynamic` (named v0, v1, ...). Inside one
+    TileLang binds it later with T.let, which Tegula does not have: an error says what to
+    write instead."""
+    from . import builder
+
+    if builder._STACK:
+        raise TypeError(f"T.{dtype}() without a value declares a variable that TileLang binds later "
+                        f"with T.let; Tegula binds a name when it is assigned: write `x = expr` or "
+                        f"`x: T.{dtype} = expr`")
+    _UNBOUND_COUNT[0] += 1
+    return PrimExpr.var(f"v{_UNBOUND_COUNT[0] - 1}", dtype, dynamic=True)
+
+
 def _operator(op, reflected=False):
     def method(self, other):
         if not (isinstance(other, (PrimExpr, VarBuffer)) or is_number(other)):
@@ -292,6 +310,10 @@ class PrimExpr:
 
     def __pos__(self):
         return self
+
+    def astype(self, dtype) -> "PrimExpr":
+        """TileLang's `x.astype(T.uint16)`: the same as `T.cast(x, T.uint16)`."""
+        return cast_value(self, dtype)
 
     def __abs__(self):
         return call("abs", [self], self.expr.dtype)

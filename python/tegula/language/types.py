@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import numbers
+import re
 
 from ..frontend.dtypes import DType, normalize_dtype
 from ..frontend.values import PrimExpr
@@ -24,13 +25,18 @@ def dtype(name) -> DType:
     return DType(normalize_dtype(name))
 
 
-def dynamic(name: str, dtype="int32") -> PrimExpr:
+def dynamic(name: str, dtype="int32"):
     """A shape dimension that varies without recompiling: `M = T.dynamic("m")`, created
     outside the prim_func and used in parameter shapes; its value comes from the tensors
-    at launch."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"T.dynamic: name must be an identifier, got {name!r}")
-    return PrimExpr.var(name, normalize_dtype(dtype), dynamic=True)
+    at launch. Several names at once, as in TileLang: `B, S = T.dynamic("batch, seq_len")`
+    (commas, or spaces) gives a tuple of vars."""
+    if isinstance(name, str) and ("," in name or " " in name.strip()):
+        names = [n for n in re.split(r"[,\s]+", name.strip()) if n]
+        if names and all(n.isidentifier() for n in names):
+            return tuple(PrimExpr.var(n, normalize_dtype(dtype), dynamic=True) for n in names)
+    if not isinstance(name, str) or not name.strip().isidentifier():
+        raise ValueError(f"T.dynamic: name must be an identifier or names such as \"batch, seq_len\", got {name!r}")
+    return PrimExpr.var(name.strip(), normalize_dtype(dtype), dynamic=True)
 
 
 symbolic = dynamic

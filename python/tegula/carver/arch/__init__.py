@@ -1,0 +1,7 @@
+"""`tilelang.carver.arch`: a CUDA GPU's properties, read through torch."""
+from __future__ import annotations
+
+from . import driver
+from .cuda import CUDA, get_arch
+
+__all__ = ["driver", "CUDA", "get_arch"]
