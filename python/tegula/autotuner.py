@@ -8,6 +8,10 @@ and return the fastest kernel, with TileLang's decorator and meaning.
     kernel = add(1 << 20)                  # tunes; kernel.config, kernel.latency (ms)
     kernel = add(1 << 20, block=64, threads=64)   # every tunable given: compiled, not tuned
 
+Over an eager @tegula.jit function (the body is the kernel), `f(x, ...)` tunes for the
+sizes of the call's tensors, then runs the chosen kernel on them and returns its outputs;
+`f.compile(N=..., ...)` returns the chosen kernel.
+
 The result is remembered per (function source, call arguments, configurations, device,
 target, tegula version and build) in this process and as JSON under
 `<cache dir>/autotune/<key>.json`, so a later call, here or in a new process, only
@@ -72,6 +76,31 @@ _bench = CudaBench()
 _memo: dict[str, dict] = {}  # cache key -> {"config", "latency", "results"}
 
 
+_captured_inputs: list[list] = []  # set_autotune_inputs's stack, innermost last
+
+
+class set_autotune_inputs:  # noqa: N801 - TileLang's name, used as a context manager
+    """`with set_autotune_inputs(q, k, v, lengths, max_len):` (or one list): tuning inside
+    the block times every configuration on these inputs (the kernel's inputs, in order,
+    scalars included) instead of generated ones, as in TileLang; for kernels whose inputs
+    must hold meaningful values (offsets, lengths)."""
+
+    def __init__(self, *args):
+        self.inputs = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
+
+    def __enter__(self):
+        _captured_inputs.append(self.inputs)
+        return self
+
+    def __exit__(self, *exc):
+        _captured_inputs.pop()
+
+
+def get_autotune_inputs() -> list | None:
+    """The inputs of the innermost `set_autotune_inputs` block, or None outside one."""
+    return _captured_inputs[-1] if _captured_inputs else None
+
+
 def clear_memory_cache() -> None:
     """Forget this process's tuning results (the JSON files on disk stay)."""
     _memo.clear()
@@ -98,6 +127,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, torch.Tensor):  # an eager function's tensors: what its kernel depends on
+        return ["tensor", list(value.shape), str(value.dtype), value.device.type]
     return repr(value)
 
 
@@ -217,24 +248,25 @@ class AutoTuner:
     given the call's arguments that returns one). `autotune(...)` builds one of these."""
 
     def __init__(self, fn, configs, warmup=25, rep=100, timeout=None, supply_type=None, ref_prog=None,
-                 atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01, cache_input_tensors=True, skip_check=False):
+                 atol=1e-2, rtol=1e-2, max_mismatched_ratio=0.01, cache_input_tensors=True, skip_check=False,
+                 early_stop=False, early_stop_factor=2.0):
         if configs is None:
             raise ValueError("tegula.autotune needs configs: a list of kwargs dicts, or a callable returning one")
         from .eager import EagerJITFunction
 
-        if isinstance(fn, EagerJITFunction):
-            raise TypeError(f"tegula.autotune: {fn.__name__} is an eager @tegula.jit function (its body is the "
-                            "kernel); autotune takes the lazy form, a function of the tunable values that returns a "
-                            "T.prim_func")
+        # Eager (the body is the kernel): a call runs the chosen kernel on its tensors and
+        # returns the outputs; `.compile(...)` gives the kernel.
+        self._eager = isinstance(fn, EagerJITFunction)
         self.fn = fn
         self.configs = configs
         self._compile_args: dict = {}
-        self._jit_fn = fn if isinstance(fn, JITFunction) else None
+        self._jit_fn = fn if isinstance(fn, (JITFunction, EagerJITFunction)) else None
         self._stamp = None  # the function's source and the compiler build, found once
         self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type, ref_prog=ref_prog,
                               atol=atol, rtol=rtol, max_mismatched_ratio=max_mismatched_ratio,
-                              cache_input_tensors=cache_input_tensors, skip_check=skip_check)
-        functools.update_wrapper(self, fn.fn if isinstance(fn, JITFunction) else fn, updated=())
+                              cache_input_tensors=cache_input_tensors, skip_check=skip_check, early_stop=early_stop,
+                              early_stop_factor=early_stop_factor)
+        functools.update_wrapper(self, fn.fn if self._jit_fn is not None else fn, updated=())
 
     @classmethod
     def from_kernel(cls, kernel, configs):
@@ -242,7 +274,7 @@ class AutoTuner:
 
     def set_compile_args(self, **jit_settings):
         """Settings for `tegula.jit` (out_idx=, target=, ...) when `fn` is not jitted yet."""
-        if isinstance(self.fn, JITFunction):
+        if self._jit_fn is self.fn:
             raise ValueError("set_compile_args: the function is already @tegula.jit; give the settings there")
         self._compile_args = jit_settings
         self._jit_fn = None
@@ -250,9 +282,15 @@ class AutoTuner:
 
     def set_profile_args(self, **settings):
         """warmup, rep (ms budgets), timeout (s per configuration), supply_type, ref_prog,
-        atol, rtol, max_mismatched_ratio, cache_input_tensors, skip_check; None keeps a value."""
+        atol, rtol, max_mismatched_ratio, cache_input_tensors, skip_check, early_stop,
+        early_stop_factor; None keeps a value. early_stop (TileLang: stop timing a configuration
+        early once an estimate is early_stop_factor times the best) is accepted and times
+        every configuration in full, which picks the same one."""
         known = ("warmup", "rep", "timeout", "supply_type", "ref_prog", "atol", "rtol", "max_mismatched_ratio",
-                 "cache_input_tensors", "skip_check")
+                 "cache_input_tensors", "skip_check", "early_stop", "early_stop_factor")
+        factor = settings.get("early_stop_factor")
+        if factor is not None and factor < 1.0:
+            raise ValueError(f"early_stop_factor must be >= 1.0, got {factor}")
         for name, value in settings.items():
             if name not in known:
                 raise TypeError(f"set_profile_args: unknown setting {name!r}; expected one of {known}")
@@ -263,6 +301,7 @@ class AutoTuner:
     def _jit(self) -> JITFunction:
         if self._jit_fn is None:
             self._jit_fn = jit(**self._compile_args)(self.fn)
+            self._eager = not isinstance(self._jit_fn, JITFunction)
             self._stamp = None
         return self._jit_fn
 
@@ -278,13 +317,27 @@ class AutoTuner:
         compiles the configurations in parallel (the grouped and pipelined modes' aim),
         times on the current device, and times every configuration in full (early_stop
         only skips slow ones sooner in TileLang, the choice is the same)."""
-        if early_stop and early_stop_factor < 1.0:
-            raise ValueError(f"early_stop_factor must be >= 1.0, got {early_stop_factor}")
-        self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout)
+        self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout, early_stop=early_stop,
+                              early_stop_factor=early_stop_factor)
         return self._search((), {})
 
     def __call__(self, *args, **kwargs):
+        result = self._search(args, kwargs)
+        if not self._eager:
+            return result.kernel
+        # As TileLang: run the chosen kernel on the call's tensors, return its outputs.
+        given = self._given(args, kwargs)
+        return self._jit()(*args, **kwargs, **{k: v for k, v in result.config.items() if k not in given})
+
+    def compile(self, *args, **kwargs):
+        """The tuned kernel (TileLang's `.compile`), also for an eager function, whose
+        sizes come from tensors or keywords as in its own `.compile` (`f.compile(N=1024)`)."""
         return self._search(args, kwargs).kernel
+
+    def _build(self, jit_fn, args, kwargs, config):
+        if self._eager:
+            return jit_fn.compile(*args, **kwargs, **config)
+        return jit_fn(*args, **kwargs, **config)
 
     # ---- one call ----
     def _configs_for(self, args, kwargs) -> list[dict]:
@@ -310,6 +363,10 @@ class AutoTuner:
 
     def _given(self, args, kwargs) -> dict:
         signature = inspect.signature(self._jit().fn)
+        sizes = {}
+        if self._eager:  # keywords naming no parameter are T.const sizes (`f.compile(N=1024)`)
+            sizes = {k: v for k, v in kwargs.items() if k not in signature.parameters}
+            kwargs = {k: v for k, v in kwargs.items() if k not in sizes}
         try:
             bound = signature.bind_partial(*args, **kwargs)
         except TypeError as err:
@@ -318,6 +375,7 @@ class AutoTuner:
         for name, param in signature.parameters.items():
             if param.kind is param.VAR_KEYWORD:  # f(**kw): its keys are arguments too
                 given.update(given.pop(name, {}))
+        given.update(sizes)
         return given
 
     def _key(self, given, configs, device) -> str:
@@ -336,7 +394,7 @@ class AutoTuner:
         tunables = list(dict.fromkeys(k for c in configs for k in c))
         fixed = {k: given[k] for k in tunables if k in given}
         if len(fixed) == len(tunables):  # nothing left to choose: compile what was asked for
-            return AutotuneResult(fixed, None, jit_fn(*args, **kwargs))
+            return AutotuneResult(fixed, None, self._build(jit_fn, args, kwargs, {}))
         # Tunables given explicitly stay as given; the rest are searched.
         free: list[dict] = []
         for config in configs:
@@ -356,9 +414,10 @@ class AutoTuner:
             chosen = entry["config"]
         _memo[key] = dict(entry, config=chosen)
         results = [tuple(r) for r in entry.get("results", ())]
-        kernel = jit_fn(*args, **kwargs, **chosen)
+        kernel = self._build(jit_fn, args, kwargs, chosen)
         # Attributes on the kernel are how TileLang's users read the choice.
         kernel.config, kernel.latency, kernel.autotune_results = {**fixed, **chosen}, entry.get("latency"), results
+        kernel.ref_latency = None  # TileLang's time of ref_prog; Tegula uses ref_prog only to check
         return AutotuneResult(kernel.config, kernel.latency, kernel, results)
 
     def _build_all(self, jit_fn, args, kwargs, configs) -> list:
@@ -369,7 +428,7 @@ class AutoTuner:
             try:
                 with warnings.catch_warnings():  # a spilling candidate is timed, not reported
                     warnings.simplefilter("ignore", RegisterPressureWarning)
-                    built.append((jit_fn(*args, **kwargs, **config), None))
+                    built.append((self._build(jit_fn, args, kwargs, config), None))
             except _BUILD_ERRORS as err:
                 built.append((None, f"compile: {_first_line(err)}"))
         pending = [i for i, (kernel, _) in enumerate(built) if kernel is not None and kernel._program is None]
@@ -404,7 +463,10 @@ class AutoTuner:
         try:
             # One set of inputs serves every configuration with the same parameters.
             signature = [(p.shape, p.dtype, p.is_output) for p in kernel.params]
-            if not self.cache_input_tensors or inputs.get("signature") != signature:
+            captured = get_autotune_inputs()
+            if captured is not None:
+                inputs.update(signature=None, tensors=list(captured))
+            elif not self.cache_input_tensors or inputs.get("signature") != signature:
                 inputs.update(signature=signature, tensors=_bench.make_inputs(kernel, supply))
             if self.ref_prog is not None and not self.skip_check:
                 stage = "check"
@@ -458,4 +520,5 @@ def autotune(func=None, *, configs=None, **settings):
     return decorate if func is None else decorate(func)
 
 
-__all__ = ["autotune", "AutoTuner", "AutotuneResult", "CudaBench", "clear_memory_cache"]
+__all__ = ["autotune", "AutoTuner", "AutotuneResult", "CudaBench", "clear_memory_cache", "set_autotune_inputs",
+           "get_autotune_inputs"]

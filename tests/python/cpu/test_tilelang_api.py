@@ -252,3 +252,82 @@ def test_carver_without_a_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
         driver.get_num_sms()
+
+
+# ---- 3. autotune over an eager @jit function; set_autotune_inputs ----
+
+def eager_add():
+    @tegula.jit(target="sm_90a")
+    def add(A, B, block=128, threads=128):
+        N = T.const("N")
+        A: T.Tensor((N,), "float32")
+        B: T.Tensor((N,), "float32")
+        C = T.empty((N,), "float32")
+        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+            for i in T.Parallel(block):
+                C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
+        return C
+
+    return add
+
+
+EAGER_CONFIGS = [{"block": 128, "threads": 128}, {"block": 256, "threads": 128}, {"block": 512, "threads": 256}]
+
+
+@pytest.fixture
+def fake_bench(monkeypatch, tmp_path):
+    monkeypatch.setenv("TEGULA_CACHE_DIR", str(tmp_path))
+    autotuner.clear_memory_cache()
+
+    def install(latencies):
+        bench = TimesInOrder(latencies)
+        monkeypatch.setattr(autotuner, "_bench", bench)
+        return bench
+
+    yield install
+    autotuner.clear_memory_cache()
+
+
+def test_autotune_eager_compile_by_sizes(fake_bench):
+    fake_bench([3.0, 1.0, 2.0])
+    tuned = tegula.autotune(configs=EAGER_CONFIGS, warmup=1, rep=1)(eager_add())
+    kernel = tuned.compile(N=4096)
+    assert kernel.config == {"block": 256, "threads": 128} and kernel.latency == 1.0
+    assert [p.name for p in kernel.params] == ["A", "B", "C"] and kernel.params[0].shape == (4096,)
+    # Tuned once: a second compile of the same sizes reads the result back, timing nothing.
+    assert tuned.compile(N=4096).config == {"block": 256, "threads": 128}
+
+
+def test_autotune_eager_compile_by_tensors_and_given_tunable(fake_bench):
+    bench = fake_bench([2.0, 1.0, 3.0])
+    tuned = tegula.autotune(configs=EAGER_CONFIGS, warmup=1, rep=1)(eager_add())
+    a = torch.zeros(2048)
+    kernel = tuned.compile(a, a, threads=128)  # threads given: the three blocks are tried with it
+    assert kernel.config == {"block": 256, "threads": 128} and bench.latencies == []
+
+
+def test_autotune_of_eager_function_body_is_no_longer_refused():
+    tuned = tegula.autotune(configs=EAGER_CONFIGS)(eager_add())
+    assert tuned._eager and tuned.__name__ == "add"
+
+
+def test_set_autotune_inputs_gives_the_timed_inputs(fake_bench, monkeypatch):
+    seen = []
+    bench = fake_bench([1.0, 2.0])
+    monkeypatch.setattr(bench, "time", lambda kernel, inputs, warmup, rep: seen.append(inputs) or 1.0, raising=False)
+    a, b = torch.ones(256), torch.full((256,), 2.0)
+    tuned = tegula.autotune(configs=EAGER_CONFIGS[:2], warmup=1, rep=1)(eager_add())
+    with autotuner.set_autotune_inputs(a, b):
+        assert autotuner.get_autotune_inputs() == [a, b]
+        tuned.compile(N=256)
+    assert autotuner.get_autotune_inputs() is None
+    assert len(seen) == 2 and all(inputs[0] is a and inputs[1] is b for inputs in seen)
+    with autotuner.set_autotune_inputs([a]):
+        assert autotuner.get_autotune_inputs() == [a]
+
+
+def test_autotune_decorator_takes_early_stop():
+    tuned = tegula.autotune(configs=EAGER_CONFIGS, early_stop=True, early_stop_factor=1.5)(eager_add())
+    assert tuned.early_stop and tuned.early_stop_factor == 1.5
+    with pytest.raises(ValueError, match="early_stop_factor"):
+        tegula.autotune(configs=EAGER_CONFIGS, early_stop_factor=0.5)(eager_add())
