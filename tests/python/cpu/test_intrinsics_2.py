@@ -250,6 +250,7 @@ def vote_program(target):
                 else:
                     Y[2, tx] = 7
                 Y[3, tx] = T.ballot(X[tx])
+                T.sync_warp()  # the warp runs converged again after the branch
                 Y[4, tx] = T.activemask()
                 Y[5, tx] = T.any_sync(X[tx] > 5, mask=0xFFFFFFFF)
         return f

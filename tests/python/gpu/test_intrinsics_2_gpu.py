@@ -116,7 +116,10 @@ def test_random_numbers_are_curands_philox(generator):
     U = k(A)
     want_a, want_u = progs.expected_draws(M, seed)
     assert torch.equal(A.cpu().to(torch.int64), want_a)
-    torch.testing.assert_close(U.cpu().double(), want_u, rtol=1e-5, atol=1e-5)
+    uniform, normal = [0, 2, 4, 5], [1, 3]
+    torch.testing.assert_close(U.cpu().double()[:, uniform], want_u[:, uniform], rtol=1e-6, atol=0)
+    # __sincosf is an approximation (a few 1e-6 of the angle's sine), scaled by up to ~6.7.
+    torch.testing.assert_close(U.cpu().double()[:, normal], want_u[:, normal], rtol=1e-4, atol=1e-4)
 
 
 def test_random_numbers_distribution():
