@@ -331,3 +331,51 @@ def test_autotune_decorator_takes_early_stop():
     assert tuned.early_stop and tuned.early_stop_factor == 1.5
     with pytest.raises(ValueError, match="early_stop_factor"):
         tegula.autotune(configs=EAGER_CONFIGS, early_stop_factor=0.5)(eager_add())
+
+
+def test_carver_cdna_is_named_but_refused():
+    from tegula.carver.arch import CDNA
+
+    with pytest.raises(ValueError, match="AMD devices are not supported"):
+        CDNA("hip")
+
+
+class H100:
+    compute_max_core, smem_cap, max_smem_usage = 132, 49152, 232448
+
+
+def test_matmul_template_hints_as_the_gemm_examples_read_them():
+    from tegula.carver.roller.rasterization import NoRasterization
+    from tegula.carver.template import MatmulTemplate
+
+    big = MatmulTemplate(M=8192, N=8192, K=8192, in_dtype=T.float16, out_dtype=T.float16,
+                         accum_dtype=T.float32).with_arch(H100())
+    hints = big.recommend_hints(topk=3)
+    assert [h.block for h in hints] == [[256, 128], [128, 256], [128, 128]]
+    assert all(h.rstep == [32] and h.pipeline_stage == 3 and h.rasterization_plan is not NoRasterization
+               for h in hints)
+    small = MatmulTemplate(M=1024, N=1024, K=1024, in_dtype="float16", out_dtype="float16",
+                           accum_dtype="float32").with_arch(H100())
+    first = small.recommend_hints(topk=1)[0]
+    assert first.block == [128, 64] and first.rasterization_plan is NoRasterization  # 128 blocks fill 132 SMs
+    assert first.thread == [4, 2]
+    fp8 = MatmulTemplate(M=4096, N=4096, K=4096, in_dtype="int8", out_dtype="int32", accum_dtype="int32")
+    assert fp8.with_arch(H100()).recommend_hints(topk=1)[0].rstep == [64]
+
+
+def test_matmul_template_equivalent_function_compiles():
+    from tegula.carver.template import MatmulTemplate
+
+    func = MatmulTemplate(M=1024, N=1024, K=1024, in_dtype="float16", out_dtype="float16",
+                          accum_dtype="float32").with_arch(H100()).equivalent_function()
+    kernel = tegula.compile(func, out_idx=[-1], target="sm_80")
+    assert "tegula::gemm_ss<128, 64, 32, 4, 2" in kernel.get_kernel_source()  # the first hint: 8 warps, 4 x 2
+    assert kernel.params[2].shape == (1024, 1024)
+
+
+def test_matmul_template_reads_the_device_when_given_no_arch(monkeypatch):
+    from tegula.carver.template import MatmulTemplate
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=0: FakeProps())
+    assert MatmulTemplate(M=8192, N=8192, K=8192).recommend_hints(topk=1)[0].block == [256, 128]

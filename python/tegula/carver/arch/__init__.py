@@ -2,6 +2,6 @@
 from __future__ import annotations
 
 from . import driver
-from .cuda import CUDA, get_arch
+from .cuda import CDNA, CUDA, get_arch
 
-__all__ = ["driver", "CUDA", "get_arch"]
+__all__ = ["driver", "CUDA", "CDNA", "get_arch"]

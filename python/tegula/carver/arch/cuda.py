@@ -30,5 +30,13 @@ class CUDA:
         return f"CUDA({self.name}, {self.target})"
 
 
+class CDNA:
+    """TileLang's AMD device model: named so programs that choose between the two import;
+    building one is an error, Tegula compiles for NVIDIA GPUs only."""
+
+    def __init__(self, target="hip"):
+        raise ValueError(f"tegula.carver.arch.CDNA({target!r}): AMD devices are not supported by Tegula")
+
+
 def get_arch(target="cuda") -> CUDA:
     return CUDA(target)
