@@ -98,3 +98,15 @@ def test_carver_reads_the_device():
     device = CUDA("cuda")
     assert device.compute_max_core == props.multi_processor_count
     assert device.compute_capability == f"{props.major}{props.minor}"
+
+
+def test_matmul_template_hints_run():
+    from tegula.carver.template import MatmulTemplate
+
+    template = MatmulTemplate(M=1024, N=512, K=256, in_dtype="float16", out_dtype="float16",
+                              accum_dtype="float32").with_arch(CUDA("cuda"))
+    assert template.recommend_hints(topk=4)
+    kernel = tegula.compile(template.equivalent_function(), out_idx=[-1])
+    a = torch.randn(1024, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(512, 256, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b), (a.float() @ b.float().T).half(), rtol=1e-2, atol=1e-2)
