@@ -394,7 +394,9 @@ class AutoTuner:
         tunables = list(dict.fromkeys(k for c in configs for k in c))
         fixed = {k: given[k] for k in tunables if k in given}
         if len(fixed) == len(tunables):  # nothing left to choose: compile what was asked for
-            return AutotuneResult(fixed, None, self._build(jit_fn, args, kwargs, {}))
+            kernel = self._build(jit_fn, args, kwargs, {})
+            kernel.config = fixed  # nothing was timed: no latency
+            return AutotuneResult(fixed, None, kernel)
         # Tunables given explicitly stay as given; the rest are searched.
         free: list[dict] = []
         for config in configs:

@@ -90,16 +90,18 @@ def test_kernels_do_not_nest():
     assert re.search(r"cannot nest", _error_text(build))
 
 
-def test_autotune_takes_the_lazy_form():
-    with pytest.raises(TypeError, match=r"eager @tegula.jit function.*lazy form"):
-        @tegula.autotune(configs=[dict(block=64)])
-        @tegula.jit
-        def add(A, block: int = 64):
-            N = T.const("N")
-            A: T.Tensor((N,), "float32")
-            with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
-                for i in T.Parallel(block):
-                    A[bx * block + i] = A[bx * block + i] + 1
+def test_autotune_takes_the_eager_form():
+    # As TileLang; tuning and running it: tests/python/cpu/test_tilelang_api.py.
+    @tegula.autotune(configs=[dict(block=64)])
+    @tegula.jit
+    def add(A, block: int = 64):
+        N = T.const("N")
+        A: T.Tensor((N,), "float32")
+        with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                A[bx * block + i] = A[bx * block + i] + 1
+
+    assert add._eager and add.compile(N=256, block=64).config == {"block": 64}
 
 
 def test_tensor_subscript_form_in_a_signature():
