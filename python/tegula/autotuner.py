@@ -243,6 +243,22 @@ def _first_line(err: BaseException) -> str:
 
 # ---- the tuner ----
 
+def _call_key(args, kwargs):
+    """What an eager call's choice depends on: its tensors' shapes, dtypes and devices and
+    its other arguments; None when one cannot be hashed."""
+    def part(value):
+        if isinstance(value, torch.Tensor):
+            return (tuple(value.shape), value.dtype, value.device)
+        return value
+
+    key = (tuple(part(v) for v in args), tuple((k, part(v)) for k, v in sorted(kwargs.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 class AutoTuner:
     """Tunes one @tegula.jit function over `configs` (a list of kwargs dicts, or a callable
     given the call's arguments that returns one). `autotune(...)` builds one of these."""
@@ -260,6 +276,7 @@ class AutoTuner:
         self.fn = fn
         self.configs = configs
         self._compile_args: dict = {}
+        self._chosen: dict = {}  # an eager call's signature -> the tunables it runs with
         self._jit_fn = fn if isinstance(fn, (JITFunction, EagerJITFunction)) else None
         self._stamp = None  # the function's source and the compiler build, found once
         self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type, ref_prog=ref_prog,
@@ -322,12 +339,22 @@ class AutoTuner:
         return self._search((), {})
 
     def __call__(self, *args, **kwargs):
-        result = self._search(args, kwargs)
-        if not self._eager:
-            return result.kernel
-        # As TileLang: run the chosen kernel on the call's tensors, return its outputs.
-        given = self._given(args, kwargs)
-        return self._jit()(*args, **kwargs, **{k: v for k, v in result.config.items() if k not in given})
+        if self._jit_fn is None or not self._eager:
+            result = self._search(args, kwargs)
+            if not self._eager:
+                return result.kernel
+        # As TileLang: run the chosen kernel on the call's tensors, return its outputs. The
+        # choice is remembered per call signature (TileLang's per-function tuner cache), so a
+        # repeated call costs one dict lookup more than the eager function's own.
+        key = _call_key(args, kwargs)
+        chosen = self._chosen.get(key) if key is not None else None
+        if chosen is None:
+            config = self._search(args, kwargs).config
+            given = self._given(args, kwargs)
+            chosen = {k: v for k, v in config.items() if k not in given}
+            if key is not None:
+                self._chosen[key] = chosen
+        return self._jit_fn(*args, **kwargs, **chosen)
 
     def compile(self, *args, **kwargs):
         """The tuned kernel (TileLang's `.compile`), also for an eager function, whose

@@ -379,3 +379,26 @@ def test_matmul_template_reads_the_device_when_given_no_arch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=0: FakeProps())
     assert MatmulTemplate(M=8192, N=8192, K=8192).recommend_hints(topk=1)[0].block == [256, 128]
+
+
+def test_autotune_eager_call_runs_the_choice_and_remembers_it(monkeypatch):
+    tuned = tegula.autotune(configs=EAGER_CONFIGS)(eager_add())
+    searches, runs = [], []
+    monkeypatch.setattr(tuned, "_search", lambda args, kwargs: searches.append(1) or autotuner.AutotuneResult(
+        {"block": 256, "threads": 128, **kwargs}, 1.0, None))
+
+    class Runs:  # stands for the eager function: records what the call would launch with
+        fn = staticmethod(tuned._jit_fn.fn)
+
+        def __call__(self, *args, **kwargs):
+            runs.append(kwargs)
+            return "outputs"
+
+    tuned._jit_fn = Runs()
+    a = torch.zeros(512)
+    assert tuned(a, a) == "outputs" and tuned(a, a) == "outputs"
+    assert runs == [{"block": 256, "threads": 128}] * 2 and len(searches) == 1  # tuned once
+    tuned(a, a, threads=64)  # a given tunable stays as given, the rest as chosen
+    assert runs[-1] == {"threads": 64, "block": 256} and len(searches) == 2
+    tuned(torch.zeros(1024), a)  # other sizes: chosen again
+    assert len(searches) == 3
