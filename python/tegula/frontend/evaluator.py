@@ -35,8 +35,7 @@ COMPARE_OPS = {
 }
 
 UNSUPPORTED_EXPRS = {
-    ast.ListComp: "list comprehensions", ast.SetComp: "set comprehensions",
-    ast.DictComp: "dict comprehensions", ast.GeneratorExp: "generator expressions",
+    ast.SetComp: "set comprehensions", ast.DictComp: "dict comprehensions",
     ast.NamedExpr: "assignment expressions (:=)", ast.Await: "await",
     ast.Yield: "yield", ast.YieldFrom: "yield from", ast.Set: "set literals",
     ast.MatMult: "the @ operator (use T.gemm)",
@@ -339,8 +338,63 @@ class Evaluator:
 
         return fn
 
+    def _comprehension(self, node):
+        """A list comprehension or generator expression runs at compile time over Python
+        iterables (tuples, lists, range of Python ints): `sum((s + 3) // 4 for s in sizes)`
+        is folded to a constant, and over kernel values builds the expression. Its `for`
+        cannot range over a kernel value, nor its `if` test one (each would be a loop or a
+        branch in the kernel)."""
+        out = []
+        self.scopes.append({})
+        try:
+            self._comprehend(node, node.generators, out)
+        finally:
+            self.scopes.pop()
+        return out if isinstance(node, ast.ListComp) else iter(out)
+
+    def _comprehend(self, node, generators, out) -> None:
+        if not generators:
+            out.append(self.eval(node.elt))
+            return
+        first = generators[0]
+        if first.is_async:
+            raise self.error(first, "async comprehensions are not supported inside a kernel")
+        iterable = self.eval(first.iter)
+        if isinstance(iterable, PrimExpr) or not hasattr(iterable, "__iter__") \
+                or type(iterable).__module__.startswith("tegula."):
+            raise self.error(first.iter, "a comprehension in a kernel runs at compile time, so it "
+                             "iterates over Python values only (a list, tuple or range of "
+                             "constants); use a T.serial loop over kernel values")
+        for item in iterable:
+            self._bind_target(first.target, item)
+            keep = True
+            for test in first.ifs:
+                cond = self.eval(test)
+                if isinstance(cond, PrimExpr):
+                    raise self.error(test, "a comprehension's `if` must be a Python value at "
+                                     "compile time, not a kernel value")
+                if not cond:
+                    keep = False
+                    break
+            if keep:
+                self._comprehend(node, generators[1:], out)
+
+    def _bind_target(self, target, value) -> None:
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, (ast.Tuple, ast.List)) and not any(
+                isinstance(e, ast.Starred) for e in target.elts):
+            items = tuple(value)
+            if len(items) != len(target.elts):
+                raise self.error(target, f"cannot unpack {len(items)} values into "
+                                 f"{len(target.elts)} names")
+            for element, item in zip(target.elts, items):
+                self._bind_target(element, item)
+        else:
+            raise self.error(target, "a comprehension's target must be a name or a tuple of names")
+
     _EXPRS = {
-        ast.Lambda: _lambda,
+        ast.Lambda: _lambda, ast.ListComp: _comprehension, ast.GeneratorExp: _comprehension,
         ast.Constant: _constant, ast.Name: _name, ast.Attribute: _attribute,
         ast.Subscript: _subscript, ast.Tuple: _tuple, ast.List: _list, ast.Dict: _dict,
         ast.BinOp: _binop, ast.UnaryOp: _unaryop, ast.BoolOp: _boolop, ast.Compare: _compare,
