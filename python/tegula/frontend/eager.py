@@ -110,6 +110,28 @@ def is_eager(fn) -> bool:
 
 # ---- one parse ----
 
+def _single_assignments(body) -> dict:
+    """name -> the expression node the top of `body` assigns it, for names assigned exactly
+    once there by `x = value` or `a, b = u, v` (element by element)."""
+    found, counts = {}, {}
+    for stmt in body:
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            continue
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            pairs = [(target, getattr(stmt, "value", None))]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                value = stmt.value
+                same = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+                pairs = list(zip(target.elts, value.elts)) if same else [(t, None) for t in target.elts]
+            for item, value in pairs:
+                if isinstance(item, ast.Name):
+                    counts[item.id] = counts.get(item.id, 0) + 1
+                    if value is not None and not isinstance(stmt, ast.AugAssign):
+                        found[item.id] = value
+    return {k: v for k, v in found.items() if counts[k] == 1}
+
+
 class _Pending:
     """A T.const whose value the first annotation using it as a dimension will give. The
     names bound to it are rebound to the int then; any use before that is an error."""
@@ -193,7 +215,16 @@ class _Session:
         """(value, where) for T.const `name` read off the call's tensors through the body's
         parameter annotations, so that the body may use it before they come (TileLang's
         `splitK = K // split_k` ahead of `A: T.Tensor((M, K), dtype)`); None when no
-        annotation names it as a whole dimension of a tensor argument."""
+        annotation names it as a whole dimension of a tensor argument. A shape or a
+        dimension may go through names the body assigns once at its top
+        (`q_shape = [batch, 1, heads, dim]`, `KH, KW = K, K`)."""
+        aliases = _single_assignments(self.fn_node.body)
+
+        def through(node, depth=0):
+            while isinstance(node, ast.Name) and node.id in aliases and node.id != name and depth < 16:
+                node, depth = aliases[node.id], depth + 1
+            return node
+
         for stmt in self.fn_node.body:
             if not (isinstance(stmt, ast.AnnAssign) and stmt.value is None and isinstance(stmt.target, ast.Name)):
                 continue
@@ -207,10 +238,12 @@ class _Session:
             elif isinstance(ann, ast.Subscript):
                 inner = ann.slice
                 shape = inner.elts[0] if isinstance(inner, ast.Tuple) and len(inner.elts) == 2 else inner
+            shape = through(shape) if shape is not None else None
             elements = shape.elts if isinstance(shape, (ast.Tuple, ast.List)) else [shape] if shape else []
             if len(elements) != argument.dim():
                 continue
             for index, element in enumerate(elements):
+                element = through(element)
                 if isinstance(element, ast.Name) and element.id == name:
                     return int(argument.shape[index]), f"argument '{stmt.target.id}' dimension {index}"
         return None

@@ -73,3 +73,56 @@ def test_a_comprehension_if_on_a_kernel_value_is_refused():
                 X[0] = sum(X[i] for i in range(8) if X[i] > 0)  # marker: kernel-if
     assert "must be a Python value at compile time" in str(info.value)
     assert "marker: kernel-if" in str(info.value)
+
+
+# ---- T.const used before the annotation that sizes it, through assigned names ----
+
+def padded_window_sums(P):
+    """TileLang's `KH, KW = K, K` and `q_shape = [...]`: the T.consts are read off the
+    arguments through names the body assigns before the annotations."""
+    @tegula.jit(target="sm_90a")
+    def window(X, W):
+        N, K = T.const("N, K")
+        KH, KW = K, K
+        ON = N + 2 * P - K + 1  # K used before any annotation names it
+        x_shape = [N]
+        X: T.Tensor(x_shape, T.float32)
+        W: T.Tensor((KH, KW), T.float32)
+        Out = T.empty((ON,), T.float32)
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.serial(ON):
+                acc = T.alloc_var(T.float32)
+                acc = T.float32(0)
+                for k in T.serial(K):
+                    if i + k - P >= 0 and i + k - P < N:
+                        acc = acc + X[i + k - P] * W[k, k]
+                Out[i] = acc
+        return Out
+
+    return window
+
+
+def window_torch(x, w, P):
+    k = w.shape[0]
+    xp = torch.nn.functional.pad(x, (P, P))
+    return torch.stack([(xp[i:i + k] * w.diagonal()).sum() for i in range(xp.shape[0] - k + 1)])
+
+
+@pytest.mark.parametrize("n,k", [(19, 3), (8, 5)])
+def test_const_used_before_its_annotation_through_aliases(n, k):
+    fn = padded_window_sums(1)
+    x, w = torch.randn(n), torch.randn(k, k)
+    kernel = fn.compile(x, w)
+    assert kernel.params[-1].shape == (n + 2 - k + 1,)
+    for run in (tt.reference, tt.simulate):
+        x, w = torch.randn(n), torch.randn(k, k)
+        out = run(kernel, x, w)  # the output is allocated by the runner
+        torch.testing.assert_close(out, window_torch(x, w, 1), msg=run.__name__)
+
+
+def test_const_alias_that_disagrees_with_the_argument_is_refused():
+    fn = padded_window_sums(0)
+    with pytest.raises(tegula.TegulaCompileError) as info:  # W is 3x4, K is read as 3
+        fn.compile(torch.randn(9), torch.randn(3, 4))
+    assert "argument 'W' dimension 1 is 4, but the declaration says 3" in str(info.value)
+    assert "W: T.Tensor((KH, KW), T.float32)" in str(info.value)

@@ -22,3 +22,9 @@ def test_generator_expressions_on_the_gpu():
     out = torch.full((len(cpu.SIZES) + 1,), float("nan"), device="cuda")
     kernel(x, out)
     torch.testing.assert_close(out.cpu(), cpu.block_sums_torch(x.cpu(), cpu.SIZES, 4))
+
+
+def test_const_before_its_annotation_on_the_gpu():
+    kernel = cpu.padded_window_sums(1).compile(torch.empty(19, device="cuda"), torch.empty(3, 3, device="cuda"))
+    x, w = torch.randn(19, device="cuda"), torch.randn(3, 3, device="cuda")
+    torch.testing.assert_close(kernel(x, w).cpu(), cpu.window_torch(x.cpu(), w.cpu(), 1))
