@@ -105,15 +105,17 @@ std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, Thre
   return ThreadRange{outer.lo + first, outer.lo + last + 1};
 }
 
-bool Uniformity::uniform(const Expr& e) const {
+bool Uniformity::uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const {
   return !reads_any(e, [&](const Expr& x) {
-    if (varying_.count(x.get())) return true;
+    if (varying_.count(x.get()) && !same.count(x.get())) return true;
     // Each thread's own draw, and the lanes running a call: they differ with no argument that does.
     if (auto* c = x.as<CallNode>(); c && (c->op.rfind("rng_", 0) == 0 || c->op == "activemask")) return true;
     auto* ld = x.as<BufferLoadNode>();
     if (!ld) return false;
-    return ld->buffer->scope == Scope::Fragment ||
-           (ld->buffer->scope == Scope::Local && (!locals_known_ || varying_locals_.count(ld->buffer.get())));
+    if (ld->buffer->scope == Scope::Fragment) {
+      return !whole_fragments_.count(ld->buffer.get()) || varying_locals_.count(ld->buffer.get());
+    }
+    return (ld->buffer->scope == Scope::Local && (!locals_known_ || varying_locals_.count(ld->buffer.get())));
   });
 }
 
@@ -139,16 +141,30 @@ class LearnVarying : public IRVisitor {
       mark(op->var.get());
       varying_ |= divided;
     }
+    bool saved_control = control_varying_;
+    control_varying_ |= !divided && varying_;
+    if (divided) parallel_vars_.insert(op->var.get());
     IRVisitor::visit_For(op);
+    if (divided) parallel_vars_.erase(op->var.get());
+    control_varying_ = saved_control;
     varying_ = saved;
   }
   void visit_IfThenElse(const IfThenElseNode* op) override {
-    bool saved = varying_;
+    bool saved = varying_, saved_control = control_varying_;
     varying_ |= !u_.uniform(op->cond);
+    control_varying_ |= !u_.uniform_given(op->cond, parallel_vars_);
     IRVisitor::visit_IfThenElse(op);
     varying_ = saved;
+    control_varying_ = saved_control;
   }
   void visit_BufferStore(const BufferStoreNode* op) override {
+    // A fragment held whole: a T.Parallel nest over it runs whole in every thread, so its
+    // variables are the same in all of them; only other differences count.
+    if (u_.whole_fragments().count(op->buffer.get()) && !locals_.count(op->buffer.get())) {
+      bool differs = control_varying_ || !u_.uniform_given(op->value, parallel_vars_);
+      for (const Expr& i : op->indices) differs |= !u_.uniform_given(i, parallel_vars_);
+      if (differs) locals_.insert(op->buffer.get()), changed = true;
+    }
     if (op->buffer->scope == Scope::Local && !locals_.count(op->buffer.get())) {
       bool differs = varying_ || !u_.uniform(op->value);
       for (const Expr& i : op->indices) differs |= !u_.uniform(i);
@@ -163,11 +179,12 @@ class LearnVarying : public IRVisitor {
     for (const Expr& a : op->args) differs |= !u_.uniform(a);
     for (auto& r : op->regions) {
       for (const Expr& m : r.mins) differs |= !u_.uniform(m);
-      if (r.buffer->scope == Scope::Fragment) differs = true;
+      if (r.buffer->scope == Scope::Fragment && !u_.whole_fragments().count(r.buffer.get())) differs = true;
     }
     // The op's destination is its last region (copy, fill, reduce, gemm).
     const BufferNode* dst = op->regions.empty() ? nullptr : op->regions.back().buffer.get();
-    if (dst && dst->scope == Scope::Local && differs && !locals_.count(dst)) locals_.insert(dst), changed = true;
+    bool held_alike = dst && (dst->scope == Scope::Local || u_.whole_fragments().count(dst));
+    if (held_alike && differs && !locals_.count(dst)) locals_.insert(dst), changed = true;
     IRVisitor::visit_TileOp(op);
   }
 
@@ -179,12 +196,38 @@ class LearnVarying : public IRVisitor {
   std::set<const ExprNode*>& vars_;
   std::set<const BufferNode*>& locals_;
   bool varying_ = false;
+  bool control_varying_ = false;  // varying_ but for the division of T.Parallel nests
+  std::set<const ExprNode*> parallel_vars_;
+};
+
+// Collects fragment accesses outside T.Parallel nests; tile ops' regions do not count.
+class OutsideNests : public IRVisitor {
+ public:
+  std::map<const BufferNode*, SourceLoc> found;
+  void visit_For(const ForNode* op) override {
+    if (op->for_kind != ForKind::Parallel) IRVisitor::visit_For(op);
+  }
+  void visit_BufferLoad(const BufferLoadNode* op) override {
+    if (op->buffer->scope == Scope::Fragment) found.emplace(op->buffer.get(), op->loc);
+    IRVisitor::visit_BufferLoad(op);
+  }
+  void visit_BufferStore(const BufferStoreNode* op) override {
+    if (op->buffer->scope == Scope::Fragment) found.emplace(op->buffer.get(), op->loc);
+    IRVisitor::visit_BufferStore(op);
+  }
 };
 
 }  // namespace
 
+std::map<const BufferNode*, SourceLoc> fragments_held_whole(const Stmt& body) {
+  OutsideNests v;
+  v.visit(body);
+  return v.found;
+}
+
 void Uniformity::learn(const Stmt& body) {
   locals_known_ = true;
+  whole_fragments_ = fragments_held_whole(body);
   while (true) {
     LearnVarying pass(*this, varying_, varying_locals_);
     pass.visit(body);

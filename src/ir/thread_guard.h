@@ -12,6 +12,7 @@
 // split_guard evaluates the conjuncts that read the thread index for every thread of the
 // enclosing range; the rest must be the same for every thread (uniform).
 #pragma once
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,6 +48,12 @@ std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, Thre
 // thread runs it whole (TileLang's rule), so it is not divided among threads.
 bool thread_private_nest(const Stmt& s);
 
+// The fragments body reads or writes outside every T.Parallel nest and tile op (a scalar
+// `f[k]` in a serial loop or a condition). Layout inference holds each of them whole in
+// every thread (layout::make_replicated), so all threads read the same value there.
+// Each with the place of its first such access.
+std::map<const BufferNode*, SourceLoc> fragments_held_whole(const Stmt& body);
+
 // Whether e reads the variable v.
 bool reads_var(const Expr& e, const Expr& v);
 
@@ -62,7 +69,11 @@ class Uniformity {
   // For the tile-level program only: after lowering, register arrays are written by calls
   // (a gemm's accumulator) that no store shows.
   void learn(const Stmt& body);
-  bool uniform(const Expr& e) const;
+  bool uniform(const Expr& e) const { return uniform_given(e, {}); }
+  // As uniform, with the variables in `same` taken as the same in every thread (the
+  // variables of a T.Parallel nest that every thread runs whole).
+  bool uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const;
+  const std::map<const BufferNode*, SourceLoc>& whole_fragments() const { return whole_fragments_; }
   // A let (or a loop whose bounds are `value`'s): the variable varies when its value does.
   void bind(const Expr& var, const Expr& value) {
     if (!uniform(value)) varying_.insert(var.get());
@@ -73,6 +84,9 @@ class Uniformity {
   std::set<const ExprNode*> varying_;
   std::set<const BufferNode*> varying_locals_;
   bool locals_known_ = false;  // before learn, every local buffer counts as varying
+  // Fragments held whole by every thread (fragments_held_whole); their elements are the
+  // same in all threads unless a store into them differs (then in varying_locals_).
+  std::map<const BufferNode*, SourceLoc> whole_fragments_;
 };
 
 // The intrinsic a thread scope's let binds (transform/scope_thread_guards.cc):

@@ -253,6 +253,7 @@ class Replicated : public Fragment {
     return out;
   }
   std::string describe() const override { return "replicated" + shape_str(shape_); }
+  bool whole_in_every_thread() const override { return true; }
 };
 
 class Projected : public Fragment {

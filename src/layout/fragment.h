@@ -39,6 +39,9 @@ class Fragment {
   // valid is set to a predicate on tx when some threads leave slot s empty, else to null.
   virtual std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const = 0;
   virtual std::string describe() const = 0;
+  // Every thread holds the whole tile, element `flat` (row-major) in slot `flat`
+  // (make_replicated): any thread may read any element at a run-time index.
+  virtual bool whole_in_every_thread() const { return false; }
 
   // Slot of element `flat` (row-major) in thread t, or -1 when t does not hold it.
   int slot_of(int t, int64_t flat) const;

@@ -19,6 +19,9 @@
 // stored with the fragment's layout just before the loop. When the loop only narrows the
 // fragment into another one (P = cast(S)), it runs with the source's layout and its
 // result crosses at the narrower type instead. Barriers come from insert_barriers.
+// A fragment accessed outside every T.Parallel nest and tile op is held whole by every
+// thread (layout::make_replicated), decided before the strict level; Uniformity
+// (ir/thread_guard.h) relies on the same structural rule.
 #include <algorithm>
 #include <set>
 
@@ -348,6 +351,20 @@ class Inference {
   Inference(Kernel& k, PassContext& ctx, Collector& c) : k_(k), ctx_(ctx), lm_(ctx.layouts), c_(c) {}
 
   void run() {
+    // A fragment read or written at a scalar index outside the T.Parallel nests (a block
+    // mask tested in a serial loop) is held whole by every thread, TileLang's meaning:
+    // any thread may read any element. The nests over it then run in every thread.
+    for (auto& [b, where] : fragments_held_whole(k_.body)) {
+      auto used = c_.frag_scope.find(b);
+      int threads = used == c_.frag_scope.end() ? k_.threads : int(used->second.first.count);
+      Buffer buf;
+      for (auto& a : k_.allocs) {
+        if (a.get() == b) buf = a;
+      }
+      if (!buf) continue;
+      lm_.fragment[b] = layout::make_replicated(frag_shape(buf), threads);
+      lm_.decided_at[b] = where;
+    }
     for (auto* op : c_.ops) {
       if (auto* impl = ops::find_tile_op(op->op)) {
         in_scope(c_.op_scope[op], [&] { return impl->infer_layout(op, ops::InferLevel::Strict, ctx_, k_); });

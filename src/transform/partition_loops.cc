@@ -30,6 +30,15 @@ using namespace ir;
 
 namespace {
 
+// The row-major index of element idx of a fragment of constant shape.
+Expr row_major_index(const Buffer& frag, const std::vector<Expr>& idx) {
+  Expr out;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    out = out ? make_binary(BinaryOp::Add, make_binary(BinaryOp::Mul, out, frag->shape[d]), idx[d]) : idx[d];
+  }
+  return out ? out : make_int(0);
+}
+
 // Replaces fragment accesses of one slot by register accesses.
 class FragmentToRegister : public IRMutator {
  public:
@@ -39,6 +48,11 @@ class FragmentToRegister : public IRMutator {
     Expr e = IRMutator::mutate_BufferLoad(self, op);
     auto* load = e.as<BufferLoadNode>();
     if (load->buffer->scope != Scope::Fragment) return e;
+    // Held whole by every thread: any element is at its row-major index, whatever the
+    // loop's layout (stores still take the check below: every copy must be written).
+    if (ctx_.layouts.fragment.at(load->buffer.get())->whole_in_every_thread()) {
+      return make_load(reg(load->buffer), {row_major_index(load->buffer, load->indices)}, op->loc);
+    }
     return make_load(reg(load->buffer), {make_int(slot_for(load->buffer, load->indices, op->loc))}, op->loc);
   }
   Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
@@ -257,6 +271,37 @@ std::set<const BufferNode*> shared_loaded(const Stmt& s) {
   return out;
 }
 
+// A fragment accessed outside the nests is held whole by every thread (infer_layout),
+// element `flat` in register `flat`: `f[k]` becomes `f_reg[k]`, an index known only at
+// run time included (the register array then lives in local memory, as in TileLang).
+class WholeFragmentToRegister : public IRMutator {
+ public:
+  explicit WholeFragmentToRegister(PassContext& ctx) : ctx_(ctx) {}
+  Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
+    Expr e = IRMutator::mutate_BufferLoad(self, op);
+    auto* ld = e.as<BufferLoadNode>();
+    if (ld->buffer->scope != Scope::Fragment) return e;
+    return make_load(reg(ld->buffer, op->loc), {row_major_index(ld->buffer, ld->indices)}, op->loc);
+  }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
+    Stmt s = IRMutator::mutate_BufferStore(self, op);
+    auto* st = s.as<BufferStoreNode>();
+    if (st->buffer->scope != Scope::Fragment) return s;
+    return make_store(reg(st->buffer, op->loc), {row_major_index(st->buffer, st->indices)}, st->value, op->loc);
+  }
+
+ private:
+  Buffer reg(const Buffer& frag, const SourceLoc& loc) {
+    auto l = ctx_.layouts.fragment.find(frag.get());
+    user_assert(l != ctx_.layouts.fragment.end() && l->second->whole_in_every_thread(), loc)
+        << "fragment '" << frag->name << "' is accessed outside a T.Parallel loop, so every thread must hold it whole, "
+        << "but its layout is "
+        << (l == ctx_.layouts.fragment.end() ? std::string("unknown") : l->second->describe());
+    return ctx_.registers.at(frag.get());
+  }
+  PassContext& ctx_;
+};
+
 class Partitioner : public IRMutator {
  public:
   Partitioner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), an_(kernel_analyzer(k)), facts_(k, an_) {}
@@ -294,9 +339,13 @@ class Partitioner : public IRMutator {
   // Code outside the T.Parallel nests (what every thread runs alike) gets the same masks,
   // and what holds there (its conditions, loops and lets) becomes facts for what is inside.
   using IRMutator::mutate;
-  Expr mutate(const Expr& e) override { return masked(e); }
-  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode*) override { return masked(self); }
-  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode*) override { return masked(self); }
+  Expr mutate(const Expr& e) override { return masked(WholeFragmentToRegister(ctx_).mutate(e)); }
+  Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode*) override {
+    return masked(WholeFragmentToRegister(ctx_).mutate(self));
+  }
+  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode*) override {
+    return masked(WholeFragmentToRegister(ctx_).mutate(self));
+  }
   Stmt mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) override {
     Expr cond = mutate(op->cond);
     size_t mark = facts_.mark();
