@@ -87,3 +87,46 @@ CASES = {
     "count_ragged": (lambda t: scaled_count(3, 13, threads=32, target=t), lambda g: [torch.randn(3, 13, generator=g)],
                      scaled_count_ref),
 }
+
+
+def gathered_rows(M, N, bm=32, bn=32, target="auto"):
+    """B[tile (by, i)] = A[Rows[by, i] : + bm, 0 : bn]: a row index read from a fragment
+    becomes the start of a tile copy inside a pipelined loop (a TMA copy on sm_90a)."""
+    NS = N // bn
+
+    @tegula.jit(out_idx=[1], target=target)
+    def kernel(M, N, NS, bm, bn):
+        @T.prim_func
+        def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"), Rows: T.Tensor((M // bm, NS), "int32")):
+            with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm)) as (bx, by):
+                sa = T.alloc_shared((bm, bn), "float16")
+                rf = T.alloc_fragment((NS,), "int32")
+                T.copy(Rows[by, :], rf)
+                for i in T.Pipelined(NS, num_stages=2):
+                    r = rf[i]
+                    if r >= 0:
+                        T.copy(A[r, 0], sa)
+                        T.copy(sa, B[by * bm, i * bn])
+
+        return main
+
+    return kernel(M, N, NS, bm, bn)
+
+
+def gathered_rows_ref(A, Rows, bm=32, bn=32):
+    out = torch.zeros(A.shape, dtype=torch.float64)
+    for by in range(Rows.shape[0]):
+        for i in range(Rows.shape[1]):
+            r = int(Rows[by, i])
+            out[by * bm:(by + 1) * bm, i * bn:(i + 1) * bn] = A[r:r + bm, 0:bn].double()
+    return out
+
+
+def _gather_inputs(M, N, bm=32, bn=32):
+    def make(gen):
+        A = torch.randn(M, N, generator=gen).half()
+        return [A, torch.randint(0, M - bm + 1, (M // bm, N // bn), generator=gen, dtype=torch.int32)]
+    return make
+
+
+CASES["gather_rows"] = (lambda t: gathered_rows(128, 128, target=t), _gather_inputs(128, 128), gathered_rows_ref)
