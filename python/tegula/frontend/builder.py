@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 
 from .errors import ArgError
+from .stack import STACK
 from .values import BufferValue, PrimExpr, ir
 
 
@@ -103,7 +104,7 @@ class Builder:
         return self.kernel
 
 
-_STACK: list[Builder] = []
+_STACK: list[Builder] = STACK  # shared with values.py through stack.py
 
 
 def current(what: str = "this function") -> Builder:

@@ -204,9 +204,9 @@ def unbound_var(dtype: str) -> "PrimExpr":
     Tegula gives the same, a symbolic size like `T.dynamic` (named v0, v1, ...). Inside one
     TileLang binds it later with T.let, which Tegula does not have: an error says what to
     write instead."""
-    from . import builder
+    from .stack import STACK
 
-    if builder._STACK:
+    if STACK:
         raise TypeError(f"T.{dtype}() without a value declares a variable that TileLang binds later "
                         f"with T.let; Tegula binds a name when it is assigned: write `x = expr` or "
                         f"`x: T.{dtype} = expr`")
