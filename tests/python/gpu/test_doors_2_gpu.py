@@ -138,7 +138,7 @@ def rows(dtype, n, tag):
     return torch.stack(out).to(dtype), torch.tensor(overflow)
 
 
-def same_pattern(out, ref, dtype, what):
+def check_same_pattern(out, ref, dtype, what):
     out, ref = out.cpu(), ref.cpu().to(dtype)
     for name, test in (("NaN", torch.isnan), ("+inf", torch.isposinf), ("-inf", torch.isneginf)):
         bad = (test(out) != test(ref)).nonzero()
@@ -179,7 +179,7 @@ def test_norms_give_torchs_nan_and_inf_pattern(kind, dtype, n):
     # A layer norm's rows whose float32 statistics overflow: torch's CPU and CUDA kernels
     # disagree with each other there (the order of the sums decides), so neither is the bar.
     rows_cpu = ~overflows if kind == "layer_norm" else torch.ones_like(overflows)
-    same_pattern(out.cpu()[rows_cpu], ref[rows_cpu], dtype, f"{kind} {dtype} n={n} against torch on the CPU")
+    check_same_pattern(out.cpu()[rows_cpu], ref[rows_cpu], dtype, f"{kind} {dtype} n={n} against torch on the CPU")
     # torch's CUDA kernels, on the rows where they compute the definition's statistics: an
     # rms norm of rows a multiple of 4 sums squares (every row); otherwise they take
     # Welford's running mean, which agrees but where float32 overflows, and for an rms
@@ -191,7 +191,7 @@ def test_norms_give_torchs_nan_and_inf_pattern(kind, dtype, n):
         keep = torch.ones_like(overflows)
     else:
         keep = ~overflows & torch.isfinite(inputs[0].cpu().float()).all(-1)
-    same_pattern(out.cpu()[keep], ref_cuda[keep], dtype, f"{kind} {dtype} n={n} against torch on the GPU")
+    check_same_pattern(out.cpu()[keep], ref_cuda[keep], dtype, f"{kind} {dtype} n={n} against torch on the GPU")
 
 
 def test_a_residual_of_another_shape_is_named_before_any_launch():
