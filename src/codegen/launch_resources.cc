@@ -1,0 +1,58 @@
+// What a lowered kernel asks of the machine when it launches, decided where the printer
+// and the launcher read it alike: the registers of a warp-specialised kernel's roles, the
+// widest wgmma's register need, a thread's register limit, and whether the grid folds.
+#include <algorithm>
+
+#include "codegen/cuda_printer.h"
+#include "ir/analyzer.h"
+#include "ir/functor.h"
+
+namespace tegula::codegen {
+
+using namespace ir;
+
+WgmmaRegisters wgmma_registers(const Kernel& k) {
+  WgmmaRegisters w;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return;
+    int n = int(*as_const_int(c->args[1]) / *as_const_int(c->args[4]));
+    if (n > w.n) w = {n, n / 2 + WgmmaRegisters::kBeside, c->loc};
+  });
+  return w;
+}
+
+int register_limit(const Kernel& k) {
+  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : 1;
+  return std::min(255, 65536 / blocks / k.threads);
+}
+
+WsRegisters ws_registers(const Kernel& k) {
+  WsRegisters r;
+  const int T = k.consumer_threads;
+  // 228 KB of shared memory per SM, 1 KB of it reserved per block.
+  constexpr int64_t kSmemPerSm = 228 * 1024, kReserved = 1024;
+  // ptxas compiles the whole kernel within the launch bounds' count (setmaxnreg does not
+  // raise it), so a wgmma that needs more keeps one block per SM.
+  if (T == 128 && 2 * (k.smem_bytes + kReserved) <= kSmemPerSm &&
+      wgmma_registers(k).registers <= 65536 / 2 / k.threads) {
+    r.blocks_per_sm = 2;
+  }
+  const int regs = 65536 / r.blocks_per_sm;
+  r.entry = std::min(255, regs / k.threads) / 8 * 8;
+  r.producer = 24;
+  r.consumer = std::min(240, (regs - 128 * r.producer) / T / 8 * 8);
+  return r;
+}
+
+bool folds_grid(const Kernel& k) {
+  // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.
+  Analyzer an;
+  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, kIndex32Limit - 1});
+  for (size_t d = 1; d < k.grid.size() && d < 3; ++d) {
+    if (an.bound(k.grid[d]).hi > 65535) return true;
+  }
+  return false;
+}
+
+}  // namespace tegula::codegen
