@@ -365,9 +365,17 @@ def gen_valid(c) -> Program:
 
 # ---- invalid programs ----
 
-def gen_invalid(c) -> Program:
+def all_invalid() -> dict:
+    """Every family of invalid programs: kind -> family (fuzz_invalid.py, and the tile code
+    under undividable thread guards of fuzz_families_guards.py)."""
+    from . import fuzz_families_guards
     from .fuzz_invalid import INVALID
 
+    return {**INVALID, **fuzz_families_guards.INVALID}
+
+
+def gen_invalid(c) -> Program:
+    INVALID = all_invalid()
     kind = c.choice(sorted(INVALID))
     k = Kernel(c, c.choice(["sm_80", "sm_90a"]))
     INVALID[kind](k)

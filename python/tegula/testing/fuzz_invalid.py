@@ -160,12 +160,3 @@ INVALID = {
     "kernel_unpack_mismatch": kernel_unpack_mismatch,
     "grid_not_positive": grid_not_positive,
 }
-
-
-def _more_invalid():
-    from .fuzz_families_guards import INVALID as guards
-
-    INVALID.update(guards)
-
-
-_more_invalid()

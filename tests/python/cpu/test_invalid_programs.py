@@ -8,7 +8,9 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 from tegula.testing import fuzz  # noqa: E402
-from tegula.testing.fuzz_invalid import INVALID  # noqa: E402
+from tegula.testing.fuzz_families import all_invalid  # noqa: E402
+
+INVALID = all_invalid()
 
 _SEEN = []
 
