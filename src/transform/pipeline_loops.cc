@@ -336,6 +336,7 @@ class Pipeliner : public IRMutator {
     Stmt consumer = make_if(make_bool(true), make_seq(after), {}, op->loc);
     Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
     staged_loops_.insert(unit.get());
+    ws_loops_.insert(unit.get());
     return unit;
   }
 
@@ -467,9 +468,10 @@ class Pipeliner : public IRMutator {
 
   // Outside pipelined loops, cp.async copies (those partition_loops issued ahead of a
   // pipelined loop) are committed as one group after each run of them. The group is
-  // waited for at once, unless the next unit that touches shared memory is a staged loop:
-  // then the loop's first wait covers it, since groups complete in order, and the copy
-  // flies with the loop's first stages.
+  // waited for at once, unless the next unit that touches shared memory is a cp.async
+  // staged loop: then the loop's first wait covers it, since groups complete in order, and
+  // the copy flies with the loop's first stages. A warp-specialised loop waits on its
+  // mbarriers only, never on cp.async groups, so the copies before it are waited for here.
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
     if (in_pipelined_) return IRMutator::mutate_Seq(self, op);  // the loop's own handling follows
     // A unit without a pipelined loop inside is left whole; one with a loop inside is
@@ -489,7 +491,7 @@ class Pipeliner : public IRMutator {
       bool overlap = false;
       for (size_t j = i + 1; j < in.size(); ++j) {
         if (staged_loops_.count(in[j].get())) {
-          overlap = true;
+          overlap = !ws_loops_.count(in[j].get());
           break;
         }
         if (touches_shared(in[j]) || contains_pipelined(op->seq[j])) break;
@@ -503,6 +505,7 @@ class Pipeliner : public IRMutator {
   Kernel& k_;
   PassContext& ctx_;
   std::set<const StmtNode*> staged_loops_;  // the staged loops this pass built
+  std::set<const StmtNode*> ws_loops_;      // those of them that are warp-specialised
   int in_pipelined_ = 0;
 };
 

@@ -222,3 +222,72 @@ def test_a_gemm_only_consumer_keeps_one_wgmma_group_in_flight():
     # and arms the full barrier with the stage's bytes: 128x64 + 64x256 halves.
     producer = src[src.index("if ((threadIdx.x == 256))"):src.index("} else {")]
     assert "mbar_arrive_expect_tx(&" in producer and ", 49152);" in producer
+
+
+
+def eight_keys_attention_program():
+    """Q (98 rows) in a 64-row tile with a swizzle of its own, 8 keys in one 32-key tile:
+    the copy engine takes K and V, Q stays on cp.async."""
+    scale = 0.18033688011112042
+
+    @T.prim_func
+    def main(Q: T.Tensor((2, 98, 64), "float16"), K: T.Tensor((2, 8, 64), "float16"),
+             V: T.Tensor((2, 8, 64), "float16"), O: T.Tensor((2, 98, 64), "float16")):
+        with T.Kernel(T.ceildiv(98, 64), 2, threads=128) as (bx, by):
+            Q_shared = T.alloc_shared((64, 64), "float16")
+            K_shared = T.alloc_shared((32, 64), "float16")
+            V_shared = T.alloc_shared((32, 64), "float16")
+            acc_s = T.alloc_fragment((64, 32), "float32")
+            acc_s_cast = T.alloc_fragment((64, 32), "float16")
+            acc_o = T.alloc_fragment((64, 64), "float32")
+            m = T.alloc_fragment((64,), "float32")
+            m_prev = T.alloc_fragment((64,), "float32")
+            rescale = T.alloc_fragment((64,), "float32")
+            logsum = T.alloc_fragment((64,), "float32")
+            T.annotate_layout({Q_shared: T.layout.make_swizzled_layout(Q_shared)})
+            T.copy(Q[by, bx * 64:bx * 64 + 64, :], Q_shared)
+            T.clear(acc_o)
+            T.fill(logsum, 0)
+            T.fill(m, -1e30)
+            for kb in T.Pipelined(T.ceildiv(T.min(8, (bx + 1) * 64), 32), num_stages=2):
+                T.copy(K[by, kb * 32:kb * 32 + 32, :], K_shared)
+                T.copy(V[by, kb * 32:kb * 32 + 32, :], V_shared)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True,
+                       policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(64, 32):
+                    acc_s[i, j] = T.if_then_else(kb * 32 + j < 8 and kb * 32 + j <= bx * 64 + i, acc_s[i, j],
+                                                 -T.infinity("float32"))
+                T.copy(m, m_prev)
+                T.reduce_max(acc_s, m, dim=1, clear=False)
+                for i in T.Parallel(64):
+                    rescale[i] = T.exp2((m_prev[i] - m[i]) * scale)
+                for i, j in T.Parallel(64, 64):
+                    acc_o[i, j] = acc_o[i, j] * rescale[i]
+                for i, j in T.Parallel(64, 32):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - m[i] * scale)
+                for i in T.Parallel(64):
+                    logsum[i] *= rescale[i]
+                T.reduce_sum(acc_s, logsum, dim=1, clear=False)
+                T.copy(acc_s, acc_s_cast)
+                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(64, 64):
+                acc_o[i, j] = acc_o[i, j] / logsum[i]
+            T.copy(acc_o, O[by, bx * 64:bx * 64 + 64, :])
+
+    return main
+
+
+def test_a_cp_async_copy_ahead_of_a_warp_specialised_loop_is_waited_for():
+    """A copy ahead of the loop that stays on cp.async is completed before the consumer's
+    first wgmma reads it. The warp-specialised loop waits on its mbarriers only, never on
+    cp.async groups, so it cannot cover the copy the way a cp.async pipeline's first wait
+    does. (The GPU fuzzer found the missing wait: 7e-2 relative error; the numbers are in
+    gpu/test_hopper_async_gpu.py.)"""
+    k = tegula.compile(eight_keys_attention_program(), out_idx=[3], target="sm_90a")
+    assert k._lowered.warp_specialized
+    src = k.get_kernel_source()
+    consumer = src[src.index("} else {"):]
+    first_gemm = consumer.index("tegula::wgmma_ss<")
+    assert "cp_async_16_pred(&Q_shared" in consumer[:first_gemm]
+    commit = consumer.index("cp_async_commit();")
+    assert commit < consumer.index("cp_async_wait<0>();", commit) < first_gemm
