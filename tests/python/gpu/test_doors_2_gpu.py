@@ -191,6 +191,13 @@ def test_norms_give_torchs_nan_and_inf_pattern(kind, dtype, n):
         keep = torch.ones_like(overflows)
     else:
         keep = ~overflows & torch.isfinite(inputs[0].cpu().float()).all(-1)
+    # Rows where torch's CUDA kernel disagrees with its own float32 definition (a float16 row
+    # of one value near the maximum, whose mean Welford's running update leaves inexact, so
+    # x - mean is not 0) set no bar: the definition, checked above, does.
+    tol = {torch.float16: 4e-3, torch.bfloat16: 2e-2, torch.float32: 2e-4}[dtype]
+    agree = torch.tensor([torch.allclose(a.float(), b.to(dtype).float(), rtol=tol, atol=tol, equal_nan=True)
+                          for a, b in zip(ref_cuda.to(dtype), ref)])
+    keep = keep & agree
     check_same_pattern(out.cpu()[keep], ref_cuda[keep], dtype, f"{kind} {dtype} n={n} against torch on the GPU")
 
 
