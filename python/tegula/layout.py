@@ -18,19 +18,65 @@ from .frontend.values import BufferValue
 
 
 class Layout:
-    """A requested layout: a kind the C++ side knows, and the buffer it was made for."""
+    """TileLang's `T.Layout(shape, forward_fn)`: where each element of a global tensor is
+    stored. `forward_fn(*indices)` returns the element's position (a list of index
+    expressions); the tensor is stored in row-major order of the positions, whose range
+    Tegula derives. `T.annotate_layout({A: layout})` on a kernel parameter makes every
+    access of the kernel go through it, so kernels that pass a tensor between them in
+    another order agree on it (FlashAttention's backward writes dQ in the order its gemm
+    fragments hold it, and its post-processing kernel reads it back the same way):
 
-    __slots__ = ("kind", "buffer")
+        T.Layout(dQ.shape, lambda b, l, h, d: [b, l // 8, h, d // 8, d % 2, 4 * (l % 8) + (d % 8) // 2])
 
-    KINDS = ("swizzled",)
+    The map must be a one-to-one rearrangement of the elements (checked when the kernel is
+    compiled). `T.layout.make_swizzled_layout(buf)` also gives a Layout: the swizzle of a
+    shared tile, which Tegula builds itself."""
 
-    def __init__(self, kind: str, buffer: BufferValue):
+    __slots__ = ("kind", "buffer", "shape", "forward_fn")
+
+    KINDS = ("swizzled", "map")
+
+    def __init__(self, shape, forward_fn=None, *, kind: str = "map", buffer: BufferValue | None = None):
         if kind not in self.KINDS:
             raise ValueError(f"unknown layout kind {kind!r} (known: {', '.join(self.KINDS)})")
         self.kind = kind
         self.buffer = buffer
+        self.forward_fn = forward_fn
+        if kind == "map":
+            dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+            if not dims:
+                raise ValueError("T.Layout: shape must have at least one dimension")
+            if not callable(forward_fn):
+                raise TypeError(f"T.Layout: forward_fn must be a function of the {len(dims)} indices, "
+                                f"got {type(forward_fn).__name__} {forward_fn!r}")
+            self.shape = dims
+        else:
+            self.shape = tuple(buffer.shape) if buffer is not None else ()
+
+    def get_input_shape(self) -> list:
+        return list(self.shape)
+
+    def positions(self):
+        """(index variables, position expressions): forward_fn applied to fresh variables."""
+        from .frontend.values import PrimExpr, to_expr
+
+        names = ("i", "j", "k", "l", "m", "n", "p", "q")
+        variables = [PrimExpr.var(f"layout_{names[d] if d < len(names) else d}") for d in range(len(self.shape))]
+        out = self.forward_fn(*variables)
+        out = list(out) if isinstance(out, (tuple, list)) else [out]
+        if not out:
+            raise ValueError("T.Layout: forward_fn returned no position")
+        exprs = []
+        for j, value in enumerate(out):
+            if not (isinstance(value, PrimExpr) or (isinstance(value, numbers.Integral) and not isinstance(value, bool))):
+                raise TypeError(f"T.Layout: forward_fn's output {j} must be an integer index expression, "
+                                f"got {type(value).__name__} {value!r}")
+            exprs.append(to_expr(value, "int32"))
+        return [v.expr for v in variables], exprs
 
     def __repr__(self):
+        if self.kind == "map":
+            return f"Layout({list(self.shape)}, {getattr(self.forward_fn, '__name__', self.forward_fn)})"
         return f"Layout({self.kind}, {getattr(self.buffer, 'name', self.buffer)})"
 
 
@@ -45,7 +91,7 @@ def make_swizzled_layout(buffer, k_major: bool = True, allow_pad: bool = True) -
     if buffer.scope != "shared":
         raise TypeError(f"make_swizzled_layout: buffer {buffer.name} is in {buffer.scope} memory; "
                         "only shared-memory buffers are swizzled")
-    return Layout("swizzled", buffer)
+    return Layout(None, kind="swizzled", buffer=buffer)
 
 
 def _as_int(value, what: str) -> int:

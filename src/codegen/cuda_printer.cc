@@ -331,13 +331,23 @@ class Printer {
     }
     int64_t n = b->num_elements_const();
     bool wide = b->scope == Scope::Global && (n < 0 || n >= kIndex32Limit);
+    std::vector<Expr> pos = idx;
+    std::vector<Expr> dims = b->shape;
+    if (auto m = k_.global_layouts.find(b.get()); m != k_.global_layouts.end()) {
+      // A T.Layout: the row-major position of its outputs in its range (ir/index_map.h).
+      std::vector<std::pair<Expr, Expr>> sub;
+      for (size_t d = 0; d < idx.size(); ++d) sub.push_back({m->second.vars[d], idx[d]});
+      pos.clear();
+      for (auto& o : m->second.outs) pos.push_back(an_.simplify(substitute(o, sub)));
+      dims = m->second.shape;
+    }
     std::string acc;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      std::string i = expr(idx[d]);
+    for (size_t d = 0; d < pos.size(); ++d) {
+      std::string i = expr(pos[d]);
       if (d == 0) {
         acc = wide ? "(long long)(" + i + ")" : i;
       } else {
-        acc = "(" + acc + ") * " + expr(b->shape[d]) + " + " + i;
+        acc = "(" + acc + ") * " + expr(dims[d]) + " + " + i;
       }
     }
     return acc;

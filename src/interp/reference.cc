@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "interp/reference_impl.h"
+#include "ir/index_map.h"
 
 namespace tegula::interp {
 
@@ -62,6 +63,7 @@ double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
     }
     off = off * b.shape[d] + i;
   }
+  if (b.map) off = b.map->offset(idx, b.shape.data());
   return b.data + off;
 }
 
@@ -361,6 +363,8 @@ void run_reference(const Kernel& k, CallArgs& args) {
     for (auto& d : b->shape) shapes.back().push_back(c.expr(d, b->loc));
   }
   StmtFn body = c.stmt(k.body);
+  // Global tensors with a T.Layout: each element at its place in the map's order.
+  const std::map<const BufferNode*, IndexMap> maps = index_maps(k);
 
   Frame f;
   f.vars.assign(c.num_vars(), kNaN);
@@ -376,6 +380,8 @@ void run_reference(const Kernel& k, CallArgs& args) {
     b.data = args.tensors[i]->data();
     b.shape = args.shapes[i];
     b.global = true;
+    auto m = maps.find(p.buffer.get());
+    if (m != maps.end()) b.map = &m->second;
   }
   std::vector<std::vector<double>> storage(k.allocs.size());
   for (size_t i = 0; i < k.allocs.size(); ++i) {

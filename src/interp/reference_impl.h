@@ -23,6 +23,7 @@ struct Buf {
   double* data = nullptr;
   std::vector<int64_t> shape;
   bool global = false;
+  const ir::IndexMap* map = nullptr;  // a global tensor's T.Layout (ir/index_map.h)
 };
 
 struct Frame {

@@ -32,6 +32,8 @@ Machine::Machine(const Kernel& k, const RegisterLayouts& layouts, CallArgs& args
     internal_assert(int64_t(args.tensors[i]->size()) == st->size)
         << "simulate: '" << b->name << "' has " << args.tensors[i]->size() << " elements for " << st->size;
     st->data = args.tensors[i]->data();
+    auto m = k.global_layouts.find(b.get());
+    if (m != k.global_layouts.end()) st->map = &m->second;
     storage_[b.get()] = std::move(st);
   }
 }
@@ -288,6 +290,12 @@ int64_t Machine::flat_index(Storage* st, const std::vector<Vals>& idx, size_t i,
       return -1;
     }
     flat = flat * n + x;
+  }
+  if (st->map) {  // a T.Layout: the element's place (a vector access moves along the index)
+    if (lanes > 1) cannot("a vector access to '" + st->buf->name + "', which has a T.Layout");
+    int64_t at[16];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = int64_t(idx[d].at(i));
+    return st->map->offset(at, st->shape.data());
   }
   return flat;
 }

@@ -71,6 +71,7 @@ struct Storage {
   std::vector<int> mma_reading;     // shared: wgmma groups in flight reading each element
   int mma_accumulating = 0;         // registers: wgmma groups in flight accumulating here
   int mma_sourcing = 0;             // registers: wgmma groups in flight reading A from here
+  const ir::IndexMap* map = nullptr;  // global: the tensor's T.Layout, if any
 };
 
 // One cp.async: its bytes, read at issue, land when a wait retires their group.

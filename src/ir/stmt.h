@@ -121,6 +121,21 @@ struct Param {
   std::string name() const;
 };
 
+// A global tensor's T.Layout (index_map.h): A[idx] is stored at the row-major position of
+// outs(idx) in a tensor of `shape`.
+struct IndexMap {
+  std::vector<Expr> vars;   // one per dimension of the tensor
+  std::vector<Expr> outs;   // the position, in terms of vars
+  std::vector<Expr> shape;  // the range of each output
+  std::vector<int> moved;   // per output: the dimension it is (its range that size), or -1
+  SourceLoc loc;            // the annotation
+
+  // The flat element offset of A[idx]: in expressions, or in numbers for a tensor of the
+  // given shape (the call's sizes, for dimensions known only at launch).
+  Expr offset(const std::vector<Expr>& idx) const;
+  int64_t offset(const int64_t* idx, const int64_t* tensor_shape) const;
+};
+
 // T.prim_func + T.Kernel: one CUDA kernel.
 struct Kernel {
   std::string name;
@@ -156,6 +171,8 @@ struct Kernel {
   // Warp specialised (warp_specialize.cc): threads [0, consumer_threads) run the program,
   // the last warpgroup, [consumer_threads, threads), only issues its bulk copies. 0: not.
   int consumer_threads = 0;
+  // Global tensors with a T.Layout (read_annotations): every access goes through the map.
+  std::map<const BufferNode*, IndexMap> global_layouts;
   int panel_size = 0;          // T.use_swizzle
   bool swizzle_row_major = true;
 };

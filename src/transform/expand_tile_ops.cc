@@ -1,12 +1,15 @@
 // Pass: expand_tile_ops, and read_annotations.
 //
-// read_annotations expects the frontend's IR; it records T.use_swizzle on the kernel and
+// read_annotations expects the frontend's IR; it records T.use_swizzle on the kernel,
 // T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
-// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h).
+// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), and a
+// global tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every
+// later access to it goes through.
 // expand_tile_ops replaces copy, fill and atomic_add by the T.Parallel nests they stand
 // for (ops/copy.cc), so that layout inference, partitioning, masking and vectorising
 // treat them like the author's own loops. Guarantees: no copy/fill/atomic_add op left.
 #include "ir/functor.h"
+#include "ir/index_map.h"
 #include "ops/tile_op.h"
 #include "transform/passes.h"
 
@@ -29,12 +32,14 @@ class Expander : public ir::IRMutator {
 }  // namespace
 
 void read_annotations(ir::Kernel& k, PassContext& ctx) {
+  k.global_layouts = ir::index_maps(k);
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     auto* op = s.as<ir::TileOpNode>();
     if (op && op->op == "annotate_layout") {
       const ir::Buffer& b = op->regions.at(0).buffer;
       std::string kind = op->attr_str("layout", "");
       if (kind == "fragment") return;  // a T.Fragment: layout inference fixes it (ops/annotation.cc)
+      if (kind == "map") return;       // a global tensor's T.Layout: index_maps above
       user_assert(kind == "swizzled", op->loc) << "T.annotate_layout: unknown layout kind '" << kind << "'";
       user_assert(b->scope == ir::Scope::Shared, op->loc)
           << "T.annotate_layout: only shared-memory buffers take a swizzled layout ('" << b->name << "' is "

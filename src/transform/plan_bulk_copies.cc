@@ -94,6 +94,7 @@ struct Planner {
     BufferRegion src = op->regions[0], dst = op->regions[1];
     const Buffer& sb = dst.buffer;
     const Buffer& gb = src.buffer;
+    if (k.global_layouts.count(gb.get())) return {};  // a T.Layout's order is not a box
     if (!ops::is_whole(dst) || sb->shape.size() != 2 || gb->dtype != sb->dtype) return {};
     if (ops::all_ones(src)) src = ops::widen(src, dst, op->loc);
     const int64_t* rows = as_const_int(sb->shape[0]);

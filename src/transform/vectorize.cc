@@ -107,7 +107,8 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   for (size_t j = 0; j < nloads; ++j) {
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(loads[v].loads[j]->indices);
-    load_kind[j] = classify(an, idx);
+    // A global tensor with a T.Layout: its neighbours in the index are not in memory.
+    load_kind[j] = k.global_layouts.count(loads[0].loads[j]->buffer.get()) ? -1 : classify(an, idx);
     if (load_kind[j] == 1) {
       load_width[j] = aligned_width(an, loads[0].loads[j]->buffer, idx[0], vec, ctx.options.dynamic_alignment);
       any_vector |= load_width[j] > 1;
@@ -116,6 +117,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   bool dst_memory = is_memory(dst);
   int store_width = 1;
   if (dst_memory) {
+    if (k.global_layouts.count(dst.get())) return {};
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(stores[v]->indices);
     if (classify(an, idx) != 1) return {};

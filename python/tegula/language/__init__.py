@@ -34,3 +34,4 @@ from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, 
 make_swizzled_layout = layout.make_swizzled_layout
 
 Fragment = layout.Fragment  # a user's register layout, for T.annotate_layout
+Layout = layout.Layout  # where a global tensor's elements are stored, for T.annotate_layout

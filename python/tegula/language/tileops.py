@@ -286,8 +286,27 @@ def annotate_layout(layout_map):
             continue
         if not isinstance(layout, layout_module.Layout):
             raise ArgError("layout_map", f"T.annotate_layout: the layout of {buffer.name} must come from "
-                           f"T.layout.make_swizzled_layout or T.Fragment, got {_describe(layout)}")
-        _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], [], {"layout": layout.kind})
+                           f"T.Layout, T.layout.make_swizzled_layout or T.Fragment, got {_describe(layout)}")
+        args = []
+        if layout.kind == "map":
+            if buffer.scope != "global":
+                raise ArgError("layout_map", f"T.annotate_layout: a T.Layout places the elements of a global tensor; "
+                               f"'{buffer.name}' is in {buffer.scope} memory, whose layout Tegula chooses "
+                               f"(T.layout.make_swizzled_layout asks for the swizzle of a shared tile)")
+            if len(layout.shape) != len(buffer.shape) or any(
+                    not _same_dim(a, b) for a, b in zip(layout.shape, buffer.shape)):
+                raise ArgError("layout_map", f"T.annotate_layout: the T.Layout for '{buffer.name}' has shape "
+                               f"{list(layout.shape)}, the tensor {list(buffer.shape)}")
+            variables, positions = layout.positions()
+            args = variables + positions
+        _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], args, {"layout": layout.kind})
+
+
+def _same_dim(a, b) -> bool:
+    """Two sizes that are the same number, or the same symbolic size."""
+    if isinstance(a, PrimExpr) or isinstance(b, PrimExpr):
+        return isinstance(a, PrimExpr) and isinstance(b, PrimExpr) and a.expr.same_as(b.expr)
+    return a == b
 
 
 def _annotate_fragment(buffer: BufferValue, layout) -> None:
