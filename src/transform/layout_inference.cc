@@ -24,6 +24,7 @@
 // (ir/thread_guard.h) relies on the same structural rule.
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
@@ -41,6 +42,8 @@ struct Access {
   std::vector<int> keep;  // which loop variable each index is, when every index is one
   bool identity = false;
   bool store = false;
+  std::vector<Expr> idx;  // the index as written
+  bool outer = false;     // the index reads a variable of a loop around the nest
 };
 
 // The threads a nest or op runs on: the block's, or a thread scope's (scope_thread_guards.cc).
@@ -123,7 +126,14 @@ class Collector : public IRVisitor {
     }
     if (b->scope != Scope::Fragment) return;
     used_by_scope(b, current_->outer->loc);
-    Access a{b, {}, false, store};
+    Access a{b, {}, false, store, idx, false};
+    for (auto& e : idx) {
+      post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
+        if (!x.as<VarNode>()) return;
+        bool mine = std::any_of(current_->vars.begin(), current_->vars.end(), [&](const Expr& v) { return v.same_as(x); });
+        a.outer |= !mine;
+      });
+    }
     std::vector<int> keep;
     int last = -1;
     bool ok = true;
@@ -329,6 +339,57 @@ class InsertExchanges : public IRMutator {
   PassContext& ctx_;
 };
 
+// A reduction into a fragment held in a layout other than its rows' (Inference's
+// reduce_exchanges): it reduces into a fresh fragment in the rows' layout, initialised
+// from the output when the reduction accumulates (clear=False), and the rows reach the
+// output through a fresh shared buffer, each side copied with its own layout.
+class InsertReduceExchanges : public IRMutator {
+ public:
+  InsertReduceExchanges(const std::map<const TileOpNode*, layout::FragmentPtr>& todo, Kernel& k, PassContext& ctx)
+      : todo_(todo), k_(k), ctx_(ctx) {}
+
+  Stmt mutate_TileOp(const Stmt& self, const TileOpNode* op) override {
+    auto it = todo_.find(op);
+    if (it == todo_.end()) return self;
+    const Buffer& dst = op->regions.at(1).buffer;
+    Buffer rows = make_buffer(ctx_.fresh_name(dst->name + "_rows"), Scope::Fragment, dst->dtype, dst->shape, op->loc);
+    k_.allocs.push_back(rows);
+    ctx_.layouts.fragment[rows.get()] = it->second;
+    ctx_.layouts.decided_at[rows.get()] = op->loc;
+    Buffer scratch = make_buffer(ctx_.fresh_name(dst->name + "_exchange"), Scope::Shared, dst->dtype, dst->shape,
+                                 op->loc);
+    ctx_.extra_shared.push_back(scratch);
+    std::vector<Stmt> out;
+    if (op->attr_int("clear", 1) == 0) {
+      out.push_back(copy_nest(scratch, dst, dst, op->loc));
+      out.push_back(copy_nest(rows, scratch, rows, op->loc));
+    }
+    std::vector<BufferRegion> regions = op->regions;
+    regions[1].buffer = rows;
+    out.push_back(make_tile_op(op->op, regions, op->args, op->attrs, op->loc));
+    out.push_back(copy_nest(scratch, rows, rows, op->loc));
+    out.push_back(copy_nest(dst, scratch, dst, op->loc));
+    return make_seq(out, op->loc);
+  }
+
+ private:
+  // dst[i, ...] = src[i, ...] as a T.Parallel nest running with `frag`'s layout.
+  Stmt copy_nest(const Buffer& dst, const Buffer& src, const Buffer& frag, const SourceLoc& loc) {
+    std::vector<Expr> vars;
+    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
+    Stmt nest = make_store(dst, vars, make_load(src, vars, loc), loc);
+    for (int d = int(vars.size()) - 1; d >= 0; --d) {
+      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, loc);
+    }
+    ctx_.layouts.loop[nest.get()] = ctx_.layouts.fragment.at(frag.get());
+    return nest;
+  }
+
+  const std::map<const TileOpNode*, layout::FragmentPtr>& todo_;
+  Kernel& k_;
+  PassContext& ctx_;
+};
+
 // A T.Parallel nest that touches no fragment and stores only into local buffers is each
 // thread's own (TileLang's rule: `for i in T.Parallel(n): r[i] = A[r0 + i]` fills every
 // thread's whole r): it runs whole in every thread, as unrolled loops, unpartitioned.
@@ -384,7 +445,53 @@ class Inference {
           layout::make_row_blocked(shape, threads, layout::choose_row_vector(shape.back(), b->dtype.bytes()));
       lm_.decided_at[b.get()] = b->loc;
     }
+    // A reduction whose output was laid out by other loops before its input was (the
+    // row maximum of a (splits, rows) tile, its rows already spread as a 128 x 128 loop
+    // wants): it reduces into rows of the input's layout, which reach the output through
+    // shared memory (InsertReduceExchanges).
+    for (auto* op : c_.ops) {
+      if (op->op != "reduce" || op->regions.size() < 2 || c_.op_scope[op].var) continue;
+      auto s = lm_.fragment.find(op->regions[0].buffer.get());
+      auto d = lm_.fragment.find(op->regions[1].buffer.get());
+      if (s == lm_.fragment.end() || d == lm_.fragment.end()) continue;
+      int dim = int(op->attr_int("dim", 0));
+      if (!rows_match(*s->second, *d->second, dim)) {
+        std::vector<int> keep;
+        for (int x = 0; x < int(op->regions[0].buffer->shape.size()); ++x) {
+          if (x != dim) keep.push_back(x);
+        }
+        auto rows = layout::make_projected(s->second, keep, op->loc);
+        if (rows->num_elements() == op->regions[1].buffer->num_elements_const()) reduce_exchanges[op] = rows;
+      }
+    }
   }
+
+  // Whether each register of src folds into one register of dst, in the same thread.
+  static bool rows_match(const layout::Fragment& src, const layout::Fragment& dst, int dim) {
+    std::vector<int> to_dst(src.slots(), -1);
+    std::vector<int64_t> c(src.shape().size()), dc;
+    for (int t = 0; t < src.threads(); ++t) {
+      for (int sl = 0; sl < src.slots(); ++sl) {
+        if (!src.coords(t, sl, c.data())) continue;
+        dc.clear();
+        for (int d = 0; d < int(c.size()); ++d) {
+          if (d != dim) dc.push_back(c[d]);
+        }
+        if (dc.empty()) dc.push_back(0);
+        if (int64_t(dc.size()) != int64_t(dst.shape().size())) return false;
+        int p = dst.slot_of(t, dst.flatten(dc.data()));
+        if (p < 0 || (to_dst[sl] != -1 && to_dst[sl] != p)) return false;
+        to_dst[sl] = p;
+      }
+    }
+    return true;
+  }
+
+ public:
+  // Reductions whose output holds its rows in another layout -> the rows' layout.
+  std::map<const TileOpNode*, layout::FragmentPtr> reduce_exchanges;
+
+ private:
 
  private:
   template <typename F>
@@ -448,6 +555,20 @@ class Inference {
             }
             conflict(n, a, known->second, f->second);
           }
+          // A fragment the loop only reads at other indices (lse[k, j] in a loop over j,
+          // k a loop's around it; a row vector read across a loop that lays rows out
+          // otherwise) where its layout does not put each element the loop needs in the
+          // thread that needs it: through shared memory too.
+          if (!a.identity && !a.store && never_stored(n, a.buf.get()) && !f->second->whole_in_every_thread() &&
+              checked_.insert({n.outer, a.buf.get(), &a}).second && !serves(n, a, *known->second, *f->second)) {
+            auto& list = exchanges[n.outer];
+            bool seen = false;
+            for (auto& b : list) seen = seen || b == a.buf;
+            if (!seen) {
+              list.push_back(a.buf);
+              changed = true;
+            }
+          }
           continue;
         }
         if (a.keep.empty()) continue;
@@ -487,6 +608,31 @@ class Inference {
       if (covers) return layout::make_reshaped(f->second, n.extents);
     }
     return nullptr;
+  }
+
+  std::set<std::tuple<const ForNode*, const BufferNode*, const Access*>> checked_;  // serves() asked once
+
+  // Whether the loop's threads hold the elements of `a` they read: for every thread and
+  // register of the loop's layout, the element its index names is held by that thread.
+  // Unknown (an index reading a variable of a loop around the nest, or memory): no.
+  static bool serves(const Nest& n, const Access& a, const layout::Fragment& loop, const layout::Fragment& frag) {
+    if (a.outer) return false;
+    std::vector<int64_t> c(n.vars.size()), fc(a.idx.size());
+    VarValues values;
+    for (int t = 0; t < loop.threads(); ++t) {
+      for (int sl = 0; sl < loop.slots(); ++sl) {
+        if (!loop.coords(t, sl, c.data())) continue;
+        for (size_t k = 0; k < c.size(); ++k) values[n.vars[k].get()] = c[k];
+        for (size_t k = 0; k < a.idx.size(); ++k) {
+          if (!eval_int(a.idx[k], values, &fc[k])) return false;
+        }
+        for (size_t k = 0; k < fc.size(); ++k) {
+          if (fc[k] < 0 || fc[k] >= frag.shape()[k]) return true;  // masked or out of range: not ours to judge
+        }
+        if (frag.slot_of(t, frag.flatten(fc.data())) < 0) return false;
+      }
+    }
+    return true;
   }
 
   // Reductions derive their outputs' layouts from their inputs', so a loop over a
@@ -560,6 +706,13 @@ class Inference {
     return dst;
   }
 
+  static bool never_stored(const Nest& n, const BufferNode* b) {
+    for (auto& a : n.fragments) {
+      if (a.buf.get() == b && a.store) return false;
+    }
+    return true;
+  }
+
   static bool only_read(const Nest& n, const BufferNode* b) {
     for (auto& a : n.fragments) {
       if (a.buf.get() == b && (a.store || !a.identity)) return false;
@@ -611,6 +764,9 @@ void infer_layout(Kernel& k, PassContext& ctx) {
   inference.run();
   if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {
     k.body = InsertExchanges(inference.exchanges, inference.write_exchanges, ctx).mutate(k.body);
+  }
+  if (!inference.reduce_exchanges.empty()) {
+    k.body = InsertReduceExchanges(inference.reduce_exchanges, k, ctx).mutate(k.body);
   }
 }
 

@@ -39,10 +39,15 @@ Expr row_major_index(const Buffer& frag, const std::vector<Expr>& idx) {
   return out ? out : make_int(0);
 }
 
-// Replaces fragment accesses of one slot by register accesses.
+// Replaces fragment accesses of one slot by register accesses. A fragment may also be
+// indexed by variables of the loops around the nest (lse[k, j] in `for k in T.serial(S):
+// for j in T.Parallel(128):`): when every thread holds the elements it needs for each
+// value of them, in registers at an affine function of them, the register index is that
+// function (`an` gives their ranges).
 class FragmentToRegister : public IRMutator {
  public:
-  FragmentToRegister(const NestInfo& n, int slot, PassContext& ctx) : n_(n), slot_(slot), ctx_(ctx) {}
+  FragmentToRegister(const NestInfo& n, int slot, PassContext& ctx, const Analyzer& an)
+      : n_(n), slot_(slot), ctx_(ctx), an_(an) {}
 
   Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
     Expr e = IRMutator::mutate_BufferLoad(self, op);
@@ -53,29 +58,94 @@ class FragmentToRegister : public IRMutator {
     if (ctx_.layouts.fragment.at(load->buffer.get())->whole_in_every_thread()) {
       return make_load(reg(load->buffer), {row_major_index(load->buffer, load->indices)}, op->loc);
     }
-    return make_load(reg(load->buffer), {make_int(slot_for(load->buffer, load->indices, op->loc))}, op->loc);
+    return make_load(reg(load->buffer), {slot_for(load->buffer, load->indices, op->loc)}, op->loc);
   }
   Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
     Stmt s = IRMutator::mutate_BufferStore(self, op);
     auto* st = s.as<BufferStoreNode>();
     if (st->buffer->scope != Scope::Fragment) return s;
-    return make_store(reg(st->buffer), {make_int(slot_for(st->buffer, st->indices, op->loc, true))}, st->value,
-                      op->loc);
+    return make_store(reg(st->buffer), {slot_for(st->buffer, st->indices, op->loc, true)}, st->value, op->loc);
   }
 
  private:
   Buffer reg(const Buffer& frag) { return ctx_.registers.at(frag.get()); }
 
-  // With a store, also checks that every copy of each element written is written: a
-  // thread holding a copy that does not run the iteration would keep a stale value.
-  int slot_for(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc, bool store = false) {
+  Expr slot_for(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc, bool store = false) {
     auto layout = ctx_.layouts.fragment.at(frag.get());
     bool identity = idx.size() == n_.vars.size();
     for (size_t k = 0; identity && k < idx.size(); ++k) identity = idx[k].same_as(n_.vars[k]);
-    if (identity && layout.get() == n_.layout.get()) return slot_;
+    if (identity && layout.get() == n_.layout.get()) return make_int(slot_);
+    // The variables of the index that are not the nest's: loops around it.
+    std::vector<Expr> outer;
+    std::set<const ExprNode*> mine;
+    for (auto& v : n_.vars) mine.insert(v.get());
+    for (auto& i : idx) {
+      post_order(make_evaluate(i), nullptr, [&](const Expr& x) {
+        if (x.as<VarNode>() && !mine.count(x.get())) {
+          for (auto& o : outer) {
+            if (o.same_as(x)) return;
+          }
+          outer.push_back(x);
+        }
+      });
+    }
+    if (outer.empty()) return make_int(slot_at(frag, idx, loc, store, {}));
+    // Every value of the outer variables (a few hundred at most): the slots must be an
+    // affine function of them.
+    std::vector<Interval> range;
+    int64_t combos = 1;
+    for (auto& v : outer) {
+      Interval iv = an_.bound(v);
+      user_assert(iv.lo > -(int64_t(1) << 20) && iv.hi < (int64_t(1) << 20) && (combos *= iv.hi - iv.lo + 1) <= 1024,
+                  loc)
+          << "fragment '" << frag->name << "' is indexed by '" << v.as<VarNode>()->name
+          << "', which is neither a variable of this T.Parallel loop nor one of a loop around it with a constant "
+          << "range (at most 1024 values); its register could not be known";
+      range.push_back(iv);
+    }
+    auto at = [&](const std::vector<int64_t>& values) {
+      VarValues vals;
+      for (size_t i = 0; i < outer.size(); ++i) vals[outer[i].get()] = values[i];
+      return slot_at(frag, idx, loc, store, vals);
+    };
+    std::vector<int64_t> lo(outer.size());
+    for (size_t i = 0; i < outer.size(); ++i) lo[i] = range[i].lo;
+    int64_t base = at(lo);
+    std::vector<int64_t> step(outer.size(), 0);
+    for (size_t i = 0; i < outer.size(); ++i) {
+      if (range[i].hi == range[i].lo) continue;
+      std::vector<int64_t> v = lo;
+      ++v[i];
+      step[i] = at(v) - base;
+    }
+    std::vector<int64_t> v = lo;
+    for (int64_t c = 0; c < combos; ++c) {
+      int64_t want = base;
+      for (size_t i = 0; i < outer.size(); ++i) want += step[i] * (v[i] - lo[i]);
+      user_assert(at(v) == want, loc)
+          << "fragment '" << frag->name << "': the registers holding the elements this T.Parallel loop needs are "
+          << "not an affine function of the variables of the loops around it; index it by the loop's own "
+          << "variables";
+      for (size_t i = outer.size(); i-- > 0;) {
+        if (++v[i] <= range[i].hi) break;
+        v[i] = range[i].lo;
+      }
+    }
+    Expr slot = make_int(base);
+    for (size_t i = 0; i < outer.size(); ++i) {
+      if (step[i]) slot = slot + (outer[i] - make_int(lo[i])) * make_int(step[i]);
+    }
+    return an_.simplify(slot);
+  }
+
+  // With a store, also checks that every copy of each element written is written: a
+  // thread holding a copy that does not run the iteration would keep a stale value.
+  int slot_at(const Buffer& frag, const std::vector<Expr>& idx, const SourceLoc& loc, bool store,
+              const VarValues& outer) {
+    auto layout = ctx_.layouts.fragment.at(frag.get());
     const auto& L = *n_.layout;
     std::vector<int64_t> c(n_.vars.size()), fc(idx.size());
-    VarValues values;
+    VarValues values = outer;
     std::map<int64_t, int> writers;  // element -> threads writing it in this slot
     int found = -1;
     for (int t = 0; t < L.threads(); ++t) {
@@ -84,7 +154,7 @@ class FragmentToRegister : public IRMutator {
       for (size_t k = 0; k < idx.size(); ++k) {
         user_assert(eval_int(idx[k], values, &fc[k]), loc)
             << "fragment '" << frag->name
-            << "' must be indexed by the T.Parallel loop variables and constants inside the loop";
+            << "' must be indexed by the T.Parallel loop variables, variables of the loops around it and constants";
       }
       int s = layout->slot_of(t, layout->flatten(fc.data()));
       user_assert(s >= 0 && (found < 0 || found == s), loc)
@@ -106,6 +176,7 @@ class FragmentToRegister : public IRMutator {
   const NestInfo& n_;
   int slot_;
   PassContext& ctx_;
+  const Analyzer& an_;
 };
 
 // Global accesses outside the tensor: loads give 0, stores and atomics are skipped. Every
@@ -470,7 +541,7 @@ Stmt slot_body(const NestInfo& n, int s, Kernel& k, PassContext& ctx, const Anal
   auto coords = n.layout->coords_expr(k.thread_var, s, &valid);
   std::vector<std::pair<Expr, Expr>> map;
   for (size_t d = 0; d < n.vars.size(); ++d) map.push_back({n.vars[d], an.simplify(coords[d])});
-  Stmt body = FragmentToRegister(n, s, ctx).mutate(n.body);
+  Stmt body = FragmentToRegister(n, s, ctx, an).mutate(n.body);
   body = substitute(body, map);
   if (mask && !ctx.options.disable_safe_memory) body = MaskGlobal(an, n.facts).mutate(body);
   return an.simplify(body);

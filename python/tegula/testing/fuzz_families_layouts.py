@@ -79,3 +79,54 @@ def gen_global_layout(k: Kernel) -> None:
 
 
 FAMILIES = [(gen_global_layout, 2)]
+
+
+def gen_rows_across_layouts(k: Kernel) -> None:
+    """A (S, R) fragment of per-split row values read row by row in a serial loop over the
+    splits (indexed by the loop's variable, or copied out as a row), and its maximum over
+    the splits reduced into a row vector that a (R, C) loop laid out first: the reads and
+    the reduction cross layouts (layout_inference.cc)."""
+    c = k.c
+    S = c.int(1, 6)
+    R = c.choice([32, 64, 128])
+    C = c.choice([8, 16, 32])
+    k.features.add("rows_across_layouts")
+    X = k.tensor("X", [str(S), str(R)], [S, R], "float32")
+    P = k.tensor("P", [str(R), str(C)], [R, C], "float32")
+    O = k.tensor("O", [str(R), str(C)], [R, C], "float32", role="out")
+    k.dtypes.add("float32")
+    k.header = f"with T.Kernel(1, threads={c.choice([32, 64, 128])}):"
+    x = k.alloc("fragment", (S, R), "float32", "x")
+    row = k.alloc("fragment", (R,), "float32", "row")
+    mx = k.alloc("fragment", (R,), "float32", "mx")
+    acc = k.alloc("fragment", (R,), "float32", "acc")
+    p = k.alloc("fragment", (R, C), "float32", "p")
+    k.body.emit(f"T.copy({P}, {p})")
+    k.body.open(f"for i, j in T.Parallel({R}, {C}):")
+    k.body.emit(f"{p}[i, j] = {p}[i, j] * 0.5")
+    k.body.close()
+    k.body.emit(f"T.copy({X}, {x})")
+    accumulate = c.flip(0.5)
+    if accumulate:
+        k.body.emit(f"T.fill({mx}, -2.0)")
+        k.features.add("rows_reduce_accumulate")
+    k.body.emit(f"T.reduce_max({x}, {mx}, dim=0, clear={not accumulate})")
+    k.body.emit(f"T.clear({acc})")
+    k.body.open(f"for s in T.serial({S}):")
+    if c.flip(0.5):
+        k.body.emit(f"T.copy({x}[s, :], {row})")
+        k.body.open(f"for r in T.Parallel({R}):")
+        k.body.emit(f"{acc}[r] += {row}[r] - {mx}[r]")
+        k.features.add("rows_copied_out")
+    else:
+        k.body.open(f"for r in T.Parallel({R}):")
+        k.body.emit(f"{acc}[r] += {x}[s, r] - {mx}[r]")
+        k.features.add("rows_indexed_by_serial")
+    k.body.close(2)
+    k.body.open(f"for i, j in T.Parallel({R}, {C}):")
+    k.body.emit(f"{p}[i, j] = {p}[i, j] + {acc}[i] * {mx}[i]")
+    k.body.close()
+    k.body.emit(f"T.copy({p}, {O})")
+
+
+FAMILIES = FAMILIES + [(gen_rows_across_layouts, 1)]

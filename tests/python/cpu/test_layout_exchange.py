@@ -1,0 +1,45 @@
+"""Fragments read in another layout than they are held in (layout_inference.cc), on the
+CPU: a fragment indexed by a serial loop's variable inside a T.Parallel loop, a row
+copied out of a 2-D fragment, and a reduction whose output another loop laid out first.
+Reference and simulator against torch in float64, the shapes ragged against the warps."""
+import os
+import sys
+
+import pytest
+import torch
+
+import tegula
+import tegula.testing as tt
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from layout_exchange_programs import combine_expected, combine_program, row_max_program  # noqa: E402
+
+RUNS = [tt.reference, tt.simulate]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=["reference", "simulate"])
+@pytest.mark.parametrize("heads,num_split,dim,copy_rows", [(3, 4, 64, False), (2, 3, 32, True), (1, 8, 16, False)])
+def test_split_kv_combine(run, heads, num_split, dim, copy_rows):
+    k = tegula.compile(combine_program(heads, num_split, dim, copy_rows), out_idx=[2], target="sm_90a")
+    g = torch.Generator().manual_seed(heads * 100 + num_split)
+    glse, part = torch.randn(heads, num_split, generator=g) * 4, torch.randn(heads, num_split, dim, generator=g)
+    torch.testing.assert_close(run(k, glse, part).double(), combine_expected(glse, part), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=["reference", "simulate"])
+@pytest.mark.parametrize("rows,cols,accumulate", [(4, 128, False), (4, 128, True), (3, 64, True)])
+def test_reduction_into_a_vector_laid_out_by_another_loop(run, rows, cols, accumulate):
+    k = tegula.compile(row_max_program(rows, cols, accumulate), out_idx=[2, 3], target="sm_90a")
+    g = torch.Generator().manual_seed(rows + cols)
+    a, b = torch.randn(rows, 128, generator=g) - 1.5, torch.randn(128, cols, generator=g)
+    m, c = run(k, a, b)
+    want = a.max(0).values
+    if accumulate:
+        want = torch.maximum(want, torch.full_like(want, -1.0))
+    assert torch.equal(m, want)
+    assert torch.equal(c, b * want[:, None])
+
+
+def test_the_crossings_are_in_the_generated_code():
+    src = tegula.compile(combine_program(3, 4, 64), out_idx=[2], target="sm_90a").get_kernel_source()
+    assert "lse_exchange" in src and "lse_max_rows" in src

@@ -1,0 +1,31 @@
+"""Fragments read in another layout than they are held in, on the GPU (the programs of
+tests/python/layout_exchange_programs.py; the CPU side in cpu/test_layout_exchange.py),
+against torch in float64 with fresh inputs and poisoned outputs."""
+import pytest
+import torch
+
+import tegula
+from layout_exchange_programs import combine_expected, combine_program, row_max_program
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("heads,num_split,dim,copy_rows", [(3, 4, 64, False), (2, 3, 32, True), (64, 8, 128, False)])
+def test_split_kv_combine(heads, num_split, dim, copy_rows):
+    k = tegula.compile(combine_program(heads, num_split, dim, copy_rows), out_idx=[2])
+    glse = torch.randn(heads, num_split, device="cuda") * 4
+    part = torch.randn(heads, num_split, dim, device="cuda")
+    out = k(glse, part)
+    torch.testing.assert_close(out.double().cpu(), combine_expected(glse.cpu(), part.cpu()), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows,cols,accumulate", [(4, 128, False), (4, 128, True), (3, 64, True)])
+def test_reduction_into_a_vector_laid_out_by_another_loop(rows, cols, accumulate):
+    k = tegula.compile(row_max_program(rows, cols, accumulate), out_idx=[2, 3])
+    a, b = torch.randn(rows, 128, device="cuda") - 1.5, torch.randn(128, cols, device="cuda")
+    m, c = k(a, b)
+    want = a.max(0).values
+    if accumulate:
+        want = torch.maximum(want, torch.full_like(want, -1.0))
+    assert torch.equal(m, want)
+    assert torch.equal(c, b * want[:, None])
