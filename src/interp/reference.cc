@@ -67,6 +67,17 @@ double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
   return b.data + off;
 }
 
+double combine_reducer(int64_t code, double a, double b) {
+  switch (code) {
+    case 0: return a + b;
+    case 1: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::max(a, b);
+    case 2: return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::min(a, b);
+    case 3: return double(int64_t(a) & int64_t(b));
+    case 4: return double(int64_t(a) | int64_t(b));
+    default: return double(int64_t(a) ^ int64_t(b));
+  }
+}
+
 int Compiler::declare_var(const ExprNode* var) {
   auto [it, fresh] = vars_.emplace(var, int(vars_.size()));
   return it->second;
@@ -247,6 +258,7 @@ StmtFn Compiler::stmt(const Stmt& s) {
       const Expr& v = s.as<EvaluateNode>()->value;
       auto* call = v.as<CallNode>();
       if (call && call->op.rfind("print", 0) == 0) return [](Frame&) {};  // T.print has no effect on results
+      if (call && call->op == "reducer_update") return reducer_update(call, loc);
       ExprFn e = expr(v, loc);
       return [e](Frame& f) { e(f); };
     }
@@ -281,6 +293,25 @@ StmtFn Compiler::stmt(const Stmt& s) {
   internal_error << "reference: cannot interpret the statement kind " << node_kind_name(s.kind()) << " at "
                  << loc.str();
   return {};
+}
+
+// T.reducer_update(acc[i], v): one logical iteration's contribution, combined into the
+// one accumulator the reference keeps (each T.Parallel iteration runs once here).
+StmtFn Compiler::reducer_update(const CallNode* call, const SourceLoc& loc) {
+  auto* target = call->args.at(0).as<BufferLoadNode>();
+  internal_assert(target) << "reducer_update's target at " << loc.str();
+  int slot = buffer_slot(target->buffer, loc);
+  std::vector<ExprFn> idx;
+  for (auto& i : target->indices) idx.push_back(expr(i, loc));
+  ExprFn value = expr(call->args.at(1), loc);
+  int64_t code = *as_const_int(call->args.at(2));
+  DataType t = target->buffer->dtype;
+  return [slot, idx, value, code, t, loc](Frame& f) {
+    int64_t at[kMaxRank];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), f.bufs[slot], d, loc);
+    double* p = element(f.bufs[slot], at, loc);
+    *p = round_to_dtype(t, combine_reducer(code, *p, round_to_dtype(t, value(f))));
+  };
 }
 
 // A branch on the thread index: each side runs once, as the tile code of the threads that

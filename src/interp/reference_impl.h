@@ -43,6 +43,10 @@ int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc);
 // UserError at loc.
 double* element(Buf& b, const int64_t* idx, const SourceLoc& loc);
 
+// A reducer's combination (language/reducers.py's codes: sum, max, min, bitand, bitor,
+// bitxor); max and min carry a NaN, as the generated code's do.
+double combine_reducer(int64_t code, double a, double b);
+
 // A tile op's region: its buffer's slot, and per dimension min and extent. `unit` says
 // which extents are the constant 1, which decides corner form and the dimensions a copy
 // pairs, as the language defines them statically.
@@ -77,6 +81,7 @@ class Compiler {
 
  private:
   ExprFn binary(const ir::BinaryNode* b, const SourceLoc& at);
+  StmtFn reducer_update(const ir::CallNode* call, const SourceLoc& loc);
   ExprFn load(const ir::BufferLoadNode* l, const SourceLoc& at);
   StmtFn store(const ir::BufferStoreNode* s);
   StmtFn loop(const ir::ForNode* f);

@@ -311,7 +311,36 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
 
 }  // namespace
 
+// T.finalize_reducer(acc, seed, result): result = seed op acc, element by element (the
+// reference keeps one accumulator: there are no partials to combine).
+StmtFn finalize_reducer(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  static const char* kinds[] = {"sum", "max", "min", "bitand", "bitor", "bitxor"};
+  std::string kind = op->attr_str("op", "sum");
+  int64_t code = -1;
+  for (int64_t i = 0; i < 6; ++i) {
+    if (kind == kinds[i]) code = i;
+  }
+  user_assert(code >= 0, loc) << "unknown reducer op '" << kind << "'";
+  RegionFn acc = c.region(op->regions.at(0), loc), seed = c.region(op->regions.at(1), loc);
+  RegionFn res = c.region(op->regions.at(2), loc);
+  DataType t = op->regions[2].buffer->dtype, ta = op->regions[0].buffer->dtype;
+  return [acc, seed, res, code, t, ta, loc](Frame& f) {
+    RegionVal a = eval_region(acc, f, loc), s = eval_region(seed, f, loc), r = eval_region(res, f, loc);
+    int64_t zero[kMaxRank] = {};
+    double sv = *element(*s.b, zero, loc);
+    std::vector<size_t> all(a.rank);
+    for (size_t d = 0; d < a.rank; ++d) all[d] = d;
+    for_each_point(a.ext, all, [&](const int64_t* at) {
+      double* src = element(*a.b, at, loc);
+      double* dst = element(*r.b, at, loc);
+      if (dst) *dst = round_to_dtype(t, round_to_dtype(ta, combine_reducer(code, sv, *src)));
+    });
+  };
+}
+
 StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
+  if (op->op == "finalize_reducer") return finalize_reducer(op, c);
   if (op->op == "copy") return copy(op, c);
   if (op->op == "fill") return fill(op, c);
   if (op->op == "reduce") return reduce(op, c);

@@ -12,6 +12,7 @@ const TileOp* reduce_op();
 const TileOp* atomic_add_op();
 const TileOp* gemm_op();
 const TileOp* annotation_op();
+const TileOp* reducer_op();
 
 ir::Stmt TileOp::lower(const ir::TileOpNode* op, transform::PassContext&, const ir::Kernel&) const {
   internal_error << op->op << " is expanded before lowering";
@@ -22,7 +23,7 @@ const TileOp* find_tile_op(const std::string& name) {
   static const std::unordered_map<std::string, const TileOp*> table = {
       {"copy", copy_op()},          {"fill", fill_op()},          {"reduce", reduce_op()},
       {"atomic_add", atomic_add_op()}, {"gemm", gemm_op()},        {"annotate_layout", annotation_op()},
-      {"use_swizzle", annotation_op()},
+      {"use_swizzle", annotation_op()}, {"finalize_reducer", reducer_op()},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

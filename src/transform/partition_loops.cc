@@ -536,12 +536,46 @@ Expr in_bounds(const Analyzer& an, const Buffer& b, const std::vector<Expr>& idx
   return cond;
 }
 
+// T.reducer_update(acc[i], v) (language/reducers.py): acc is each thread's local array of
+// partials; the iteration adds v to its thread's partial, in one copy of the iteration
+// only when the loop's layout gives it to several threads (the one whose replication bits
+// are zero), so that every logical iteration contributes once.
+class ReducerUpdates : public IRMutator {
+ public:
+  ReducerUpdates(const NestInfo& n, const Kernel& k) : n_(n), k_(k) {}
+  Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override {
+    auto* c = op->value.as<CallNode>();
+    if (!c || c->op != "reducer_update") return self;
+    auto* target = c->args.at(0).as<BufferLoadNode>();
+    internal_assert(target && target->buffer->scope == Scope::Local) << "reducer_update's target";
+    static const BinaryOp kOps[] = {BinaryOp::Add, BinaryOp::Max, BinaryOp::Min,
+                                    BinaryOp::BitAnd, BinaryOp::BitOr, BinaryOp::BitXor};
+    int64_t code = *as_const_int(c->args.at(2));
+    Expr sum = make_binary(kOps[code], c->args.at(0), c->args.at(1), op->loc);
+    Stmt st = make_store(target->buffer, target->indices, sum, op->loc);
+    int mask = n_.layout->replicate_mask();
+    if (!mask) return st;
+    user_assert(n_.layout->xor_groups_consistent(mask, true), op->loc)
+        << "T.reducer_update: this T.Parallel loop (layout " << n_.layout->describe()
+        << ") gives its iterations to groups of threads that are not one power-of-two group; the update "
+           "could not be made once per iteration";
+    Expr first = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, k_.thread_var, make_int(mask), op->loc),
+                             make_int(0), op->loc);
+    return make_if(first, st, {}, op->loc);
+  }
+
+ private:
+  const NestInfo& n_;
+  const Kernel& k_;
+};
+
 Stmt slot_body(const NestInfo& n, int s, Kernel& k, PassContext& ctx, const Analyzer& an, bool mask) {
   Expr valid;
   auto coords = n.layout->coords_expr(k.thread_var, s, &valid);
   std::vector<std::pair<Expr, Expr>> map;
   for (size_t d = 0; d < n.vars.size(); ++d) map.push_back({n.vars[d], an.simplify(coords[d])});
   Stmt body = FragmentToRegister(n, s, ctx, an).mutate(n.body);
+  body = ReducerUpdates(n, k).mutate(body);
   body = substitute(body, map);
   if (mask && !ctx.options.disable_safe_memory) body = MaskGlobal(an, n.facts).mutate(body);
   return an.simplify(body);

@@ -42,6 +42,8 @@ class Builder:
         # While a list: (block depth, statement, call) of every statement emitted, in order
         # (a scheduled T.Pipelined body reads what its statements are: pipeline_schedule).
         self.trace: list | None = None
+        self.parallel = 0  # T.Parallel loops around the statement being parsed
+        self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)
 
     # ---- statements ----
     def emit(self, stmt) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import inspect
 
+from ..language import reducers
 from ..language.builtins import AllocRequest, KernelSpec, LoopSpec, Pipelined
 from ..language.types import TensorSpec
 from .builder import KernelFrame
@@ -282,6 +283,9 @@ class Parser(Evaluator):
         return []
 
     def _allocate(self, name: str, request: AllocRequest) -> None:
+        if isinstance(request, reducers.ReducerRequest):
+            self.bind(name, reducers.allocate(self.builder, name, request))
+            return
         if request.scope == "global":
             self.bind(name, self.builder.allocate_workspace(name, request.dtype, request.shape))
             return
@@ -292,6 +296,9 @@ class Parser(Evaluator):
             self.builder.emit(store(buffer, [0], request.init))
 
     def _store(self, target, buffer: BufferValue, key, value) -> list:
+        if isinstance(buffer, reducers.ReducerBuffer):
+            raise self.error(target, f"illegal store to reducer '{buffer.name}': its elements hold each thread's "
+                             "partial; add to it with T.reducer_update inside a T.Parallel loop")
         indices = list(key) if isinstance(key, tuple) else [key]
         if any(isinstance(i, slice) for i in indices):
             raise self.error(target, f"assigning to a region of {buffer.name} is not supported: use T.fill, "
@@ -350,11 +357,14 @@ class Parser(Evaluator):
         first = len(self.builder.trace) if schedule is not None else 0
         self.builder.push()
         num_stages = spec.num_stages
+        parallel = spec.kind == "parallel"
+        self.builder.parallel += parallel
         try:
             self.parse_block(stmt.body)
             if schedule is not None:
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
         finally:
+            self.builder.parallel -= parallel
             self.scopes.pop()
             if traced:
                 self.builder.trace = None
@@ -416,6 +426,10 @@ class Parser(Evaluator):
                 self.bind(name, var)
         self.builder.push()
         self.parse_block(stmt.body)
+        try:
+            reducers.check_finalized(self.builder)
+        except ArgError as err:
+            raise self.error(stmt, err.message) from None
         body = self.builder.pop_optional()
         self.builder.finish_kernel(self.builder.kernel, body if body is not None else self._ir.seq([]))
         # Python values named inside the kernel stay visible to the rest of the function;

@@ -25,6 +25,7 @@ from .intrinsics import (__ffs, __ldg, activemask, all_of, all_sync, any_of, any
                          rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor, sync_warp,
                          syncthreads_and, syncthreads_count, syncthreads_or, warp_reduce_bitand, warp_reduce_bitor,
                          warp_reduce_max, warp_reduce_min, warp_reduce_sum)
+from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
 from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,

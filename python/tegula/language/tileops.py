@@ -15,6 +15,7 @@ from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
                                is_number, region_of, store)
+from .reducers import ReducerBuffer
 from .types import GemmWarpPolicy
 
 
@@ -32,7 +33,14 @@ def _region(value, fn: str, arg: str):
     if region is None:
         raise ArgError(arg, f"{fn}: '{arg}' must be a buffer, a buffer region (A[i:j, :]) or an "
                        f"element (A[i, j]), got {_describe(value)}")
+    _not_reducer(region.buffer, fn, arg)
     return region.native()
+
+
+def _not_reducer(buffer, fn: str, arg: str) -> None:
+    if isinstance(buffer, ReducerBuffer):
+        raise ArgError(arg, f"{fn}: illegal use of reducer '{buffer.name}': it holds each thread's partial until "
+                       f"T.finalize_reducer (T.reducer_init opens it, T.reducer_update adds to it)")
 
 
 def _scalar_for(value, buffer: BufferValue, fn: str, arg: str):
@@ -53,6 +61,7 @@ def _buffer_of(value, fn: str, arg: str) -> BufferValue:
     region = region_of(value)
     if region is None:
         raise ArgError(arg, f"{fn}: '{arg}' must be a buffer or a buffer region, got {_describe(value)}")
+    _not_reducer(region.buffer, fn, arg)
     return region.buffer
 
 
