@@ -347,13 +347,13 @@ def all_families() -> list:
     """(family, weight) of every module of families: this one, control flow and scopes
     (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py), names the
     generated CUDA must rename (fuzz_families_names.py), tile code under thread guards
-    (fuzz_families_guards.py), global tensors stored in a T.Layout's order
-    (fuzz_families_layouts.py)."""
+    (fuzz_families_guards.py), global tensors stored in a T.Layout's order and fragments
+    read across layouts (fuzz_families_layouts.py), reducers (fuzz_families_reducers.py)."""
     from . import (fuzz_families_control, fuzz_families_guards, fuzz_families_layouts, fuzz_families_names,
-                   fuzz_families_tc)
+                   fuzz_families_reducers, fuzz_families_tc)
 
     return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
-            + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES)
+            + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES)
 
 
 def gen_valid(c) -> Program:
