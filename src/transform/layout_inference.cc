@@ -44,6 +44,9 @@ struct Access {
   bool store = false;
   std::vector<Expr> idx;  // the index as written
   bool outer = false;     // the index reads a variable of a loop around the nest
+  // When every index is a loop variable of the nest (in order, each once) or a bare
+  // variable of a loop around it: per dimension, the nest variable's position, or -1.
+  std::vector<int> extend;
 };
 
 // The threads a nest or op runs on: the block's, or a thread scope's (scope_thread_guards.cc).
@@ -126,13 +129,31 @@ class Collector : public IRVisitor {
     }
     if (b->scope != Scope::Fragment) return;
     used_by_scope(b, current_->outer->loc);
-    Access a{b, {}, false, store, idx, false};
+    Access a{b, {}, false, store, idx, false, {}};
     for (auto& e : idx) {
       post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
         if (!x.as<VarNode>()) return;
         bool mine = std::any_of(current_->vars.begin(), current_->vars.end(), [&](const Expr& v) { return v.same_as(x); });
         a.outer |= !mine;
       });
+    }
+    if (a.outer) {
+      int next = 0;
+      for (auto& e : idx) {
+        auto it = std::find_if(current_->vars.begin(), current_->vars.end(), [&](const Expr& v) { return v.same_as(e); });
+        int pos = it == current_->vars.end() ? -1 : int(it - current_->vars.begin());
+        if (pos >= 0 && pos != next) {
+          a.extend.clear();
+          break;
+        }
+        if (pos < 0 && !e.as<VarNode>()) {
+          a.extend.clear();
+          break;
+        }
+        next += pos >= 0;
+        a.extend.push_back(pos);
+      }
+      if (next != int(current_->vars.size())) a.extend.clear();
     }
     std::vector<int> keep;
     int last = -1;
@@ -571,6 +592,16 @@ class Inference {
           }
           continue;
         }
+        if (!a.extend.empty()) {
+          // lse[k, j] in a loop over j inside one over k: each thread holds, for every k,
+          // the elements the loop gives it.
+          if (auto ext = extended(n, a, *known->second)) {
+            lm_.fragment[a.buf.get()] = ext;
+            lm_.decided_at[a.buf.get()] = n.outer->loc;
+            changed = true;
+          }
+          continue;
+        }
         if (a.keep.empty()) continue;
         auto derived = a.identity ? known->second : layout::make_projected(known->second, a.keep, n.outer->loc);
         auto shape = frag_shape(a.buf);
@@ -611,6 +642,44 @@ class Inference {
   }
 
   std::set<std::tuple<const ForNode*, const BufferNode*, const Access*>> checked_;  // serves() asked once
+
+  // The layout of a fragment indexed by the nest's variables and by variables of loops
+  // around it (Access::extend): the loop's layout for the nest's dimensions, each thread's
+  // registers repeated for every value of the others. Null when a dimension of the
+  // fragment is not the loop's extent.
+  layout::FragmentPtr extended(const Nest& n, const Access& a, const layout::Fragment& loop) {
+    std::vector<int64_t> shape = frag_shape(a.buf);
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (a.extend[d] >= 0 && shape[d] != n.extents[size_t(a.extend[d])]) return nullptr;
+    }
+    // Holders of each element of the loop's domain.
+    std::vector<std::vector<std::pair<int, int>>> held(size_t(loop.num_elements()));
+    std::vector<int64_t> c(n.extents.size());
+    for (int t = 0; t < loop.threads(); ++t) {
+      for (int sl = 0; sl < loop.slots(); ++sl) {
+        if (loop.coords(t, sl, c.data())) held[size_t(loop.flatten(c.data()))].push_back({t, sl});
+      }
+    }
+    int64_t total = 1;
+    for (int64_t e : shape) total *= e;
+    layout::Owners owners(static_cast<size_t>(total));
+    std::vector<int64_t> idx(shape.size(), 0);
+    for (int64_t e = 0; e < total; ++e) {
+      int64_t inner = 0, outer = 0;
+      std::vector<int64_t> lc(n.extents.size());
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (a.extend[d] >= 0) lc[size_t(a.extend[d])] = idx[d];
+        else outer = outer * shape[d] + idx[d];
+      }
+      inner = loop.flatten(lc.data());
+      for (auto& [t, sl] : held[size_t(inner)]) owners[size_t(e)].push_back({t, int(outer * loop.slots() + sl)});
+      for (size_t d = shape.size(); d-- > 0;) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return layout::make_table(shape, loop.threads(), owners, a.buf->loc);
+  }
 
   // Whether the loop's threads hold the elements of `a` they read: for every thread and
   // register of the loop's layout, the element its index names is held by that thread.

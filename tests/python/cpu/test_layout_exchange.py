@@ -42,4 +42,6 @@ def test_reduction_into_a_vector_laid_out_by_another_loop(run, rows, cols, accum
 
 def test_the_crossings_are_in_the_generated_code():
     src = tegula.compile(combine_program(3, 4, 64), out_idx=[2], target="sm_90a").get_kernel_source()
-    assert "lse_exchange" in src and "lse_max_rows" in src
+    assert "lse_exchange" in src
+    src = tegula.compile(row_max_program(4, 128, True), out_idx=[2, 3], target="sm_90a").get_kernel_source()
+    assert "m_rows" in src and "m_exchange" in src
