@@ -88,6 +88,8 @@ at::ScalarType scalar_type(ir::DataType t) {
     case ir::DataType::Int: return t.bits == 8 ? at::kChar : t.bits == 16 ? at::kShort : t.bits == 64 ? at::kLong : at::kInt;
     case ir::DataType::UInt: return t.bits == 8 ? at::kByte : t.bits == 16 ? at::kUInt16 : t.bits == 64 ? at::kUInt64 : at::kUInt32;
     case ir::DataType::Bool: return at::kBool;
+    case ir::DataType::Float8E4M3: return at::kFloat8_e4m3fn;
+    case ir::DataType::Float8E5M2: return at::kFloat8_e5m2;
     default: return at::kFloat;
   }
 }

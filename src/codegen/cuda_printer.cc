@@ -30,6 +30,8 @@ std::string cuda_type(DataType t) {
     case DataType::UInt: return t.bits == 8 ? "unsigned char" : t.bits == 16 ? "unsigned short" : t.bits == 64 ? "unsigned long long" : "unsigned";
     case DataType::Bool: return "bool";
     case DataType::Handle: return "void*";
+    case DataType::Float8E4M3: return "fp8_e4m3_t";
+    case DataType::Float8E5M2: return "fp8_e5m2_t";
   }
   return "int";
 }

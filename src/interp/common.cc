@@ -29,6 +29,15 @@ double round_float(double v, int mant, int emin, int emax) {
   return r;
 }
 
+// An 8-bit float (3 or 2 explicit mantissa bits), ties to even, saturating to +-max as
+// CUDA's __NV_SATFINITE conversions do (infinities included); NaN stays NaN.
+double round_fp8(double v, int mant, int emin, double max) {
+  if (std::isnan(v)) return v;
+  if (std::isinf(v)) return v > 0 ? max : -max;
+  double r = round_float(v, mant, emin, 1023);
+  return std::fabs(r) > max ? (v > 0 ? max : -max) : r;
+}
+
 }  // namespace
 
 double round_to_dtype(const DataType& t, double v) {
@@ -39,6 +48,8 @@ double round_to_dtype(const DataType& t, double v) {
       if (t.bits == 16) return round_float(v, 10, -14, 15);
       return v;
     case DataType::BFloat: return round_float(v, 7, -126, 127);
+    case DataType::Float8E4M3: return round_fp8(v, 3, -6, 448.0);
+    case DataType::Float8E5M2: return round_fp8(v, 2, -14, 57344.0);
     case DataType::Bool: return v != 0 ? 1.0 : 0.0;
     case DataType::Int:
     case DataType::UInt: {
@@ -189,7 +200,10 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
   else if (name == "ninfinity") r = -inf;
   else if (name == "max_value" || name == "min_value") {
     double m;
-    if (result.is_float()) {
+    if (result.is_float8()) {
+      m = result.code == DataType::Float8E4M3 ? 448.0 : 57344.0;
+      r = name == "max_value" ? m : -m;
+    } else if (result.is_float()) {
       int mant = result.code == DataType::BFloat ? 7 : result.bits == 16 ? 10 : result.bits == 32 ? 23 : 52;
       int emax = result.code == DataType::BFloat ? 127 : result.bits == 16 ? 15 : result.bits == 32 ? 127 : 1023;
       m = std::ldexp(2.0 - std::ldexp(1.0, -mant), emax);

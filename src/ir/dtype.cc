@@ -13,6 +13,8 @@ std::string DataType::name() const {
     case BFloat: base = "bfloat" + std::to_string(bits); break;
     case Bool: base = "bool"; break;
     case Handle: base = "handle"; break;
+    case Float8E4M3: base = "float8_e4m3fn"; break;
+    case Float8E5M2: base = "float8_e5m2"; break;
   }
   return lanes == 1 ? base : base + "x" + std::to_string(lanes);
 }
@@ -26,6 +28,8 @@ bool DataType::parse(const std::string& s, DataType* out) {
       {"int32", {Int, 32}},      {"int", {Int, 32}},        {"int64", {Int, 64}},
       {"uint8", {UInt, 8}},      {"uint16", {UInt, 16}},    {"uint32", {UInt, 32}},
       {"uint64", {UInt, 64}},    {"bool", {Bool, 8}},
+      {"float8_e4m3fn", {Float8E4M3, 8}}, {"float8_e4m3", {Float8E4M3, 8}}, {"e4m3_float8", {Float8E4M3, 8}},
+      {"float8_e5m2", {Float8E5M2, 8}},   {"e5m2_float8", {Float8E5M2, 8}},
   };
   auto it = table.find(s);
   if (it == table.end()) return false;

@@ -6,7 +6,9 @@
 namespace tegula::ir {
 
 struct DataType {
-  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle };
+  // Float8E4M3: e4m3fn (no infinities, max 448); Float8E5M2: e5m2 (max 57344). Storage
+  // types: conversions saturate to the largest finite value, as CUDA's __NV_SATFINITE.
+  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle, Float8E4M3, Float8E5M2 };
   Code code = Int;
   int bits = 32;
   int lanes = 1;
@@ -19,7 +21,8 @@ struct DataType {
   static DataType boolean() { return {Bool, 8, 1}; }
 
   bool is_int() const { return code == Int || code == UInt; }
-  bool is_float() const { return code == Float || code == BFloat; }
+  bool is_float() const { return code == Float || code == BFloat || is_float8(); }
+  bool is_float8() const { return code == Float8E4M3 || code == Float8E5M2; }
   bool is_bool() const { return code == Bool; }
   int bytes() const { return bits / 8 * lanes; }
   DataType with_lanes(int n) const { return {code, bits, n}; }

@@ -487,10 +487,17 @@ class Inference {
     }
   }
 
-  // Whether each register of src folds into one register of dst, in the same thread.
+  // Whether each register of src folds into one register of dst, in the same thread, and
+  // every thread holding a copy of a result is in the group of threads (the butterfly
+  // over the bits in which the contributors of one result differ) that computes it: a
+  // result read outside the T.Parallel loops is held by every thread, its row's
+  // contributors perhaps only some warps.
   static bool rows_match(const layout::Fragment& src, const layout::Fragment& dst, int dim) {
     std::vector<int> to_dst(src.slots(), -1);
     std::vector<int64_t> c(src.shape().size()), dc;
+    std::vector<int> first(size_t(dst.num_elements()), -1);
+    std::vector<std::vector<int>> contributors(size_t(dst.num_elements()));
+    int group = 0;
     for (int t = 0; t < src.threads(); ++t) {
       for (int sl = 0; sl < src.slots(); ++sl) {
         if (!src.coords(t, sl, c.data())) continue;
@@ -500,9 +507,23 @@ class Inference {
         }
         if (dc.empty()) dc.push_back(0);
         if (int64_t(dc.size()) != int64_t(dst.shape().size())) return false;
-        int p = dst.slot_of(t, dst.flatten(dc.data()));
+        int64_t flat = dst.flatten(dc.data());
+        int p = dst.slot_of(t, flat);
         if (p < 0 || (to_dst[sl] != -1 && to_dst[sl] != p)) return false;
         to_dst[sl] = p;
+        if (first[size_t(flat)] < 0) first[size_t(flat)] = t;
+        group |= t ^ first[size_t(flat)];
+        contributors[size_t(flat)].push_back(t);
+      }
+    }
+    for (int h = 0; h < dst.threads(); ++h) {
+      for (int sl = 0; sl < dst.slots(); ++sl) {
+        std::vector<int64_t> e(dst.shape().size());
+        if (!dst.coords(h, sl, e.data())) continue;
+        const auto& from = contributors[size_t(dst.flatten(e.data()))];
+        bool reached = from.empty();  // a result no thread contributes to keeps its identity everywhere
+        for (int t : from) reached = reached || (t & ~group) == (h & ~group);
+        if (!reached) return false;
       }
     }
     return true;

@@ -79,3 +79,23 @@ def row_max_program(rows, cols, accumulate):
             T.copy(c, C)
 
     return row_max
+
+
+def scalar_of_reduction_program(M, N, threads):
+    """Per row: the maximum of |X| over a row that fewer threads than the block's hold (N
+    elements in vectors of 4), read outside the T.Parallel loops (so every thread holds
+    it) to scale the row and written out by one thread."""
+
+    @T.prim_func
+    def scale_rows(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32")):
+        with T.Kernel(M, threads=threads) as bx:
+            x = T.alloc_fragment((N,), "float32")
+            amax = T.alloc_fragment((1,), "float32")
+            T.copy(X[bx, :], x)
+            T.reduce_absmax(x, amax, dim=0)
+            s = T.max(amax[0], 1e-4)
+            for j in T.Parallel(N):
+                Y[bx, j] = x[j] / s
+            S[bx] = s
+
+    return scale_rows

@@ -1,5 +1,5 @@
 // Conversions between the element types of the tile IR: float, double, half_t,
-// bfloat16_t, bool and the integers. Every T.cast and every mixed-type expression of
+// bfloat16_t, the 8-bit floats, bool and the integers. Every T.cast and every mixed-type expression of
 // the generated code goes through cast<To>(x), so each pair rounds exactly once.
 #pragma once
 
@@ -10,6 +10,8 @@ namespace tegula {
 TEGULA_DEVICE float to_float(float x) { return x; }
 TEGULA_DEVICE float to_float(half_t x) { return __half2float(x); }
 TEGULA_DEVICE float to_float(bfloat16_t x) { return __bfloat162float(x); }
+TEGULA_DEVICE float to_float(fp8_e4m3_t x) { return static_cast<float>(x); }
+TEGULA_DEVICE float to_float(fp8_e5m2_t x) { return static_cast<float>(x); }
 
 namespace detail {
 
@@ -78,6 +80,14 @@ template <typename To, typename From>
 TEGULA_DEVICE To cast(From x) {
   if constexpr (detail::is_same<To, From>) {
     return x;
+  } else if constexpr (detail::is_8bit_float<To>) {
+    // One rounding, to nearest even, saturating to the largest finite value (CUDA's
+    // __NV_SATFINITE constructors); a 16-bit or 8-bit source widens to float exactly.
+    if constexpr (detail::is_16bit_float<From> || detail::is_8bit_float<From>) return To(to_float(x));
+    else if constexpr (detail::is_same<From, bool>) return To(x ? 1.0f : 0.0f);
+    else return To(static_cast<double>(x));
+  } else if constexpr (detail::is_8bit_float<From>) {
+    return cast<To>(to_float(x));  // exact
   } else if constexpr (detail::is_same<To, half_t>) {
     return detail::to_half(x);
   } else if constexpr (detail::is_same<To, bfloat16_t>) {

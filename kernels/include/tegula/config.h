@@ -8,6 +8,7 @@
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #define TEGULA_DEVICE __device__ __forceinline__
 #define TEGULA_HOST_DEVICE __host__ __device__ __forceinline__
@@ -40,6 +41,9 @@ namespace tegula {
 
 using half_t = __half;
 using bfloat16_t = __nv_bfloat16;
+// 8-bit floats (T.float8_e4m3fn, T.float8_e5m2): storage types, converted through cast.
+using fp8_e4m3_t = __nv_fp8_e4m3;
+using fp8_e5m2_t = __nv_fp8_e5m2;
 
 namespace detail {
 
@@ -75,7 +79,9 @@ inline constexpr bool is_signed_integer = is_integer<T> && (T(-1) < T(0));
 template <typename T>
 inline constexpr bool is_16bit_float = is_same<T, half_t> || is_same<T, bfloat16_t>;
 template <typename T>
-inline constexpr bool is_float = is_16bit_float<T> || is_same<T, float> || is_same<T, double>;
+inline constexpr bool is_8bit_float = is_same<T, fp8_e4m3_t> || is_same<T, fp8_e5m2_t>;
+template <typename T>
+inline constexpr bool is_float = is_16bit_float<T> || is_8bit_float<T> || is_same<T, float> || is_same<T, double>;
 
 // static_assert(always_false<T>) fires only when the template is instantiated.
 template <typename T>

@@ -18,6 +18,8 @@ template <typename T> struct PrintName { static constexpr const char* value = "?
 TEGULA_PRINT_NAME(float, "float32")
 TEGULA_PRINT_NAME(double, "float64")
 TEGULA_PRINT_NAME(half_t, "float16")
+TEGULA_PRINT_NAME(fp8_e4m3_t, "float8_e4m3fn")
+TEGULA_PRINT_NAME(fp8_e5m2_t, "float8_e5m2")
 TEGULA_PRINT_NAME(bfloat16_t, "bfloat16")
 TEGULA_PRINT_NAME(bool, "bool")
 TEGULA_PRINT_NAME(signed char, "int8")
@@ -54,7 +56,7 @@ TEGULA_DEVICE void emit(const char* scalar_format, const char* indexed_format, c
 template <typename T>
 TEGULA_DEVICE void print_value(const char* msg, int index, T v) {
   const char* dtype = PrintName<T>::value;
-  if constexpr (is_16bit_float<T>) {
+  if constexpr (is_16bit_float<T> || is_8bit_float<T>) {
     emit(TEGULA_PRINT_FORMATS("%.9g"), msg, index, dtype, static_cast<double>(to_float(v)));
   } else if constexpr (is_float<T>) {
     emit(TEGULA_PRINT_FORMATS("%.9g"), msg, index, dtype, static_cast<double>(v));

@@ -16,12 +16,16 @@ _SPELLINGS = {
     "int8": "int8", "int16": "int16", "int32": "int32", "int": "int32", "int64": "int64",
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "bool": "bool",
+    "float8_e4m3fn": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2", "e5m2_float8": "float8_e5m2",
 }
 
 # Python types used as annotations or dtypes: `n: int`.
 _PY_TYPES = {builtins.int: "int32", builtins.float: "float32", builtins.bool: "bool"}
 
-FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
+# 8-bit floats are storage types: arithmetic on them computes in float32.
+FLOAT8_TYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
 INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 # canonical name -> torch attribute
@@ -109,8 +113,10 @@ def is_int(name: str) -> bool:
 
 
 def itemsize(name: str) -> int:
-    """Bytes of one element: float16 -> 2, bool -> 1."""
-    return 1 if name == "bool" else int(name.lstrip("abcdefghijklmnopqrstuvwxyz")) // 8
+    """Bytes of one element: float16 -> 2, bool -> 1, float8_e4m3fn -> 1."""
+    if name == "bool" or name in FLOAT8_TYPES:
+        return 1
+    return int(name.lstrip("abcdefghijklmnopqrstuvwxyz")) // 8
 
 
 def int_range(name: str) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import math
 import numbers
 
 from ..env import native
-from .dtypes import DType, int_range, is_float, is_int
+from .dtypes import FLOAT8_TYPES, DType, int_range, is_float, is_int
 
 _IR = None
 
@@ -146,6 +146,7 @@ def _require_integers(op: str, *dtypes) -> None:
 def binop(op: str, a, b):
     """a op b for PrimExprs and numbers. A linear integer result that turns out constant
     is returned as a Python int."""
+    a, b = _widen_float8(a), _widen_float8(b)
     da = a.expr.dtype if isinstance(a, PrimExpr) else None
     db = b.expr.dtype if isinstance(b, PrimExpr) else None
     if op in _BITWISE:
@@ -168,7 +169,18 @@ def binop(op: str, a, b):
     return PrimExpr(expr, _reads(a, b), _dyn(a, b), lin=lin)
 
 
+def _widen_float8(value):
+    """An 8-bit float operand as float32: they are storage types, computed on in float32
+    (CUDA has no arithmetic on them)."""
+    if isinstance(value, PrimExpr) and str(value.expr.dtype) in FLOAT8_TYPES:
+        return cast_value(value, "float32")
+    return value
+
+
 def call(name: str, args: list, dtype: str, tag: str | None = None) -> "PrimExpr":
+    if str(dtype) in FLOAT8_TYPES and any(isinstance(a, PrimExpr) and str(a.expr.dtype) in FLOAT8_TYPES
+                                          for a in args):
+        args, dtype = [_widen_float8(a) for a in args], "float32"
     exprs = [to_expr(a) for a in args]
     return PrimExpr(ir().call(name, exprs, str(dtype)), _reads(*args), _dyn(*args), tag=tag)
 

@@ -29,7 +29,7 @@ from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_upd
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
 from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
-                    float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
+                    float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
                     uint64)
 
 make_swizzled_layout = layout.make_swizzled_layout

@@ -15,9 +15,13 @@ float64 = double = DType("float64")
 int8, int16, int32, int64 = DType("int8"), DType("int16"), DType("int32"), DType("int64")
 uint8, uint16, uint32, uint64 = DType("uint8"), DType("uint16"), DType("uint32"), DType("uint64")
 bool = DType("bool")  # noqa: A001 - TileLang's name
+# 8-bit floats: storage (loads, stores, copies, casts); arithmetic on them is float32.
+float8_e4m3fn = float8_e4m3 = DType("float8_e4m3fn")
+float8_e5m2 = DType("float8_e5m2")
 
 DTYPES = ("float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
-          "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+          "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e4m3",
+          "float8_e5m2")
 
 
 def dtype(name) -> DType:

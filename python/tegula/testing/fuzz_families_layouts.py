@@ -130,3 +130,31 @@ def gen_rows_across_layouts(k: Kernel) -> None:
 
 
 FAMILIES = FAMILIES + [(gen_rows_across_layouts, 1)]
+
+
+def gen_scalar_of_reduction(k: Kernel) -> None:
+    """A row's reduction read outside the T.Parallel loops (every thread holds it) when
+    only some of the block's threads hold the row: the result must reach all of them."""
+    c = k.c
+    threads = c.choice([64, 128, 256])
+    N = c.choice([16, 40, 64, 100, 300])
+    M = c.int(1, 3)
+    kind = c.choice(["max", "sum", "absmax", "min"])
+    k.features.add(f"scalar_of_reduce_{kind}")
+    X = k.tensor("X", [str(M), str(N)], [M, N], "float32")
+    Y = k.tensor("Y", [str(M), str(N)], [M, N], "float32", role="out")
+    S = k.tensor("S", [str(M)], [M], "float32", role="out")
+    k.dtypes.add("float32")
+    k.header = f"with T.Kernel({M}, threads={threads}) as bx:"
+    x = k.alloc("fragment", (N,), "float32", "x")
+    r = k.alloc("fragment", (1,), "float32", "r")
+    k.body.emit(f"T.copy({X}[bx, :], {x})")
+    k.body.emit(f"T.reduce_{kind}({x}, {r}, dim=0)")
+    k.body.emit(f"v = {r}[0] * 0.5 + 1.0")
+    k.body.open(f"for j in T.Parallel({N}):")
+    k.body.emit(f"{Y}[bx, j] = {x}[j] - v")
+    k.body.close()
+    k.body.emit(f"{S}[bx] = v")
+
+
+FAMILIES = FAMILIES + [(gen_scalar_of_reduction, 1)]

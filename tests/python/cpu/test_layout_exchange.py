@@ -45,3 +45,19 @@ def test_the_crossings_are_in_the_generated_code():
     assert "lse_exchange" in src
     src = tegula.compile(row_max_program(4, 128, True), out_idx=[2, 3], target="sm_90a").get_kernel_source()
     assert "m_rows" in src and "m_exchange" in src
+
+
+@pytest.mark.parametrize("run", RUNS, ids=["reference", "simulate"])
+@pytest.mark.parametrize("N,threads", [(300, 128), (64, 256), (1000, 128)])
+def test_a_reduction_read_outside_the_loops_reaches_every_thread(run, N, threads):
+    """The row's contributors are some warps only; every thread holds the result (it is read
+    as a scalar) and one of the others may write it. Before the fix the other warps held
+    the identity: a silent 0 where the maximum belongs."""
+    from layout_exchange_programs import scalar_of_reduction_program
+
+    k = tegula.compile(scalar_of_reduction_program(3, N, threads), out_idx=[1, 2], target="sm_90a")
+    x = torch.randn(3, N, generator=torch.Generator().manual_seed(N)) * 5
+    y, s = run(k, x)
+    want = x.abs().amax(1).clamp_min(1e-4)
+    torch.testing.assert_close(s, want)
+    torch.testing.assert_close(y, x / want[:, None])

@@ -29,3 +29,15 @@ def test_reduction_into_a_vector_laid_out_by_another_loop(rows, cols, accumulate
         want = torch.maximum(want, torch.full_like(want, -1.0))
     assert torch.equal(m, want)
     assert torch.equal(c, b * want[:, None])
+
+
+@pytest.mark.parametrize("N,threads", [(300, 128), (64, 256), (1000, 128)])
+def test_a_reduction_read_outside_the_loops_reaches_every_thread(N, threads):
+    from layout_exchange_programs import scalar_of_reduction_program
+
+    k = tegula.compile(scalar_of_reduction_program(3, N, threads), out_idx=[1, 2])
+    x = torch.randn(3, N, device="cuda") * 5
+    y, s = k(x)
+    want = x.abs().amax(1).clamp_min(1e-4)
+    torch.testing.assert_close(s, want)
+    torch.testing.assert_close(y, x / want[:, None])
