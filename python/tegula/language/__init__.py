@@ -20,11 +20,11 @@ from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Paralle
                        max, max_value, min, min_value, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
-from .intrinsics import (__ffs, __ldg, activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync,
-                         get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, pdl_sync, pdl_trigger,
-                         rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor, sync_warp,
-                         syncthreads_and, syncthreads_count, syncthreads_or, warp_reduce_bitand, warp_reduce_bitor,
-                         warp_reduce_max, warp_reduce_min, warp_reduce_sum)
+from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs,
+                         get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, pdl_sync,
+                         pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
+                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
+                         warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)

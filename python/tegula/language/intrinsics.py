@@ -229,6 +229,19 @@ def get_warp_group_idx(warp_size=None, warps_per_group=None):
     return _thread(fn) // (_size(warp_size, fn, "warp_size", 32) * _size(warps_per_group, fn, "warps_per_group", 4))
 
 
+@intrinsic("T.shuffle_elect")
+def shuffle_elect(thread_extent=32):
+    """True in one thread of each group of `thread_extent` consecutive threads (the first);
+    with 0, in the block's first thread only."""
+    fn = "T.shuffle_elect"
+    if isinstance(thread_extent, bool) or not isinstance(thread_extent, int) or thread_extent < 0:
+        raise ArgError("thread_extent", f"{fn}: 'thread_extent' must be an int >= 0, got {thread_extent!r}")
+    tx = _thread(fn)
+    if thread_extent == 0:
+        return binop("eq", tx, 0)
+    return binop("eq", tx % thread_extent, 0)
+
+
 # ---- any_of / all_of ----
 
 def _fold_region(value, fn: str, op: str):
