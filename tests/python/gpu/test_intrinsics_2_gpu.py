@@ -165,3 +165,19 @@ def test_block_votes_and_thread_index_helpers():
     k = progs.block_vote_program("auto")
     x = torch.randint(-10, 6, (256,), dtype=torch.int32)
     assert torch.equal(k(x.cuda()).cpu(), progs.expected_block_votes(x))
+
+
+@pytest.mark.parametrize("extent,threads", [(64, 256), (0, 128), (32, 96)])
+def test_shuffle_elect_picks_the_first_thread_of_each_group(extent, threads):
+    import tegula
+    import tegula.language as T
+
+    @T.prim_func
+    def leaders(A: T.Tensor((threads,), "int32")):
+        with T.Kernel(1, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            A[tx] = T.shuffle_elect(extent)
+
+    out = tegula.compile(leaders, out_idx=[0])().cpu()
+    idx = torch.arange(threads)
+    assert torch.equal(out, ((idx == 0) if extent == 0 else (idx % extent == 0)).to(torch.int32))
