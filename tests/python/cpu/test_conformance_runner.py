@@ -104,7 +104,7 @@ PROGRAMS = {
 
 
         def test_missing_module():
-            import tilelang.rocm  # noqa: F401
+            import tilelang.metal  # noqa: F401
 
 
         if __name__ == "__main__":
@@ -165,7 +165,7 @@ def test_every_result_is_classified(run):
     assert got[lang + "test_pass"] == ("pass", "")
     assert got[lang + "test_wrong"][0] == "wrong"
     assert got[lang + "test_future_gpu"][0] == "skip"
-    assert got[lang + "test_missing_module"] == ("missing", "tilelang.rocm")
+    assert got[lang + "test_missing_module"] == ("missing", "tilelang.metal")
     assert got["testing/python/language/test_fake_import.py"] == ("dependency", "some_package_that_is_not_installed")
     latency = [r.get("latency_ms") for r in data["results"] if r["id"] == "examples/gemm/example_pass.py"]
     assert latency == [0.25]
