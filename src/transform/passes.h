@@ -7,6 +7,8 @@
 namespace tegula::transform {
 
 void simplify(ir::Kernel& k, PassContext& ctx);
+// A T.Parallel loop of a run-time but bounded extent: the loop over the bound, guarded.
+void bound_parallel_extents(ir::Kernel& k, PassContext& ctx);
 void scope_thread_guards(ir::Kernel& k, PassContext& ctx);
 // Inside a thread scope (scope_thread_guards.cc), the kernel's thread count and index are
 // the scope's: what layouts and lowering read of k while they work on the scope's body.

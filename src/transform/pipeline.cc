@@ -18,6 +18,7 @@ struct Step {
 
 const Step kPipeline[] = {
     {"simplify", simplify},
+    {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
