@@ -93,6 +93,7 @@ struct Stage {
 // it still is.
 const Stage kStages[] = {
     {"simplify", transform::simplify},
+    {"bound_parallel_extents", transform::bound_parallel_extents},
     {"read_annotations", transform::read_annotations},
     {"plan_bulk_copies", transform::plan_bulk_copies},
     {"expand_tile_ops", transform::expand_tile_ops},
