@@ -17,7 +17,8 @@ from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, Select, abs, align_up,
                        alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
                        exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
-                       max, max_value, min, min_value, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, unroll)
+                       max, max_value, min, min_value, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
+                       unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs,

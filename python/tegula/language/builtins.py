@@ -296,6 +296,24 @@ def get_thread_binding(dim=0):
     return frame.thread_var
 
 
+@intrinsic("T.thread_binding")
+def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
+    """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread index
+    over the whole block (as T.get_thread_binding()); `T.thread_binding(threads, ...)` is the
+    same with start 0."""
+    fn = "T.thread_binding"
+    frame = builder.current(fn).require_kernel(fn)
+    if stop is None:
+        start, stop = 0, start
+    if thread != "threadIdx.x":
+        raise ArgError("thread", f"{fn}: thread blocks are one-dimensional; thread must be 'threadIdx.x', "
+                       f"got {thread!r}")
+    if start != 0 or stop != frame.threads:
+        raise ArgError("stop", f"{fn}: binds the whole block's threads, [0, {frame.threads}); got [{start}, {stop}) "
+                       f"(a range of threads is an `if` on T.get_thread_binding())")
+    return frame.thread_var
+
+
 @intrinsic("T.get_block_binding")
 def get_block_binding(dim=0):
     """The block index along grid dimension `dim`."""

@@ -592,3 +592,26 @@ def test_hip_is_never_available():
     from tegula.rocm.target import check_hip_availability
 
     assert check_hip_availability() is False
+
+
+def test_thread_binding_is_the_blocks_thread_index():
+    import tegula.testing
+
+    @T.prim_func
+    def mark(A: T.Tensor((128,), "int32")):
+        with T.Kernel(1, threads=128) as bx:
+            tx = T.thread_binding(0, 128, thread="threadIdx.x")
+            A[tx] = tx * 2
+
+    out = tegula.testing.simulate(tegula.compile(mark, out_idx=[0], target="sm_90a"))
+    assert torch.equal(out, torch.arange(128, dtype=torch.int32) * 2)
+
+    def other_axis():
+        @T.prim_func
+        def f(A: T.Tensor((128,), "int32")):
+            with T.Kernel(1, threads=128) as bx:
+                ty = T.thread_binding(128, thread="threadIdx.y")
+                A[ty] = 1
+
+    with pytest.raises(tegula.TegulaCompileError, match="thread must be 'threadIdx.x'"):
+        other_axis()

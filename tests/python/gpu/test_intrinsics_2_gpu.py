@@ -181,3 +181,17 @@ def test_shuffle_elect_picks_the_first_thread_of_each_group(extent, threads):
     out = tegula.compile(leaders, out_idx=[0])().cpu()
     idx = torch.arange(threads)
     assert torch.equal(out, ((idx == 0) if extent == 0 else (idx % extent == 0)).to(torch.int32))
+
+
+def test_thread_binding_is_the_blocks_thread_index():
+    import tegula
+    import tegula.language as T
+
+    @T.prim_func
+    def mark(A: T.Tensor((128,), "int32")):
+        with T.Kernel(1, threads=128) as bx:
+            tx = T.thread_binding(0, 128, thread="threadIdx.x")
+            A[tx] = tx * 2
+
+    out = tegula.compile(mark, out_idx=[0])().cpu()
+    assert torch.equal(out, torch.arange(128, dtype=torch.int32) * 2)
