@@ -29,6 +29,7 @@
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
 #include "ops/tile_op.h"
+#include "transform/layout_rewrites.h"
 #include "transform/partition.h"
 #include "transform/passes.h"
 
@@ -176,7 +177,7 @@ class Collector : public IRVisitor {
     if (ok) {
       a.keep = keep;
       a.identity = keep.size() == current_->vars.size() && idx.size() == keep.size();
-      // A loop over part of the fragment (PadToFragment leaves it when it cannot pad)
+      // A loop over part of the fragment (pad_nests_to_fragments leaves it when it cannot pad)
       // does not run with the fragment's layout, which spans all of it.
       for (size_t d = 0; a.identity && d < idx.size(); ++d) {
         const int64_t* extent = as_const_int(b->shape[d]);
@@ -206,227 +207,6 @@ class Collector : public IRVisitor {
 };
 
 std::vector<int64_t> frag_shape(const Buffer& b) { return ops::const_shape(b, b->loc, "T.alloc_fragment"); }
-
-// `for i, j in T.Parallel(2, 4): t[i, j] = ...` on a (4, 4) fragment writes part of it.
-// Such a nest runs over the fragment's whole shape with the rest masked off, so that it
-// can take the fragment's layout (which places every element of the whole tile). Done
-// when every fragment the nest indexes by exactly its variables has one shape, at least
-// the nest's extents.
-class PadToFragment : public IRMutator {
- public:
-  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    if (op->for_kind != ForKind::Parallel) return IRMutator::mutate_For(self, op);
-    std::vector<const ForNode*> loops;
-    for (const ForNode* f = op; f && f->for_kind == ForKind::Parallel; f = f->body.as<ForNode>()) loops.push_back(f);
-    std::vector<int64_t> extents;
-    for (auto* f : loops) {
-      const int64_t* e = as_const_int(f->extent);
-      if (!e || !is_const_int(f->min, 0)) return self;
-      extents.push_back(*e);
-    }
-    const Stmt& body = loops.back()->body;
-    std::vector<int64_t> shape;
-    bool consistent = true;
-    post_order(body, [&](const Stmt& s) {
-      if (auto* st = s.as<BufferStoreNode>()) note(st->buffer, st->indices, loops, &shape, &consistent);
-    }, [&](const Expr& e) {
-      if (auto* ld = e.as<BufferLoadNode>()) note(ld->buffer, ld->indices, loops, &shape, &consistent);
-    });
-    if (!consistent || shape.empty() || shape == extents) return self;
-    Expr inside;
-    for (size_t d = 0; d < loops.size(); ++d) {
-      if (shape[d] < extents[d]) return self;
-      if (shape[d] == extents[d]) continue;
-      Expr c = make_binary(BinaryOp::LT, loops[d]->var, make_int(extents[d]));
-      inside = inside ? (inside && c) : c;
-    }
-    Stmt out = make_if(inside, body, {}, op->loc);
-    for (int d = int(loops.size()) - 1; d >= 0; --d) {
-      out = make_for(loops[d]->var, loops[d]->min, make_int(shape[d]), ForKind::Parallel, out, 0, loops[d]->loc);
-    }
-    return out;
-  }
-
- private:
-  static void note(const Buffer& b, const std::vector<Expr>& idx, const std::vector<const ForNode*>& loops,
-                   std::vector<int64_t>* shape, bool* consistent) {
-    if (b->scope != Scope::Fragment || idx.size() != loops.size()) return;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      if (!idx[d].same_as(loops[d]->var)) return;
-    }
-    std::vector<int64_t> s;
-    for (auto& e : b->shape) {
-      const int64_t* v = as_const_int(e);
-      if (!v) return;
-      s.push_back(*v);
-    }
-    if (shape->empty()) *shape = s;
-    *consistent &= *shape == s;
-  }
-};
-
-// Gives each loop Inference found reading a fragment held in another layout a shared
-// copy of that fragment: before the loop, a T.Parallel nest with the fragment's layout
-// stores it to a fresh shared buffer; the loop reads that buffer instead. insert_barriers
-// later fences the store from the reads.
-class InsertExchanges : public IRMutator {
- public:
-  InsertExchanges(const std::map<const StmtNode*, std::vector<Buffer>>& todo,
-                  const std::map<const StmtNode*, Buffer>& writes, PassContext& ctx)
-      : todo_(todo), writes_(writes), ctx_(ctx) {}
-
-  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    auto wr = writes_.find(op);
-    if (wr != writes_.end()) {
-      // The loop stores into the scratch; a nest with the fragment's layout loads it back.
-      Buffer scratch = scratch_for(wr->second, op->loc);
-      Stmt loop = RedirectStores(wr->second.get(), scratch).mutate(self);
-      return make_seq({rekey(op, loop), copy_nest(wr->second, scratch, wr->second, op->loc)}, op->loc);
-    }
-    auto it = todo_.find(op);
-    if (it == todo_.end()) return IRMutator::mutate_For(self, op);
-    Stmt loop = self;
-    std::vector<Stmt> out;
-    for (const Buffer& frag : it->second) {
-      Buffer scratch = scratch_for(frag, op->loc);
-      loop = Redirect(frag.get(), scratch).mutate(loop);
-      out.push_back(copy_nest(scratch, frag, frag, op->loc));
-    }
-    out.push_back(rekey(op, loop));
-    return make_seq(out, op->loc);
-  }
-
- private:
-  Buffer scratch_for(const Buffer& frag, const SourceLoc& loc) {
-    Buffer scratch = make_buffer(ctx_.fresh_name(frag->name + "_exchange"), Scope::Shared, frag->dtype, frag->shape,
-                                 loc);
-    ctx_.extra_shared.push_back(scratch);
-    return scratch;
-  }
-
-  // dst[i, j, ...] = src[i, j, ...] as a T.Parallel nest running with `frag`'s layout.
-  Stmt copy_nest(const Buffer& dst, const Buffer& src, const Buffer& frag, const SourceLoc& loc) {
-    std::vector<Expr> vars;
-    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
-    Stmt nest = make_store(dst, vars, make_load(src, vars, loc), loc);
-    for (int d = int(vars.size()) - 1; d >= 0; --d) {
-      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, loc);
-    }
-    ctx_.layouts.loop[nest.get()] = ctx_.layouts.fragment.at(frag.get());
-    return nest;
-  }
-
-  // The rewritten loop keeps the layout the original was given.
-  Stmt rekey(const ForNode* old, const Stmt& loop) {
-    LayoutMap& lm = ctx_.layouts;
-    auto layout = lm.loop.at(old);
-    lm.loop.erase(old);
-    lm.loop[loop.get()] = layout;
-    return loop;
-  }
-
-  class Redirect : public IRMutator {
-   public:
-    Redirect(const BufferNode* from, Buffer to) : from_(from), to_(std::move(to)) {}
-    Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
-      if (op->buffer.get() != from_) return IRMutator::mutate_BufferLoad(self, op);
-      std::vector<Expr> idx;
-      for (auto& i : op->indices) idx.push_back(mutate(i));
-      return make_load(to_, idx, op->loc, op->dtype.lanes);
-    }
-
-   private:
-    const BufferNode* from_;
-    Buffer to_;
-  };
-
-  class RedirectStores : public IRMutator {
-   public:
-    RedirectStores(const BufferNode* from, Buffer to) : from_(from), to_(std::move(to)) {}
-    Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
-      if (op->buffer.get() != from_) return IRMutator::mutate_BufferStore(self, op);
-      std::vector<Expr> idx;
-      for (auto& i : op->indices) idx.push_back(mutate(i));
-      return make_store(to_, idx, mutate(op->value), op->loc);
-    }
-
-   private:
-    const BufferNode* from_;
-    Buffer to_;
-  };
-
-  const std::map<const StmtNode*, std::vector<Buffer>>& todo_;
-  const std::map<const StmtNode*, Buffer>& writes_;
-  PassContext& ctx_;
-};
-
-// A reduction into a fragment held in a layout other than its rows' (Inference's
-// reduce_exchanges): it reduces into a fresh fragment in the rows' layout, initialised
-// from the output when the reduction accumulates (clear=False), and the rows reach the
-// output through a fresh shared buffer, each side copied with its own layout.
-class InsertReduceExchanges : public IRMutator {
- public:
-  InsertReduceExchanges(const std::map<const TileOpNode*, layout::FragmentPtr>& todo, Kernel& k, PassContext& ctx)
-      : todo_(todo), k_(k), ctx_(ctx) {}
-
-  Stmt mutate_TileOp(const Stmt& self, const TileOpNode* op) override {
-    auto it = todo_.find(op);
-    if (it == todo_.end()) return self;
-    const Buffer& dst = op->regions.at(1).buffer;
-    Buffer rows = make_buffer(ctx_.fresh_name(dst->name + "_rows"), Scope::Fragment, dst->dtype, dst->shape, op->loc);
-    k_.allocs.push_back(rows);
-    ctx_.layouts.fragment[rows.get()] = it->second;
-    ctx_.layouts.decided_at[rows.get()] = op->loc;
-    Buffer scratch = make_buffer(ctx_.fresh_name(dst->name + "_exchange"), Scope::Shared, dst->dtype, dst->shape,
-                                 op->loc);
-    ctx_.extra_shared.push_back(scratch);
-    std::vector<Stmt> out;
-    if (op->attr_int("clear", 1) == 0) {
-      out.push_back(copy_nest(scratch, dst, dst, op->loc));
-      out.push_back(copy_nest(rows, scratch, rows, op->loc));
-    }
-    std::vector<BufferRegion> regions = op->regions;
-    regions[1].buffer = rows;
-    out.push_back(make_tile_op(op->op, regions, op->args, op->attrs, op->loc));
-    out.push_back(copy_nest(scratch, rows, rows, op->loc));
-    out.push_back(copy_nest(dst, scratch, dst, op->loc));
-    return make_seq(out, op->loc);
-  }
-
- private:
-  // dst[i, ...] = src[i, ...] as a T.Parallel nest running with `frag`'s layout.
-  Stmt copy_nest(const Buffer& dst, const Buffer& src, const Buffer& frag, const SourceLoc& loc) {
-    std::vector<Expr> vars;
-    for (size_t d = 0; d < frag->shape.size(); ++d) vars.push_back(make_var(ctx_.fresh_name("e")));
-    Stmt nest = make_store(dst, vars, make_load(src, vars, loc), loc);
-    for (int d = int(vars.size()) - 1; d >= 0; --d) {
-      nest = make_for(vars[d], make_int(0), frag->shape[d], ForKind::Parallel, nest, 0, loc);
-    }
-    ctx_.layouts.loop[nest.get()] = ctx_.layouts.fragment.at(frag.get());
-    return nest;
-  }
-
-  const std::map<const TileOpNode*, layout::FragmentPtr>& todo_;
-  Kernel& k_;
-  PassContext& ctx_;
-};
-
-// A T.Parallel nest that touches no fragment and stores only into local buffers is each
-// thread's own (TileLang's rule: `for i in T.Parallel(n): r[i] = A[r0 + i]` fills every
-// thread's whole r): it runs whole in every thread, as unrolled loops, unpartitioned.
-class ThreadPrivateNests : public IRMutator {
- public:
-  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    if (op->for_kind != ForKind::Parallel || !thread_private_nest(self)) return IRMutator::mutate_For(self, op);
-    std::vector<const ForNode*> loops;
-    for (const ForNode* f = op; f && f->for_kind == ForKind::Parallel; f = f->body.as<ForNode>()) loops.push_back(f);
-    Stmt out = mutate(loops.back()->body);
-    for (int d = int(loops.size()) - 1; d >= 0; --d) {
-      out = make_for(loops[d]->var, loops[d]->min, loops[d]->extent, ForKind::Unrolled, out, 0, loops[d]->loc);
-    }
-    return out;
-  }
-};
 
 class Inference {
  public:
@@ -469,7 +249,7 @@ class Inference {
     // A reduction whose output was laid out by other loops before its input was (the
     // row maximum of a (splits, rows) tile, its rows already spread as a 128 x 128 loop
     // wants): it reduces into rows of the input's layout, which reach the output through
-    // shared memory (InsertReduceExchanges).
+    // shared memory (insert_reduce_exchanges, layout_rewrites.h).
     for (auto* op : c_.ops) {
       if (op->op != "reduce" || op->regions.size() < 2 || c_.op_scope[op].var) continue;
       auto s = lm_.fragment.find(op->regions[0].buffer.get());
@@ -841,8 +621,8 @@ class Inference {
 }  // namespace
 
 void infer_layout(Kernel& k, PassContext& ctx) {
-  k.body = ThreadPrivateNests().mutate(k.body);
-  k.body = PadToFragment().mutate(k.body);
+  k.body = run_thread_private_nests(k.body);
+  k.body = pad_nests_to_fragments(k.body);
   Collector c(k);
   c.visit(k.body);
   ctx.wgmma = ops::kernel_uses_wgmma(k, ctx);
@@ -853,10 +633,10 @@ void infer_layout(Kernel& k, PassContext& ctx) {
   Inference inference(k, ctx, c);
   inference.run();
   if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {
-    k.body = InsertExchanges(inference.exchanges, inference.write_exchanges, ctx).mutate(k.body);
+    k.body = insert_exchanges(k.body, inference.exchanges, inference.write_exchanges, ctx);
   }
   if (!inference.reduce_exchanges.empty()) {
-    k.body = InsertReduceExchanges(inference.reduce_exchanges, k, ctx).mutate(k.body);
+    k.body = insert_reduce_exchanges(k.body, inference.reduce_exchanges, k, ctx);
   }
 }
 

@@ -32,6 +32,11 @@ INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "ui
 _TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}
 
 
+# (cast_value, unbound_var) of values.py, which registers them when it is imported (it is
+# imported with the frontend, before any kernel code calls a dtype).
+_VALUE_HOOKS: tuple = ()
+
+
 class DType(str):
     """A dtype that is also its canonical name (so it works anywhere a string does) and,
     called on a value, a cast: `T.float32(x)` (TileLang/TVM behaviour)."""
@@ -39,8 +44,7 @@ class DType(str):
     __slots__ = ()
 
     def __call__(self, value=None, *rest):
-        from .values import cast_value, unbound_var  # values imports this module
-
+        cast_value, unbound_var = _VALUE_HOOKS  # set by values.py, which imports this module
         if rest:
             raise TypeError(f"T.{self}(...) takes one value; vector values such as T.bfloat16x2(a, b) "
                             "are not in Tegula")

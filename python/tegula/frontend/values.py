@@ -18,6 +18,7 @@ import math
 import numbers
 
 from ..env import native
+from . import dtypes as _dtypes
 from .dtypes import FLOAT8_TYPES, DType, int_range, is_float, is_int
 
 _IR = None
@@ -505,3 +506,7 @@ def store(buffer: BufferValue, indices: list, value):
         raise TypeError(f"cannot store {type(value).__name__} {value!r} into buffer {buffer.name}")
     expr = cast_value(value, buffer.dtype).expr
     return ir().store(buffer.buf, [to_expr(i, "int32") for i in indices], expr)
+
+
+# DType(x) casts and DType() declares (dtypes.py); dtypes cannot import this module back.
+_dtypes._VALUE_HOOKS = (cast_value, unbound_var)

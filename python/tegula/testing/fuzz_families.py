@@ -4,7 +4,7 @@ shape with many random choices; its docstring says which part of the language it
 """
 from __future__ import annotations
 
-from .fuzz import Program
+from .fuzz_program import Program
 from .fuzz_gen import (Kernel, Tiling, Val, _grid, _gshape, _size, _threads, expr, float_expr, load_tile,
                        store_tile)
 
@@ -348,12 +348,14 @@ def all_families() -> list:
     (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py), names the
     generated CUDA must rename (fuzz_families_names.py), tile code under thread guards
     (fuzz_families_guards.py), global tensors stored in a T.Layout's order and fragments
-    read across layouts (fuzz_families_layouts.py), reducers (fuzz_families_reducers.py)."""
-    from . import (fuzz_families_control, fuzz_families_guards, fuzz_families_layouts, fuzz_families_names,
-                   fuzz_families_reducers, fuzz_families_tc)
+    read across layouts (fuzz_families_layouts.py), reducers (fuzz_families_reducers.py),
+    T.Parallel over bounded run-time extents (fuzz_families_bounds.py)."""
+    from . import (fuzz_families_bounds, fuzz_families_control, fuzz_families_guards, fuzz_families_layouts,
+                   fuzz_families_names, fuzz_families_reducers, fuzz_families_tc)
 
     return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
-            + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES)
+            + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES
+            + fuzz_families_bounds.FAMILIES)
 
 
 def gen_valid(c) -> Program:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 
-from .fuzz import Arg, Program, tolerance_for
+from .fuzz_program import Arg, Program, tolerance_for
 
 # ---- choosers ----
 

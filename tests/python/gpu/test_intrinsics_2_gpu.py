@@ -170,28 +170,16 @@ def test_block_votes_and_thread_index_helpers():
 @pytest.mark.parametrize("extent,threads", [(64, 256), (0, 128), (32, 96)])
 def test_shuffle_elect_picks_the_first_thread_of_each_group(extent, threads):
     import tegula
-    import tegula.language as T
+    from thread_index_programs import leaders_program
 
-    @T.prim_func
-    def leaders(A: T.Tensor((threads,), "int32")):
-        with T.Kernel(1, threads=threads) as bx:
-            tx = T.get_thread_binding()
-            A[tx] = T.shuffle_elect(extent)
-
-    out = tegula.compile(leaders, out_idx=[0])().cpu()
+    out = tegula.compile(leaders_program(extent, threads), out_idx=[0])().cpu()
     idx = torch.arange(threads)
     assert torch.equal(out, ((idx == 0) if extent == 0 else (idx % extent == 0)).to(torch.int32))
 
 
 def test_thread_binding_is_the_blocks_thread_index():
     import tegula
-    import tegula.language as T
+    from thread_index_programs import mark_program
 
-    @T.prim_func
-    def mark(A: T.Tensor((128,), "int32")):
-        with T.Kernel(1, threads=128) as bx:
-            tx = T.thread_binding(0, 128, thread="threadIdx.x")
-            A[tx] = tx * 2
-
-    out = tegula.compile(mark, out_idx=[0])().cpu()
+    out = tegula.compile(mark_program(), out_idx=[0])().cpu()
     assert torch.equal(out, torch.arange(128, dtype=torch.int32) * 2)
