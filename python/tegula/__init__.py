@@ -30,7 +30,27 @@ __all__ = [
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
 __all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]
-__all__ += ["enable_cache", "disable_cache", "is_cache_enabled"]
+__all__ += ["enable_cache", "disable_cache", "is_cache_enabled", "DataType", "set_log_level"]
+
+
+def DataType(value) -> "language.dtype":  # noqa: N802 - TileLang's (TVM's) name
+    """A dtype from any spelling, with `.bits`, `.lanes` and `.itemsize`:
+    `DataType("float16").bits == 16`."""
+    return language.dtype(value)
+
+
+def set_log_level(level) -> None:
+    """TileLang's logging switch: Tegula's compile log goes to stderr at "DEBUG" or "INFO"
+    (the level names of `logging`, or their numbers) and is off above them."""
+    import logging
+
+    number = logging.getLevelName(level.upper()) if isinstance(level, str) else int(level)
+    if not isinstance(number, int):
+        raise ValueError(f"set_log_level: unknown level {level!r} (DEBUG, INFO, WARNING, ERROR)")
+    if number <= logging.INFO:
+        _os.environ["TEGULA_LOG"] = "compile"
+    else:
+        _os.environ.pop("TEGULA_LOG", None)
 
 
 def enable_cache() -> None:

@@ -58,7 +58,7 @@ const Named<ir::ForKind> kForKinds[] = {
 // The tile ops of docs/internals.md; the value is unused.
 const Named<int> kTileOps[] = {
     {"copy", 0}, {"fill", 0}, {"reduce", 0}, {"gemm", 0}, {"atomic_add", 0}, {"annotate_layout", 0}, {"use_swizzle", 0},
-    {"finalize_reducer", 0},
+    {"finalize_reducer", 0}, {"im2col", 0},
 };
 
 template <typename T, size_t N>
@@ -189,7 +189,7 @@ std::shared_ptr<ir::Kernel> build_kernel(const std::string& name, const py::list
     require_var(k->thread_var, "the thread index");
   }
   k->threads = threads;
-  for (const BufferHandle& b : allocs) k->allocs.push_back(b.node);
+  for (const BufferHandle& b : allocs) (b.node->view_of ? k->views : k->allocs).push_back(b.node);
   k->body = body;
   return k;
 }
@@ -320,6 +320,10 @@ void init_ir_builder(py::module_& m) {
     return BufferHandle{ir::make_buffer(name, lookup(kScopes, scope, "scope"), parse_dtype(dtype), std::move(shape),
                                         current_loc())};
   }, py::arg("name"), py::arg("scope"), py::arg("dtype"), py::arg("shape"));
+  m.def("view", [](const std::string& name, const BufferHandle& base, std::vector<Expr> shape) {
+    for (const Expr& d : shape) require_int(d, "a view's dimension");
+    return BufferHandle{ir::make_view(name, base.node, std::move(shape), current_loc())};
+  }, py::arg("name"), py::arg("base"), py::arg("shape"));
   m.def("load", [](const BufferHandle& b, std::vector<Expr> indices) {
     require_rank(b.node, indices.size());
     return ir::make_load(b.node, std::move(indices), current_loc());

@@ -381,6 +381,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     else c.declare_var(p.var.get());
   }
   for (auto& b : k.allocs) c.declare_buffer(b);
+  for (auto& b : k.views) c.declare_buffer(b);
   for (auto& v : k.block_vars) c.declare_var(v.get());
   internal_assert(!k.grid.empty() && k.grid.size() <= 3 && k.grid.size() == k.block_vars.size())
       << "reference: a grid of " << k.grid.size() << " dimensions";
@@ -392,6 +393,11 @@ void run_reference(const Kernel& k, CallArgs& args) {
   for (auto& b : k.allocs) {
     shapes.emplace_back();
     for (auto& d : b->shape) shapes.back().push_back(c.expr(d, b->loc));
+  }
+  std::vector<std::vector<ExprFn>> view_shapes;
+  for (auto& b : k.views) {
+    view_shapes.emplace_back();
+    for (auto& d : b->shape) view_shapes.back().push_back(c.expr(d, b->loc));
   }
   StmtFn body = c.stmt(k.body);
   // Global tensors with a T.Layout: each element at its place in the map's order.
@@ -428,6 +434,27 @@ void run_reference(const Kernel& k, CallArgs& args) {
     }
     storage[i].resize(size_t(n));
     b.data = storage[i].data();
+  }
+  // A view reads its root's elements in row-major order under its own shape.
+  for (size_t i = 0; i < k.views.size(); ++i) {
+    const Buffer& v = k.views[i];
+    Buffer root = v;
+    while (root->view_of) root = root->view_of;
+    const Buf& r = f.bufs[c.buffer_slot(root, v->loc)];
+    user_assert(!r.map, v->loc) << "'" << v->name << "' is a view of '" << root->name
+                                << "', whose elements are stored in the order of a T.Layout: a view of it is not supported";
+    Buf& b = f.bufs[c.buffer_slot(v, v->loc)];
+    b.node = v.get();
+    b.data = r.data;
+    b.global = r.global;
+    int64_t n = 1, total = 1;
+    for (auto& d : view_shapes[i]) {
+      b.shape.push_back(to_int(d(f), v->loc, "a dimension of the view's shape"));
+      n *= b.shape.back();
+    }
+    for (int64_t e : r.shape) total *= e;
+    user_assert(n == total, v->loc) << "the view '" << v->name << "' has " << n << " elements, '" << root->name
+                                    << "' has " << total;
   }
   int64_t extent[3] = {1, 1, 1};
   for (size_t d = 0; d < grid.size(); ++d) extent[d] = to_int(grid[d](f), k.loc, "the grid's extent");

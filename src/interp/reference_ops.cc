@@ -10,6 +10,7 @@
 //               src along dim, combined with dst's old value when clear=0.
 //   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double.
 //   atomic_add  an element (scalar value) or a region added elementwise.
+//   im2col      the convolution's lowered input tile (ops/im2col.cc), pixel by pixel.
 // Global accesses past a tensor's edge read 0 and are skipped (element()); any other
 // out-of-bounds access is the user's error at the op's line.
 #include <cmath>
@@ -339,7 +340,41 @@ StmtFn finalize_reducer(const TileOpNode* op, Compiler& c) {
   };
 }
 
+// Written from the convolution's definition, independently of ops/im2col.cc's expansion.
+StmtFn im2col(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 2 && op->args.size() == 2, loc) << "T.im2col takes an image and a tile";
+  RegionFn img = c.region(op->regions[0], loc), col = c.region(op->regions[1], loc);
+  ExprFn row_step = c.expr(op->args[0], loc), col_step = c.expr(op->args[1], loc);
+  int64_t K = op->attr_int("kernel", 1), S = op->attr_int("stride", 1), D = op->attr_int("dilation", 1),
+          P = op->attr_int("pad", 0);
+  DataType t = op->regions[1].buffer->dtype;
+  return [=](Frame& f) {
+    RegionVal in = eval_region(img, f, loc), out = eval_region(col, f, loc);
+    const std::vector<int64_t>& s = in.b->shape;  // N, H, W, C
+    int64_t OH = (s[1] + 2 * P - D * (K - 1) - 1) / S + 1, OW = (s[2] + 2 * P - D * (K - 1) - 1) / S + 1;
+    int64_t BM = out.ext[0], BK = out.ext[1];
+    int64_t r0 = int64_t(row_step(f)) * BM, q0 = int64_t(col_step(f)) * BK;
+    for (int64_t m = 0; m < BM; ++m) {
+      for (int64_t j = 0; j < BK; ++j) {
+        int64_t r = r0 + m, q = q0 + j;
+        int64_t n = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
+        int64_t kh = q / (K * s[3]), kw = q / s[3] % K, ch = q % s[3];
+        int64_t h = oh * S + kh * D - P, w = ow * S + kw * D - P;
+        double v = 0;
+        if (n < s[0] && kh < K && h >= 0 && h < s[1] && w >= 0 && w < s[2]) {
+          int64_t at[4] = {n, h, w, ch};
+          if (double* p = element(*in.b, at, loc)) v = *p;
+        }
+        int64_t idx[2] = {out.min[0] + m, out.min[1] + j};
+        *element(*out.b, idx, loc) = round_to_dtype(t, v);
+      }
+    }
+  };
+}
+
 StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
+  if (op->op == "im2col") return im2col(op, c);
   if (op->op == "finalize_reducer") return finalize_reducer(op, c);
   if (op->op == "copy") return copy(op, c);
   if (op->op == "fill") return fill(op, c);

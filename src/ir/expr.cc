@@ -134,6 +134,17 @@ Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Exp
   return b;
 }
 
+Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc) {
+  auto b = std::make_shared<BufferNode>();
+  b->name = name;
+  b->scope = base->scope;
+  b->dtype = base->dtype;
+  b->shape = std::move(shape);
+  b->loc = std::move(loc);
+  b->view_of = std::move(base);
+  return b;
+}
+
 Expr operator+(Expr a, Expr b) { return make_binary(BinaryOp::Add, std::move(a), std::move(b)); }
 Expr operator-(Expr a, Expr b) { return make_binary(BinaryOp::Sub, std::move(a), std::move(b)); }
 Expr operator*(Expr a, Expr b) { return make_binary(BinaryOp::Mul, std::move(a), std::move(b)); }

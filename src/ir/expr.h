@@ -115,6 +115,10 @@ struct BufferNode {
   DataType dtype;
   std::vector<Expr> shape;
   SourceLoc loc;
+  // Set on a view (T.reshape, T.view, T.Tensor(shape, dtype, buf.data)): no storage of its
+  // own, the elements of view_of (same dtype and scope) read in row-major order under
+  // this shape; resolve_views rewrites every access into one of view_of's.
+  std::shared_ptr<const BufferNode> view_of;
   int64_t num_elements_const() const;  // -1 when a dimension is symbolic
 };
 using Buffer = std::shared_ptr<const BufferNode>;
@@ -147,6 +151,8 @@ Expr make_cast(DataType t, Expr v, SourceLoc loc = {});
 Expr make_call(const std::string& op, std::vector<Expr> args, DataType t, SourceLoc loc = {});
 Expr make_load(Buffer b, std::vector<Expr> indices, SourceLoc loc = {}, int lanes = 1);
 Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Expr> shape, SourceLoc loc = {});
+// A view of `base` under another shape (same element count): see BufferNode::view_of.
+Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc = {});
 
 // Convenience arithmetic for passes (no location).
 Expr operator+(Expr a, Expr b);

@@ -61,6 +61,8 @@ class CanonicalWriter {
     emit(static_cast<uint64_t>(k.threads));
     emit(k.allocs.size());
     for (const Buffer& b : k.allocs) buffer(b);
+    emit(k.views.size());
+    for (const Buffer& b : k.views) buffer(b);
     emit(k.smem_offset.size());
     emit(static_cast<uint64_t>(k.smem_bytes));
     for (const Buffer& b : k.allocs) {
@@ -129,6 +131,7 @@ class CanonicalWriter {
     emit(static_cast<uint64_t>(b->scope));
     dtype(b->dtype);
     exprs(b->shape);
+    buffer(b->view_of);
   }
 
   void write_IntImm(const IntImmNode* op) { emit(static_cast<uint64_t>(op->value)); }

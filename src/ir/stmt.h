@@ -146,6 +146,7 @@ struct Kernel {
   Expr thread_var;                 // threadIdx.x
   int threads = 128;
   std::vector<Buffer> allocs;      // shared / fragment / local buffers, in declaration order
+  std::vector<Buffer> views;       // views of parameters and allocations (gone after resolve_views)
   Stmt body;
   SourceLoc loc;
 

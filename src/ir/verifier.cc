@@ -28,10 +28,15 @@ class Verifier : public IRVisitor {
     for (const Expr& v : k.block_vars) bind(v);
     if (k.thread_var) bind(k.thread_var);
     for (const Buffer& b : k.allocs) buffers_.insert(b.get());
+    for (const Buffer& b : k.views) {
+      buffers_.insert(b.get());
+      if (!buffers_.count(b->view_of.get())) fail("view '" + b->name + "' is of a buffer the kernel does not have", b->name);
+    }
     for (const Param& p : k.params) {
       if (p.buffer) shape(p.buffer);
     }
     for (const Buffer& b : k.allocs) shape(b);
+    for (const Buffer& b : k.views) shape(b);
     for (const Expr& g : k.grid) visit(g);
     visit(k.body);
   }

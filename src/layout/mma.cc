@@ -75,24 +75,7 @@ FragmentPtr make_group_replicated(const FragmentPtr& base, int groups) {
 
 bool gemm_warps(int64_t m, int64_t n, int warps, const std::string& policy, int* wm, int* wn) {
   auto fits = [&](int a, int b) { return m % (int64_t(a) * 16) == 0 && n % (int64_t(b) * 8) == 0; };
-  if (policy == "FullRow") {
-    *wm = warps, *wn = 1;
-    return fits(warps, 1);
-  }
-  if (policy == "FullCol") {
-    *wm = 1, *wn = warps;
-    return fits(1, warps);
-  }
-  // Square: the split whose warp tiles are closest to square.
-  double best = -1;
-  for (int a = 1; a <= warps; a *= 2) {
-    int b = warps / a;
-    if (a * b != warps || !fits(a, b)) continue;
-    double ratio = double(m / a) / double(n / b);
-    double score = ratio > 1 ? 1 / ratio : ratio;
-    if (score > best) best = score, *wm = a, *wn = b;
-  }
-  return best > 0;
+  return split_by_policy(warps, policy, fits, [&](int a, int b) { return double(m / a) / double(n / b); }, wm, wn);
 }
 
 FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn, int group) {

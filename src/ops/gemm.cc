@@ -41,13 +41,15 @@ bool wgmma_rows_fit(int64_t cols, int bytes) {
 int64_t panel_elems(int64_t cols, int bytes) { return std::min<int64_t>(cols, 128 / bytes); }
 
 // Warpgroups per the policy for the wgmma path: each warpgroup's tile is whole m64
-// instructions of N <= 256 columns. Square prefers the widest N, then splitting along M.
+// instructions of N <= 256 columns. Square prefers the widest N, then splitting along M;
+// FullRow and FullCol fall back as gemm_warps does.
 bool gemm_warpgroups(int64_t m, int64_t n, int groups, const std::string& policy, int* gm, int* gn) {
   auto fits = [&](int a, int b) {
     return m % (int64_t(a) * 64) == 0 && n % b == 0 && (n / b) % 8 == 0 && n / b <= 256;
   };
-  if (policy == "FullRow") return *gm = groups, *gn = 1, fits(groups, 1);
-  if (policy == "FullCol") return *gm = 1, *gn = groups, fits(1, groups);
+  if (policy == "FullRow" || policy == "FullCol") {
+    return layout::split_by_policy(groups, policy, fits, [](int, int) { return 1.0; }, gm, gn);
+  }
   for (int b = 1; b <= groups; b *= 2) {
     int a = groups / b;
     if (a * b == groups && fits(a, b)) return *gm = a, *gn = b, true;

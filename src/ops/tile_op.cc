@@ -8,6 +8,7 @@ namespace tegula::ops {
 
 const TileOp* copy_op();
 const TileOp* fill_op();
+const TileOp* im2col_op();
 const TileOp* reduce_op();
 const TileOp* atomic_add_op();
 const TileOp* gemm_op();
@@ -23,7 +24,7 @@ const TileOp* find_tile_op(const std::string& name) {
   static const std::unordered_map<std::string, const TileOp*> table = {
       {"copy", copy_op()},          {"fill", fill_op()},          {"reduce", reduce_op()},
       {"atomic_add", atomic_add_op()}, {"gemm", gemm_op()},        {"annotate_layout", annotation_op()},
-      {"use_swizzle", annotation_op()}, {"finalize_reducer", reducer_op()},
+      {"use_swizzle", annotation_op()}, {"finalize_reducer", reducer_op()}, {"im2col", im2col_op()},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

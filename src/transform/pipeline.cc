@@ -22,6 +22,7 @@ const Step kPipeline[] = {
     {"read_annotations", read_annotations},
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
+    {"resolve_views", resolve_views},
     {"scope_thread_guards", scope_thread_guards},
     {"infer_layout", infer_layout},
     {"lower_fragments", lower_fragments},

@@ -82,6 +82,17 @@ class Builder:
         self.allocs.append(value)
         return value
 
+    def view(self, base: BufferValue, shape: tuple) -> BufferValue:
+        """A view of `base` under `shape` (same dtype and scope, row-major order): a
+        buffer of the kernel with no storage of its own (see ir BufferNode::view_of)."""
+        from .values import to_expr
+
+        name = self.unique_name(f"{base.name}_view")
+        buf = ir().view(name, base.buf, [to_expr(s, "int32") for s in shape])
+        value = BufferValue(buf, name, shape, base.dtype, base.scope)
+        self.allocs.append(value)  # the kernel keeps it among its views
+        return value
+
     def allocate_workspace(self, name: str, dtype: str, shape: tuple) -> BufferValue:
         from .values import to_expr
 

@@ -48,6 +48,14 @@ if hasattr(ast, "Match"):
     UNSUPPORTED_STMTS[ast.Match] = "match statements are not supported in a kernel"
 
 
+def _python_annotation(annotation) -> bool:
+    """An annotation of a plain Python value (str, list, a typing form), not a dtype:
+    int, float and bool stay dtypes (`n: int = 4` is an int32 of the kernel)."""
+    if isinstance(annotation, type):
+        return annotation not in (int, float, bool) and not is_dtype(annotation)
+    return type(annotation).__module__ == "typing"
+
+
 class Parser(Evaluator):
     def __init__(self, fn, source, builder):
         super().__init__(fn, source)
@@ -215,6 +223,8 @@ class Parser(Evaluator):
         if stmt.value is None or not isinstance(stmt.target, ast.Name):
             raise self.error(stmt, "an annotated assignment in a kernel needs a name and a value: x: T.int32 = v")
         dtype = self.eval(stmt.annotation)
+        if _python_annotation(dtype):  # `dtype: str = BF16`: a Python name, no kernel value
+            return self.assign(stmt.target, self.eval(stmt.value))
         if not is_dtype(dtype):
             raise self.error(stmt.annotation, f"the annotation must be a dtype such as T.int32, got {dtype!r}")
         return self.assign(stmt.target, cast_value(self.eval(stmt.value), normalize_dtype(dtype)))

@@ -474,6 +474,13 @@ class BufferValue:
     def full_region(self) -> RegionValue:
         return RegionValue(self, [0] * self.ndim, list(self.shape))
 
+    @property
+    def data(self):
+        """The buffer's storage, for `T.Tensor(shape, dtype, buf.data)` (a view of it)."""
+        from ..language.views import BufferData
+
+        return BufferData(self)
+
 
 class VarBuffer(BufferValue):
     """`x = T.alloc_var(dtype)`: reading `x` loads x[0], assigning `x = v` stores x[0]."""

@@ -11,13 +11,14 @@
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
+  views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, Select, abs, align_up,
                        alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
                        exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
-                       max, max_value, min, min_value, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
+                       max, max_value, min, min_value, parallel, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
                        unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
@@ -26,10 +27,11 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
+from .views import reshape, view
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
+from .tileops import (annotate_layout, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
-from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
+from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
                     float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
                     uint64)
 

@@ -250,6 +250,13 @@ def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
     return LoopSpec("parallel", dims)
 
 
+@intrinsic("T.parallel")
+def parallel(start, stop=None, annotations=None):
+    """TVM's spelling of a one-dimensional T.Parallel: `for i in T.parallel(n)` (or
+    (start, stop)); nested ones form one T.Parallel nest."""
+    return _range("parallel", "T.parallel", start, stop, None)
+
+
 # ---- the kernel ----
 
 class KernelSpec:

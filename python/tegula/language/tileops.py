@@ -14,7 +14,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
-                               is_number, region_of, store)
+                               is_number, region_of, store, to_expr)
 from .reducers import ReducerBuffer
 from .types import GemmWarpPolicy
 
@@ -151,6 +151,36 @@ def fill(buffer, value):
     """Sets every element of a region to `value`, converted to the buffer's dtype."""
     target = _buffer_of(buffer, "T.fill", "buffer")
     _emit("T.fill", "fill", [_region(buffer, "T.fill", "buffer")], [_scalar_for(value, target, "T.fill", "value")])
+
+
+@intrinsic("T.im2col")
+def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """The input tile of a 2-D convolution computed as a GEMM: `col` (block_M, block_K)
+    gets rows nhw_step * block_M.. of the (N*OH*OW, KH*KW*C) matrix of the NHWC image
+    `img`, columns c_step * block_K.. (taps in (kh, kw, c) order); padding reads 0.
+    kernel, stride, dilation and pad are Python ints (a square kernel)."""
+    image, tile = _buffer_of(img, "T.im2col", "img"), _buffer_of(col, "T.im2col", "col")
+    if image.scope != "global" or len(image.shape) != 4:
+        raise ArgError("img", f"T.im2col: img must be a 4-D global tensor (N, H, W, C), got {image!r}")
+    if tile.scope not in ("shared", "fragment") or len(tile.shape) != 2:
+        raise ArgError("col", f"T.im2col: col must be a 2-D shared or fragment tile, got {tile!r}")
+    attrs = {}
+    for name, value, least in (("kernel", kernel, 1), ("stride", stride, 1), ("dilation", dilation, 1), ("pad", pad, 0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise ArgError(name, f"T.im2col: {name} must be a Python int >= {least}, got {value!r}")
+        attrs[name] = int(value)
+    steps = []
+    for name, value in (("nhw_step", nhw_step), ("c_step", c_step)):
+        if isinstance(value, VarBuffer):
+            value = value.load()
+        ok = isinstance(value, PrimExpr) and value.expr.dtype.startswith(("int", "uint"))
+        if not ok and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise ArgError(name, f"T.im2col: {name} must be an integer (a block index), got {_describe(value)}")
+        steps.append(to_expr(value, "int32"))
+    _emit("T.im2col", "im2col", [_region(img, "T.im2col", "img"), _region(col, "T.im2col", "col")], steps, attrs)
+
+
+c2d_im2col = im2col  # TileLang's older name
 
 
 @intrinsic("T.clear")

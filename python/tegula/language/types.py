@@ -69,7 +69,12 @@ class _TensorType:
     (also `T.Tensor[[M, N], dtype]`, `T.Tensor[N, dtype]`, and `T.Tensor[(M, N)]` for
     float32): both give the TensorSpec of a global tensor parameter."""
 
-    def __call__(self, shape, dtype="float32") -> TensorSpec:
+    def __call__(self, shape, dtype="float32", data=None):
+        # TileLang's T.Tensor(shape, dtype, buf.data) in a kernel: a view of buf.
+        if data is not None:
+            from .views import make_view
+
+            return make_view(data, shape, "T.Tensor", dtype)
         return TensorSpec(shape, dtype)
 
     def __getitem__(self, item) -> TensorSpec:
@@ -83,6 +88,31 @@ class _TensorType:
 
 Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
+
+
+class ScopedBufferSpec(TensorSpec):
+    """`buf: T.SharedBuffer([N], dtype)` (also T.FragmentBuffer, T.LocalBuffer): the
+    annotation of a T.macro parameter that takes a buffer of that scope; a macro's
+    arguments are the caller's buffers, so it documents the parameter."""
+
+    def __init__(self, scope: str, shape, dtype="float32"):
+        super().__init__(shape, dtype)
+        self.scope = scope
+
+    def __repr__(self):
+        return f"T.{self.scope.capitalize()}Buffer({list(self.shape)}, {self.dtype})"
+
+
+def SharedBuffer(shape, dtype="float32") -> ScopedBufferSpec:  # noqa: N802 - TileLang's name
+    return ScopedBufferSpec("shared", shape, dtype)
+
+
+def FragmentBuffer(shape, dtype="float32") -> ScopedBufferSpec:  # noqa: N802 - TileLang's name
+    return ScopedBufferSpec("fragment", shape, dtype)
+
+
+def LocalBuffer(shape, dtype="float32") -> ScopedBufferSpec:  # noqa: N802 - TileLang's name
+    return ScopedBufferSpec("local", shape, dtype)
 
 
 class GemmWarpPolicy(enum.Enum):

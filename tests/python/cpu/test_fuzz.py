@@ -65,6 +65,8 @@ def test_generator_covers_the_language():
     # tile code under thread guards (fuzz_families_guards.py)
     wanted += ["guard_one", "guard_nested", "guard_halves", "guard_prefix", "guard_suffix", "guard_window", "guard_group",
                "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_barrier_inside"]
+    # views and T.im2col (fuzz_families_views.py)
+    wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

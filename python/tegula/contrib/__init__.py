@@ -1,0 +1,1 @@
+"""TileLang's `tilelang.contrib` helpers that programs call around their kernels."""
