@@ -27,7 +27,7 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
-from .ldst import (VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
+from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_layout, atomic_add, clear, copy, evaluate, fill, gemm, print, reduce_absmax,
@@ -36,7 +36,7 @@ from .types import (Buffer, GemmWarpPolicy, Tensor, TensorSpec, bfloat16, bool, 
                     float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
                     uint64)
 
-globals().update(VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
+globals().update(_VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
 
 make_swizzled_layout = layout.make_swizzled_layout
 
