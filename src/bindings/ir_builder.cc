@@ -324,10 +324,13 @@ void init_ir_builder(py::module_& m) {
     for (const Expr& d : shape) require_int(d, "a view's dimension");
     return BufferHandle{ir::make_view(name, base.node, std::move(shape), current_loc())};
   }, py::arg("name"), py::arg("base"), py::arg("shape"));
-  m.def("load", [](const BufferHandle& b, std::vector<Expr> indices) {
+  // lanes > 1: that many contiguous elements along the last dimension, as one vector value
+  // (the address of an explicit-width access, ir/wide_access.h).
+  m.def("load", [](const BufferHandle& b, std::vector<Expr> indices, int lanes) {
     require_rank(b.node, indices.size());
-    return ir::make_load(b.node, std::move(indices), current_loc());
-  }, py::arg("buf"), py::arg("indices"));
+    if (lanes < 1 || lanes > 32) fail("load: lanes must be 1 to 32, got " + std::to_string(lanes));
+    return ir::make_load(b.node, std::move(indices), current_loc(), lanes);
+  }, py::arg("buf"), py::arg("indices"), py::arg("lanes") = 1);
 
   m.def("evaluate", [](const Expr& e) { return ir::make_evaluate(e, current_loc()); }, py::arg("e"));
   m.def("store", [](const BufferHandle& b, std::vector<Expr> indices, const Expr& value) {

@@ -54,7 +54,9 @@ const char* const kReservedWords[] = {
     "wgmma_commit", "wgmma_desc", "wgmma_fence", "wgmma_rs", "wgmma_ss", "wgmma_wait", "wgmma_wait_regs",
     // warp.h
     "activemask", "all_sync", "any_sync", "ballot", "ballot_sync", "max_num", "min_num", "pdl_sync",
-    "pdl_trigger", "Philox", "shfl_idx", "shfl_up", "shfl_down", "shfl_bfly", "sync_warp", "ffs", "warp_reduce_bitand", "warp_reduce_bitor", "warp_reduce_max", "warp_reduce_min", "warp_reduce_sum",
+    "pdl_trigger", "Philox",
+    // ldst.h (its load_* / store_* families are prefixes below)
+    "reinterpret", "shfl_idx", "shfl_up", "shfl_down", "shfl_bfly", "sync_warp", "ffs", "warp_reduce_bitand", "warp_reduce_bitor", "warp_reduce_max", "warp_reduce_min", "warp_reduce_sum",
 };
 
 // CUDA's vector types: char1 ... ulonglong4, double4.
@@ -72,6 +74,8 @@ struct ReservedPrefix {
 const ReservedPrefix kReservedPrefixes[] = {
     {"tegula_", false}, {"wgmma_", false}, {"TEGULA_", false}, {"CUDA", false},
     {"CU_", false},     {"NV_", false},    {"cuda", true},
+    // ldst.h: load_global_64, store_shared_128_conditional, ...
+    {"load_global_", false}, {"store_global_", false}, {"load_shared_", false}, {"store_shared_", false},
 };
 
 const std::unordered_set<std::string>& reserved_words() {

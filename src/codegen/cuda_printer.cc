@@ -17,12 +17,14 @@
 #include "ir/analyzer.h"
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
+#include "ir/wide_access.h"
 
 namespace tegula::codegen {
 
 using namespace ir;
 
 std::string cuda_type(DataType t) {
+  if (t.lanes > 1) return "Vec<" + cuda_type(t.element()) + ", " + std::to_string(t.lanes) + ">";
   switch (t.code) {
     case DataType::Float: return t.bits == 16 ? "half_t" : t.bits == 64 ? "double" : "float";
     case DataType::BFloat: return "bfloat16_t";
@@ -482,7 +484,25 @@ class Printer {
     return out;
   }
 
+  // load_global_64(&X[i]) / store_shared_128_conditional(&S[j], v, pred) (ldst.h): the
+  // _unaligned form where the offset is not provably a multiple of the access's width (the
+  // launcher checks a global tensor's base, plan_storage aligns a shared buffer's).
+  std::string wide_access(const WideAccess& w, const std::string& op) {
+    const BufferLoadNode* a = w.addr;
+    Expr flat;
+    for (size_t d = 0; d < a->indices.size(); ++d) flat = d ? flat * a->buffer->shape[d] + a->indices[d] : a->indices[d];
+    int64_t elems = w.bits / 8 / a->buffer->dtype.bytes(), div = an_.known_divisor(flat);
+    bool aligned = div == 0 || (elems > 0 && div % elems == 0);
+    std::string s = op + (aligned ? "" : "_unaligned") + (w.pred ? "_conditional" : "") + "(&" +
+                    access(a->buffer, a->indices, 1, !w.store);
+    if (w.store) s += ", " + expr(w.value);
+    if (w.pred) s += ", " + expr(w.pred);
+    return s + ")";
+  }
+
   std::string call(const CallNode* c) {
+    if (auto w = ir::wide_access(c)) return wide_access(*w, c->op);
+    if (c->op == "reinterpret") return "tegula::reinterpret<" + cuda_type(c->dtype) + ">(" + expr(c->args.at(0)) + ")";
     if (c->op == "atomic_add") {
       // args[2], when there, is the memory order (TileLang's ids; see ops/atomic_add.cc).
       static const char* const kOrders[] = {"relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst"};

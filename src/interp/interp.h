@@ -61,6 +61,13 @@ double eval_binary(ir::BinaryOp op, double a, double b, const ir::DataType& oper
 bool eval_intrinsic(const std::string& name, const std::vector<double>& args, const ir::DataType& result,
                     double* out);
 
+// T.reinterpret on held values: the bits of `in` (from.lanes values of from's element
+// type) read as to.lanes values of to's element type (bits.cc). The two types have one
+// width; integers are two's complement, floats IEEE (fp16, bf16, fp32, fp64, fp8), lanes
+// little-endian. Example: float32 1.0 -> uint32 1065353216; uint32x2 {0, 1072693248}
+// -> float64... (not a language type) / float32x2 {0.0, 1.875}.
+void reinterpret_bits(const ir::DataType& from, const double* in, const ir::DataType& to, double* out);
+
 // The kernel as written (stage "input" of the pipeline). Throws UserError at the DSL line
 // for a program whose meaning is undefined (an index outside a fragment or shared tile).
 void run_reference(const ir::Kernel& k, CallArgs& args);

@@ -10,6 +10,7 @@
 
 #include "interp/reference_impl.h"
 #include "ir/index_map.h"
+#include "ir/wide_access.h"
 
 namespace tegula::interp {
 
@@ -78,8 +79,9 @@ double combine_reducer(int64_t code, double a, double b) {
   }
 }
 
-int Compiler::declare_var(const ExprNode* var) {
-  auto [it, fresh] = vars_.emplace(var, int(vars_.size()));
+int Compiler::declare_var(const ExprNode* var, int lanes) {
+  auto [it, fresh] = vars_.emplace(var, next_slot_);
+  if (fresh) next_slot_ += lanes;
   return it->second;
 }
 
@@ -141,6 +143,14 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
     case NodeKind::Call: {
       auto* c = e.as<CallNode>();
       DataType t = c->dtype;
+      if (c->op == "reinterpret" || wide_access(c)) {
+        VecFn v = vexpr(e, loc);
+        return [v](Frame& f) {
+          double out;
+          v(f, &out);
+          return out;
+        };
+      }
       std::vector<ExprFn> args;
       for (auto& a : c->args) args.push_back(expr(a, loc));
       double probe;
@@ -207,6 +217,7 @@ ExprFn Compiler::load(const BufferLoadNode* l, const SourceLoc& loc) {
 }
 
 StmtFn Compiler::store(const BufferStoreNode* s) {
+  if (s->value.dtype().lanes > 1) return vector_store(s);
   const SourceLoc& loc = s->loc;
   internal_assert(s->value.dtype().lanes == 1) << "reference: a vector store into '" << s->buffer->name
                                                << "' in a program as written";
@@ -259,6 +270,7 @@ StmtFn Compiler::stmt(const Stmt& s) {
       auto* call = v.as<CallNode>();
       if (call && call->op.rfind("print", 0) == 0) return [](Frame&) {};  // T.print has no effect on results
       if (call && call->op == "reducer_update") return reducer_update(call, loc);
+      if (auto w = call ? wide_access(call) : std::nullopt; w && w->store) return wide_store(call, loc);
       ExprFn e = expr(v, loc);
       return [e](Frame& f) { e(f); };
     }
@@ -276,6 +288,17 @@ StmtFn Compiler::stmt(const Stmt& s) {
     }
     case NodeKind::LetStmt: {
       auto* l = s.as<LetStmtNode>();
+      if (int lanes = l->var.dtype().lanes; lanes > 1) {
+        VecFn v = vexpr(l->value, loc);
+        int slot = declare_var(l->var.get(), lanes);
+        lets_.push_back({l->var, l->value});
+        StmtFn body = stmt(l->body);
+        lets_.pop_back();
+        return [v, slot, body](Frame& f) {
+          v(f, &f.vars[slot]);
+          body(f);
+        };
+      }
       ExprFn v = expr(l->value, loc);
       int slot = declare_var(l->var.get());
       lets_.push_back({l->var, l->value});

@@ -33,6 +33,8 @@ struct Frame {
 
 using ExprFn = std::function<double(Frame&)>;
 using StmtFn = std::function<void(Frame&)>;
+// A value of several lanes (T.reinterpret's and the explicit-width loads'), written to out.
+using VecFn = std::function<void(Frame&, double* out)>;
 
 // An index value as an integer. A NaN index (computed from an unwritten value) is the
 // user's error at loc.
@@ -66,11 +68,12 @@ class Compiler {
  public:
   explicit Compiler(const ir::Kernel& k) : k_(k), range_{0, k.threads} {}
   // Slots of the call's signature (parameters, dynamic dims) and the block indices.
-  int declare_var(const ir::ExprNode* var);
+  // A vector variable takes one slot per lane, from the one returned.
+  int declare_var(const ir::ExprNode* var, int lanes = 1);
   int declare_buffer(const ir::Buffer& b);
   int var_slot(const ir::ExprNode* var) const;  // -1 when unbound
   int buffer_slot(const ir::Buffer& b, const SourceLoc& loc) const;
-  size_t num_vars() const { return vars_.size(); }
+  size_t num_vars() const { return size_t(next_slot_); }
   size_t num_bufs() const { return bufs_.size(); }
 
   // `at` is the location of the enclosing statement, for errors about a Var (a Var's own
@@ -78,6 +81,10 @@ class Compiler {
   ExprFn expr(const ir::Expr& e, const SourceLoc& at);
   StmtFn stmt(const ir::Stmt& s);
   RegionFn region(const ir::BufferRegion& r, const SourceLoc& at);
+  // reference_bits.cc: values of any number of lanes, the explicit-width accesses.
+  VecFn vexpr(const ir::Expr& e, const SourceLoc& at);
+  StmtFn wide_store(const ir::CallNode* c, const SourceLoc& loc);
+  StmtFn vector_store(const ir::BufferStoreNode* s);
 
  private:
   ExprFn binary(const ir::BinaryNode* b, const SourceLoc& at);
@@ -91,6 +98,7 @@ class Compiler {
   ir::ThreadRange range_;                              // the threads that reach the code compiled now
   std::vector<std::pair<ir::Expr, ir::Expr>> lets_;   // the lets around it
   std::unordered_map<const ir::ExprNode*, int> vars_;
+  int next_slot_ = 0;
   std::unordered_map<const ir::BufferNode*, int> bufs_;
 };
 

@@ -396,12 +396,17 @@ Vals Machine::eval(const Expr& e, const Threads& ts) {
     case NodeKind::Var: {
       auto it = vars_.find(e.get());
       if (it == vars_.end()) cannot("the unbound variable '" + e.as<VarNode>()->name + "'");
-      Vals out{1, std::vector<double>(n)};
-      for (size_t i = 0; i < n; ++i) out.v[i] = it->second[ts[i]];
+      int lanes = e.dtype().lanes;  // a vector let holds its lanes side by side, per thread
+      Vals out{lanes, std::vector<double>(n * lanes)};
+      for (size_t i = 0; i < n; ++i) {
+        for (int l = 0; l < lanes; ++l) out.v[i * lanes + l] = it->second[ts[i] * lanes + l];
+      }
       auto u = var_undef_.find(e.get());
       if (u != var_undef_.end()) {
         for (size_t i = 0; i < n; ++i) {
-          if (u->second[ts[i]]) out.set_undef(i);
+          for (int l = 0; l < lanes; ++l) {
+            if (u->second[ts[i]]) out.set_undef(i * lanes + l);
+          }
         }
       }
       return out;
@@ -496,14 +501,20 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
     case NodeKind::LetStmt: {
       auto* l = s.as<LetStmtNode>();
       Vals v = eval(l->value, ts);
-      if (v.lanes != 1) cannot("a vector let of '" + l->var.as<VarNode>()->name + "'");
+      int lanes = l->var.dtype().lanes;
+      if (v.lanes != lanes) cannot("a let of " + std::to_string(v.lanes) + " lanes into '" + l->var.as<VarNode>()->name + "'");
       auto& var = vars_[l->var.get()];
-      var.resize(threads_, 0.0);
-      for (size_t i = 0; i < ts.size(); ++i) var[ts[i]] = v.v[i];
+      var.resize(size_t(threads_) * lanes, 0.0);
+      for (size_t i = 0; i < ts.size(); ++i) {
+        for (int k = 0; k < lanes; ++k) var[size_t(ts[i]) * lanes + k] = v.v[i * lanes + k];
+      }
       if (!v.undef.empty() || var_undef_.count(l->var.get())) {
         auto& u = var_undef_[l->var.get()];
         u.resize(threads_, 0);
-        for (size_t i = 0; i < ts.size(); ++i) u[ts[i]] = v.undef_at(i);
+        for (size_t i = 0; i < ts.size(); ++i) {
+          u[ts[i]] = 0;
+          for (int k = 0; k < lanes; ++k) u[ts[i]] |= v.undef_at(i, k);
+        }
       }
       exec(l->body, ts);
       break;

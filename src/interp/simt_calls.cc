@@ -18,6 +18,7 @@
 
 #include "interp/simt_machine.h"
 #include "ir/printer.h"
+#include "ir/wide_access.h"
 #include "layout/mma.h"
 
 namespace tegula::interp::simt {
@@ -64,6 +65,7 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
       f == "sync_warp") {
     return warp_call(op, ts);
   }
+  if (f == "reinterpret" || wide_access(op)) return bits_call(op, ts);
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
   if (f.rfind("rng_", 0) == 0) return rng_call(op, ts);
   if (f == "syncthreads_count" || f == "syncthreads_and" || f == "syncthreads_or") {
@@ -585,7 +587,9 @@ static void retire_wgmma(Machine& m) {
 
 bool Machine::call_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
-  if (f == "cp_async") {
+  if (auto w = wide_access(op); w && w->store) {
+    wide_store(op, ts);
+  } else if (f == "cp_async") {
     issue_async_copy(*this, op, ts);
   } else if (f == "cp_async_commit") {
     for (int t : ts) {

@@ -125,6 +125,9 @@ class Machine {
   // an ordinary expression call.
   bool call_statement(const ir::CallNode* op, const Threads& ts);
   void end_block();
+  // ---- simt_bits.cc: T.reinterpret and the explicit-width accesses (ir/wide_access.h)
+  Vals bits_call(const ir::CallNode* op, const Threads& ts);  // reinterpret, the loads
+  void wide_store(const ir::CallNode* op, const Threads& ts);
 
   const ir::Kernel& k_;
   const RegisterLayouts& layouts_;

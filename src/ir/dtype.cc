@@ -32,8 +32,20 @@ bool DataType::parse(const std::string& s, DataType* out) {
       {"float8_e5m2", {Float8E5M2, 8}},   {"e5m2_float8", {Float8E5M2, 8}},
   };
   auto it = table.find(s);
-  if (it == table.end()) return false;
-  *out = it->second;
+  if (it != table.end()) {
+    *out = it->second;
+    return true;
+  }
+  // A vector of lanes: "uint32x4", "float32x2" (the values T.reinterpret and the
+  // explicit-width loads give), lanes 2 to 32.
+  size_t x = s.rfind('x');
+  if (x == std::string::npos || x + 1 >= s.size() || s.find_first_not_of("0123456789", x + 1) != std::string::npos) {
+    return false;
+  }
+  auto base = table.find(s.substr(0, x));
+  int lanes = s.size() - x > 3 ? 0 : std::stoi(s.substr(x + 1));
+  if (base == table.end() || lanes < 2 || lanes > 32 || base->second.code == Bool) return false;
+  *out = base->second.with_lanes(lanes);
   return true;
 }
 

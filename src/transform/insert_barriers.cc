@@ -20,6 +20,7 @@
 
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
+#include "ir/wide_access.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -71,6 +72,9 @@ Touch touched_raw(const Stmt& s) {
       // cp.async writes its destination (its first argument, an element of the buffer).
       if (c->op == "cp_async" || c->op == "tma_copy") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
       // So does an atomic add into shared memory (its address is its first argument).
+      // An explicit-width store writes its address's elements.
+      auto w = wide_access(c);
+      if (w && w->store && w->addr->buffer->scope == Scope::Shared) t.writes.insert(w->addr->buffer.get());
       if (c->op == "atomic_add") {
         auto* addr = c->args[0].as<BufferLoadNode>();
         if (addr && addr->buffer->scope == Scope::Shared) t.writes.insert(addr->buffer.get());

@@ -22,6 +22,7 @@
 
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
+#include "ir/wide_access.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -192,13 +193,16 @@ class FragmentToRegister : public IRMutator {
 class MaskGlobal : public IRMutator {
  public:
   // scalar: the code outside the T.Parallel nests.
-  MaskGlobal(const Analyzer& an, Facts* facts, bool scalar = false) : an_(an), facts_(facts), by_facts_(scalar) {}
+  MaskGlobal(const Analyzer& an, Facts* facts, bool scalar = false)
+      : an_(an), facts_(facts), by_facts_(scalar), outside_nests_(scalar) {}
 
   Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
     std::vector<Expr> idx = mask_indices(op->indices);
     Expr e = same(idx, op->indices) ? self : make_load(op->buffer, idx, op->loc, op->dtype.lanes);
     if (op->buffer->scope != Scope::Global) return e;
-    Expr cond = guard(op->buffer, idx);
+    // A vector the program wrote (a slice of T.reinterpret's lanes) is masked whole; the
+    // nests' vectors are whole rows the vectoriser proved inside or outside together.
+    Expr cond = outside_nests_ && op->dtype.lanes > 1 ? wide_guard(e.as<BufferLoadNode>()) : guard(op->buffer, idx);
     if (!cond) return e;
     return make_select(cond, e, make_cast(op->dtype, make_int(0)), op->loc);
   }
@@ -207,11 +211,33 @@ class MaskGlobal : public IRMutator {
     Expr value = mutate(op->value);
     Stmt s = same(idx, op->indices) && value.same_as(op->value) ? self : make_store(op->buffer, idx, value, op->loc);
     if (op->buffer->scope != Scope::Global) return s;
-    Expr cond = guard(op->buffer, idx);
+    int lanes = value.dtype().lanes;
+    Expr cond = outside_nests_ && lanes > 1 ? wide_guard(make_load(op->buffer, idx, op->loc, lanes).as<BufferLoadNode>())
+                                            : guard(op->buffer, idx);
     return cond ? make_if(cond, s, {}, op->loc) : s;
+  }
+  // An explicit-width load (ldst.h) past the edge, even in part, reads nothing and gives 0:
+  // the mask joins its predicate.
+  Expr mutate_Call(const Expr& self, const CallNode* op) override {
+    auto w = wide_access(op);
+    if (!w || w->store) return IRMutator::mutate_Call(self, op);
+    std::vector<Expr> args{masked_address(*w)};
+    Expr pred = w->pred ? mutate(w->pred) : Expr();
+    Expr cond = w->addr->buffer->scope == Scope::Global ? wide_guard(args[0].as<BufferLoadNode>()) : Expr();
+    if (cond) pred = bool(pred) ? (pred && cond) : cond;
+    if (pred) args.push_back(pred);
+    return make_call(op->op, std::move(args), op->dtype, op->loc);
   }
   Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override {
     auto* call = op->value.as<CallNode>();
+    if (auto w = call ? wide_access(call) : std::nullopt; w && w->store) {
+      // A store past the edge, even in part, is skipped.
+      std::vector<Expr> args{masked_address(*w), mutate(w->value)};
+      if (w->pred) args.push_back(mutate(w->pred));
+      Expr cond = w->addr->buffer->scope == Scope::Global ? wide_guard(args[0].as<BufferLoadNode>()) : Expr();
+      Stmt s = make_evaluate(make_call(call->op, std::move(args), call->dtype, call->loc), op->loc);
+      return cond ? make_if(cond, s, {}, op->loc) : s;
+    }
     if (call && call->op == "tma_copy") {
       // The copy engine fills a box past the tensor's edge with 0; only loads inside its
       // coordinates (a paged cache's block table) need masks.
@@ -273,6 +299,18 @@ class MaskGlobal : public IRMutator {
     }
     return true;
   }
+  Expr masked_address(const WideAccess& w) {
+    return make_load(w.addr->buffer, mask_indices(w.addr->indices, true), w.addr->loc, w.addr->dtype.lanes);
+  }
+  // Both ends of an access of several elements inside the tensor.
+  Expr wide_guard(const BufferLoadNode* a) {
+    Expr first = guard(a->buffer, a->indices);
+    std::vector<Expr> last = a->indices;
+    last.back() = an_.simplify(last.back() + make_int(a->dtype.lanes - 1));
+    Expr end = a->dtype.lanes > 1 ? guard(a->buffer, last) : Expr();
+    if (!first) return end;
+    return end ? (first && end) : first;
+  }
   Expr guard(const Buffer& b, const std::vector<Expr>& idx) {
     Expr cond = in_bounds(an_, b, idx);
     if (cond && facts_ && by_facts_) cond = facts_->drop_implied(cond);
@@ -291,6 +329,7 @@ class MaskGlobal : public IRMutator {
   const Analyzer& an_;
   Facts* facts_;
   bool by_facts_;
+  bool outside_nests_;
 };
 
 bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }

@@ -25,6 +25,7 @@
 
 #include "tegula/config.h"
 #include "tegula/vec.h"
+#include "tegula/ldst.h"
 #include "tegula/cast.h"
 #include "tegula/math.h"
 #include "tegula/fast_math.h"

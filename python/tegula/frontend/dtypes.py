@@ -57,17 +57,18 @@ class DType(str):
 
     @property
     def bits(self) -> int:
-        return 8 * itemsize(str(self))
+        return value_bits(str(self))
 
     @property
     def itemsize(self) -> int:
-        return itemsize(str(self))
+        return value_bits(str(self)) // 8
 
     bytes = itemsize
 
     @property
     def lanes(self) -> int:
-        return 1
+        vec = vector_lanes(str(self))
+        return vec[1] if vec else 1
 
     def is_float(self) -> bool:
         return str(self) in FLOAT_TYPES
@@ -92,6 +93,33 @@ def normalize_dtype(value) -> str:
             return name
     known = ", ".join(sorted(set(_SPELLINGS.values())))
     raise ValueError(f"unknown dtype {value!r} (known: {known})")
+
+
+def vector_lanes(name: str) -> tuple[str, int] | None:
+    """("uint32", 4) for the vector dtype "uint32x4" (T.uint32x4: a value of 4 lanes, what
+    T.reinterpret and the explicit-width loads give); None for anything else."""
+    base, sep, lanes = str(name).strip().rpartition("x")
+    if not sep or not lanes.isdigit() or base not in _SPELLINGS or _SPELLINGS[base] == "bool":
+        return None
+    if not 2 <= int(lanes) <= 32:
+        return None
+    return _SPELLINGS[base], int(lanes)
+
+
+def normalize_value_dtype(value) -> str:
+    """The canonical name of a scalar or vector dtype ("float32x2"); ValueError otherwise.
+    Only values may be vectors: tensors and buffers take normalize_dtype's scalar types."""
+    if isinstance(value, str):
+        vec = vector_lanes(value)
+        if vec is not None:
+            return f"{vec[0]}x{vec[1]}"
+    return normalize_dtype(value)
+
+
+def value_bits(name: str) -> int:
+    """Bits of a scalar or vector value: "float16" -> 16, "uint32x4" -> 128."""
+    vec = vector_lanes(name)
+    return 8 * itemsize(vec[0]) * vec[1] if vec else 8 * itemsize(name)
 
 
 def is_dtype(value) -> bool:

@@ -22,7 +22,7 @@ from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
-from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, to_expr
+from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
 from .errors import ArgError, TegulaCompileError
 
 UNSUPPORTED_STMTS = {
@@ -310,6 +310,9 @@ class Parser(Evaluator):
             raise self.error(target, f"illegal store to reducer '{buffer.name}': its elements hold each thread's "
                              "partial; add to it with T.reducer_update inside a T.Parallel loop")
         indices = list(key) if isinstance(key, tuple) else [key]
+        if any(isinstance(i, slice) for i in indices) and isinstance(value, PrimExpr) and value.dtype.lanes > 1:
+            self.builder.emit(store_vector(buffer[key], value))
+            return []
         if any(isinstance(i, slice) for i in indices):
             raise self.error(target, f"assigning to a region of {buffer.name} is not supported: use T.fill, "
                              "T.copy or a T.Parallel loop")

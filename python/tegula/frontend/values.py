@@ -148,6 +148,7 @@ def binop(op: str, a, b):
     """a op b for PrimExprs and numbers. A linear integer result that turns out constant
     is returned as a Python int."""
     a, b = _widen_float8(a), _widen_float8(b)
+    _require_scalars(op, a, b)
     da = a.expr.dtype if isinstance(a, PrimExpr) else None
     db = b.expr.dtype if isinstance(b, PrimExpr) else None
     if op in _BITWISE:
@@ -168,6 +169,15 @@ def binop(op: str, a, b):
             return b
     expr = ir().binary(op, to_expr(a, db), to_expr(b, da))
     return PrimExpr(expr, _reads(a, b), _dyn(a, b), lin=lin)
+
+
+def _require_scalars(what: str, *values) -> None:
+    """A vector value (T.ldg128's uint32x4) is only stored, reinterpreted or let-bound."""
+    for v in values:
+        if isinstance(v, PrimExpr) and "x" in str(v.expr.dtype) and _dtypes.vector_lanes(str(v.expr.dtype)):
+            raise TypeError(f"'{what}' on the vector value {v.expr} ({v.expr.dtype}): a vector can be stored "
+                            "(T.stg*, a slice Y[i : i + n]) or T.reinterpret-ed; reinterpret it to a scalar "
+                            "type of its width for arithmetic")
 
 
 def _widen_float8(value):
@@ -206,6 +216,7 @@ def cast_value(value, dtype: str):
         return PrimExpr(ir().float_imm(float(value), dtype))
     if value.expr.dtype == dtype:
         return value
+    _require_scalars(f"cast to {dtype}", value)
     return PrimExpr(ir().cast(dtype, value.expr), value.reads, value.dyn)
 
 
@@ -335,7 +346,10 @@ class PrimExpr:
         if self.expr.dtype == "bool":
             return PrimExpr(ir().not_(self.expr), self.reads, self.dyn)
         _require_integers("~", self.expr.dtype)
-        return binop("bitxor", self, -1)
+        dtype = str(self.expr.dtype)
+        # All ones of the type: -1, or 2**bits - 1 for an unsigned one (-1 is past its range).
+        ones = -1 if not dtype.startswith("u") else (1 << (8 * _dtypes.itemsize(dtype))) - 1
+        return binop("bitxor", self, ones)
 
     def __pow__(self, exponent):
         # No pow intrinsic in the IR: small integer powers multiply, halves take roots.
@@ -513,6 +527,26 @@ def store(buffer: BufferValue, indices: list, value):
         raise TypeError(f"cannot store {type(value).__name__} {value!r} into buffer {buffer.name}")
     expr = cast_value(value, buffer.dtype).expr
     return ir().store(buffer.buf, [to_expr(i, "int32") for i in indices], expr)
+
+
+def store_vector(region: RegionValue, value: "PrimExpr"):
+    """`Y[i : i + 4] = v` for a vector value v of 4 lanes (T.reinterpret(..., T.float32x4)):
+    one store of its lanes into the slice, which must run along the last dimension and
+    have v's element type."""
+    from .dtypes import vector_lanes
+
+    base, lanes = vector_lanes(str(value.expr.dtype))
+    buffer = region.buffer
+    extents = [e.expr.const if isinstance(e, PrimExpr) else e for e in region.extents]
+    if any(e != 1 for e in extents[:-1]) or extents[-1] != lanes:
+        shown = ", ".join(str(e) for e in region.extents)
+        raise ValueError(f"a {value.expr.dtype} value has {lanes} lanes: it stores into a slice of {lanes} elements "
+                         f"along the last dimension of '{buffer.name}' (X[i : i + {lanes}]), got extents ({shown})")
+    if base != str(buffer.dtype):
+        raise TypeError(f"a {value.expr.dtype} value stores into a {base} buffer, and '{buffer.name}' is {buffer.dtype}: "
+                        f"T.reinterpret it to {buffer.dtype}x{lanes}")
+    check_constant_bounds(buffer, region.mins, region.extents)
+    return ir().store(buffer.buf, [to_expr(m, "int32") for m in region.mins], value.expr)
 
 
 # DType(x) casts and DType() declares (dtypes.py); dtypes cannot import this module back.

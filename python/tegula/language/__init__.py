@@ -9,6 +9,7 @@
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, T.Kernel, allocations
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
+  ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
@@ -28,12 +29,16 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
+from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
+                   stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_layout, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
                     float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
                     uint64)
+
+globals().update(_VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
 
 make_swizzled_layout = layout.make_swizzled_layout
 
