@@ -85,7 +85,11 @@ def test_unaligned_offsets_never_fault(k_off):
     k(x, y, k_off)
     torch.cuda.synchronize()
     m = N - 2
-    assert torch.equal(y[:m], x[k_off:k_off + m])
+    # With k_off = 3 the last pair, x[N - 1 : N + 1], runs past the edge: masked whole, as
+    # the reference and the simulator mask it (a load gives 0).
+    whole = m if k_off + m <= N else m - 2
+    assert torch.equal(y[:whole], x[k_off:k_off + whole])
+    assert torch.equal(y[whole:m], torch.zeros(m - whole, device="cuda"))
 
 
 def test_a_misaligned_tensor_view_is_refused_at_launch():
