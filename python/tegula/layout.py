@@ -34,7 +34,7 @@ class Layout:
 
     __slots__ = ("kind", "buffer", "shape", "forward_fn")
 
-    KINDS = ("swizzled", "map")
+    KINDS = ("swizzled", "map", "row_major")  # row_major: a shared tile left as it is
 
     def __init__(self, shape, forward_fn=None, *, kind: str = "map", buffer: BufferValue | None = None):
         if kind not in self.KINDS:

@@ -23,6 +23,16 @@ namespace tegula::codegen {
 
 using namespace ir;
 
+// The type one vector access of memory moves: CUDA's own float2 / float4 / int4 / uint2 ...
+// where one has the width (the names a CUDA reader expects), else Vec<T, N>.
+std::string memory_vector_type(DataType t, int lanes) {
+  if (t.bits == 32 && (lanes == 2 || lanes == 4)) {
+    const char* base = t.code == DataType::Float ? "float" : t.code == DataType::Int ? "int" : t.code == DataType::UInt ? "uint" : nullptr;
+    if (base) return base + std::to_string(lanes);
+  }
+  return "Vec<" + cuda_type(t) + ", " + std::to_string(lanes) + ">";
+}
+
 std::string cuda_type(DataType t) {
   if (t.lanes > 1) return "Vec<" + cuda_type(t.element()) + ", " + std::to_string(t.lanes) + ">";
   switch (t.code) {
@@ -357,10 +367,13 @@ class Printer {
     return acc;
   }
 
-  std::string access(const Buffer& b, const std::vector<Expr>& idx, int lanes, bool read) {
+  // `native`: name the vector with CUDA's own type (float4, ...) where one fits; only for a
+  // copy whose two sides both do, since a vector value elsewhere is a Vec<T, N>.
+  std::string access(const Buffer& b, const std::vector<Expr>& idx, int lanes, bool read, bool native = false) {
     std::string elem = name(b) + "[" + offset(b, idx) + "]";
     if (lanes == 1) return elem;
-    std::string vt = "Vec<" + cuda_type(b->dtype) + ", " + std::to_string(lanes) + ">";
+    std::string vt = native ? memory_vector_type(b->dtype, lanes)
+                            : "Vec<" + cuda_type(b->dtype) + ", " + std::to_string(lanes) + ">";
     return std::string("*reinterpret_cast<") + (read ? "const " : "") + vt + "*>(&" + elem + ")";
   }
 
@@ -616,7 +629,14 @@ class Printer {
       case NodeKind::BufferStore: {
         auto* st = s.as<BufferStoreNode>();
         proxy_dirty_ |= k_.uses_wgmma && k_.smem_panelled.count(st->buffer.get());
-        line() << access(st->buffer, st->indices, st->value.dtype().lanes, false) << " = " << expr(st->value) << ";\n";
+        int lanes = st->value.dtype().lanes;
+        auto* copy = st->value.as<BufferLoadNode>();
+        if (lanes > 1 && copy && copy->buffer->dtype == st->buffer->dtype) {  // a vector copy
+          line() << access(st->buffer, st->indices, lanes, false, true) << " = "
+                 << access(copy->buffer, copy->indices, lanes, true, true) << ";\n";
+          break;
+        }
+        line() << access(st->buffer, st->indices, lanes, false) << " = " << expr(st->value) << ";\n";
         break;
       }
       case NodeKind::IfThenElse: {

@@ -51,5 +51,7 @@ int register_limit(const ir::Kernel& k);
 
 // The C++ spelling of a scalar type ("half_t", "float", ...).
 std::string cuda_type(ir::DataType t);
+// CUDA's float4 / int2 / uint4 ... for a memory access of that many 32-bit lanes, else Vec<T, N>.
+std::string memory_vector_type(ir::DataType t, int lanes);
 
 }  // namespace tegula::codegen

@@ -326,6 +326,8 @@ def annotate_layout(layout_map):
         if not isinstance(layout, layout_module.Layout):
             raise ArgError("layout_map", f"T.annotate_layout: the layout of {buffer.name} must come from "
                            f"T.Layout, T.layout.make_swizzled_layout or T.Fragment, got {_describe(layout)}")
+        if layout.kind == "row_major":
+            continue  # the default layout of a shared tile
         args = []
         if layout.kind == "map":
             if buffer.scope != "global":

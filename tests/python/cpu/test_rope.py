@@ -245,7 +245,7 @@ def test_llama_shapes_compile_with_16_byte_accesses(interleaved, cache_dtype, ta
     if cache_dtype is None:
         assert "double" in source, "the computed angles' reduction is not in float64"
     else:
-        assert "Vec<float, 4>*>(&C[" in source, "the cos table is not read in 16-byte vectors"
+        assert "float4*>(&C[" in source, "the cos table is not read in 16-byte vectors"
 
 
 def test_plan_examples():

@@ -1,0 +1,1 @@
+"""TileLang's CUDA-specific helpers that programs import by name (`tilelang.cuda.*`)."""
