@@ -43,6 +43,7 @@ class Builder:
         # (a scheduled T.Pipelined body reads what its statements are: pipeline_schedule).
         self.trace: list | None = None
         self.parallel = 0  # T.Parallel loops around the statement being parsed
+        self.loop_bodies: set = set()  # ids of the blocks that are loop bodies (of any kind)
         self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)
 
     # ---- statements ----

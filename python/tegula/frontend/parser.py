@@ -369,6 +369,7 @@ class Parser(Evaluator):
             self.builder.trace = []
         first = len(self.builder.trace) if schedule is not None else 0
         self.builder.push()
+        self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
         num_stages = spec.num_stages
         parallel = spec.kind == "parallel"
         self.builder.parallel += parallel

@@ -49,7 +49,7 @@ class ReducerElement:
 class ReducerBuffer(BufferValue):
     """A T.alloc_reducer buffer: local storage and its lifecycle state."""
 
-    __slots__ = ("op", "state", "seed")
+    __slots__ = ("op", "state", "seed", "init_blocks")
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
@@ -112,6 +112,7 @@ def reducer_init(reducer, value=None):
     seed = identity if value is None else cast_value(value, acc.dtype)
     b.emit(ir().store(acc.seed.buf, [to_expr(0, "int32")], seed.expr))
     acc.state = "open"
+    acc.init_blocks = [id(block) for block in b.blocks]  # where T.finalize_reducer must be
 
 
 def _identity(op: str, dtype: str) -> PrimExpr:
@@ -162,6 +163,15 @@ def finalize_reducer(reducer, result=None):
         raise ArgError("result", f"T.finalize_reducer: result '{result.name}' has shape {list(result.shape)}, the "
                        f"reducer {list(acc.shape)}")
     b = builder.current("T.finalize_reducer")
+    # The finalize runs once per init: in the init's block, or in a branch inside it; not
+    # outside it (after a loop that re-inits) nor in a loop the init is not in (which would
+    # combine the partials again).
+    here = [id(block) for block in b.blocks]
+    inner = here[len(acc.init_blocks):]
+    if here[:len(acc.init_blocks)] != acc.init_blocks or any(block in b.loop_bodies for block in inner):
+        raise ArgError("reducer", f"T.finalize_reducer of reducer '{acc.name}' is not in the scope of its "
+                       "T.reducer_init: finalize it in the block that opened it (or a branch inside that block), "
+                       "not outside a loop that opens it nor inside a loop it is not in")
     stmt = ir().tile_op("finalize_reducer", [acc.full_region().native(), acc.seed.full_region().native(),
                                              result.full_region().native()], [], {"op": acc.op})
     b.emit(stmt)

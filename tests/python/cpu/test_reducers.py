@@ -151,3 +151,36 @@ for i in T.Parallel(8):
 ])
 def test_misuse_is_an_error_at_its_line(body, message):
     assert message in _kernel_error(body)
+
+
+def _finalize_scope_program(shape: str):
+    """A reducer finalized outside the loop that opens it, or inside a loop it is not in."""
+    @T.prim_func
+    def kernel(A: T.Tensor((8,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128):
+            src = T.alloc_fragment((8,), "float32")
+            T.copy(A, src)
+            acc = T.alloc_reducer((1,), "float32", op="sum")
+            result = T.alloc_fragment((1,), "float32")
+            if shape == "init_in_loop":
+                for _ in T.serial(4):
+                    T.reducer_init(acc)
+                    for i in T.Parallel(8):
+                        T.reducer_update(acc[0], src[i])
+                T.finalize_reducer(acc, result)
+            else:
+                T.reducer_init(acc)
+                for _ in T.serial(4):
+                    for i in T.Parallel(8):
+                        T.reducer_update(acc[0], src[i])
+                    T.finalize_reducer(acc, result)
+            B[0] = result[0]
+
+    return kernel
+
+
+@pytest.mark.parametrize("shape", ["init_in_loop", "finalize_in_loop"])
+def test_a_finalize_outside_the_scope_of_its_init_is_an_error_at_the_line(shape):
+    with pytest.raises(tegula.TegulaCompileError, match="not in the scope of its T.reducer_init") as info:
+        _finalize_scope_program(shape)
+    assert "T.finalize_reducer(acc, result)" in str(info.value)
