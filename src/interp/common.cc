@@ -30,10 +30,12 @@ double round_float(double v, int mant, int emin, int emax) {
 }
 
 // An 8-bit float (3 or 2 explicit mantissa bits), ties to even, saturating to +-max as
-// CUDA's __NV_SATFINITE conversions do (infinities included); NaN stays NaN.
-double round_fp8(double v, int mant, int emin, double max) {
+// CUDA's __NV_SATFINITE conversions do; NaN stays NaN. An infinity stays one in e5m2, which
+// holds it (T.infinity of it; conversions saturate it, cast_to_dtype), and saturates in
+// e4m3fn, which has none.
+double round_fp8(double v, int mant, int emin, double max, bool holds_inf) {
   if (std::isnan(v)) return v;
-  if (std::isinf(v)) return v > 0 ? max : -max;
+  if (std::isinf(v)) return holds_inf ? v : v > 0 ? max : -max;
   double r = round_float(v, mant, emin, 1023);
   return std::fabs(r) > max ? (v > 0 ? max : -max) : r;
 }
@@ -48,8 +50,8 @@ double round_to_dtype(const DataType& t, double v) {
       if (t.bits == 16) return round_float(v, 10, -14, 15);
       return v;
     case DataType::BFloat: return round_float(v, 7, -126, 127);
-    case DataType::Float8E4M3: return round_fp8(v, 3, -6, 448.0);
-    case DataType::Float8E5M2: return round_fp8(v, 2, -14, 57344.0);
+    case DataType::Float8E4M3: return round_fp8(v, 3, -6, 448.0, false);
+    case DataType::Float8E5M2: return round_fp8(v, 2, -14, 57344.0, true);
     case DataType::Bool: return v != 0 ? 1.0 : 0.0;
     case DataType::Int:
     case DataType::UInt: {
@@ -73,6 +75,10 @@ double cast_to_dtype(const DataType& from, const DataType& to, double v) {
     bool sign = to.code == DataType::Int;
     double hi = std::ldexp(1.0, to.bits - sign) - 1, lo = sign ? -std::ldexp(1.0, to.bits - 1) : 0.0;
     return std::min(hi, std::max(lo, std::trunc(v)));
+  }
+  // A conversion to an 8-bit float saturates infinities too (__NV_SATFINITE).
+  if (std::isinf(v) && (to.code == DataType::Float8E4M3 || to.code == DataType::Float8E5M2)) {
+    return round_to_dtype(to, v > 0 ? 1e300 : -1e300);
   }
   return round_to_dtype(to, v);
 }

@@ -227,13 +227,14 @@ StmtFn Compiler::store(const BufferStoreNode* s) {
   std::vector<ExprFn> idx;
   for (auto& i : s->indices) idx.push_back(expr(i, loc));
   ExprFn value = expr(s->value, loc);
-  DataType t = s->buffer->dtype;
-  return [slot, idx, value, loc, t](Frame& f) {
+  DataType t = s->buffer->dtype, from = s->value.dtype().element();
+  return [slot, idx, value, loc, t, from](Frame& f) {
     Buf& b = f.bufs[slot];
     int64_t at[kMaxRank];
     for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
     double v = value(f);
-    if (double* p = element(b, at, loc)) *p = round_to_dtype(t, v);
+    // A value of another type stored is converted, as the generated store converts it.
+    if (double* p = element(b, at, loc)) *p = from == t ? round_to_dtype(t, v) : cast_to_dtype(from, t, v);
   };
 }
 

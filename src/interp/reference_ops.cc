@@ -125,11 +125,11 @@ StmtFn copy(const TileOpNode* op, Compiler& c) {
   const SourceLoc loc = op->loc;
   user_assert(op->regions.size() == 2, loc) << "T.copy takes a source and a destination";
   RegionFn src = c.region(op->regions[0], loc), dst = c.region(op->regions[1], loc);
-  DataType t = op->regions[1].buffer->dtype;
-  return [src, dst, loc, t](Frame& f) {
+  DataType t = op->regions[1].buffer->dtype, from = op->regions[0].buffer->dtype;
+  return [src, dst, loc, t, from](Frame& f) {
     Pairing p = pair_regions(src, dst, true, f, "T.copy", loc);
     for_each_pair(p, loc, [&](double* s, double* d) {
-      if (d) *d = round_to_dtype(t, s ? *s : 0.0);
+      if (d) *d = cast_to_dtype(from, t, s ? *s : 0.0);
     });
   };
 }

@@ -421,9 +421,10 @@ Vals Machine::eval(const Expr& e, const Threads& ts) {
       return select(s->cond, s->t, s->f, ts);
     }
     case NodeKind::Cast: {
-      Vals v = eval(e.as<CastNode>()->value, ts);
-      DataType t = e.dtype().element();
-      for (double& x : v.v) x = round_to_dtype(t, x);
+      const Expr& from = e.as<CastNode>()->value;
+      Vals v = eval(from, ts);
+      DataType t = e.dtype().element(), f = from.dtype().element();
+      for (double& x : v.v) x = cast_to_dtype(f, t, x);
       return v;
     }
     case NodeKind::BufferLoad: return load(e.as<BufferLoadNode>(), ts);

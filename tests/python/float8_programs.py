@@ -69,3 +69,28 @@ def sample(n: int, dtype: str, gen: torch.Generator) -> torch.Tensor:
         x[4:7] = torch.tensor([float("nan"), float("inf"), -1e9], dtype=torch.float64)
         return x.to(getattr(torch, dtype))
     return saturating(x, dtype)
+
+
+def special_values_program(dtype):
+    """A[0:16] = T.infinity (T.max_value for float8_e4m3fn, which has no infinity),
+    A[16:24] = T.max_value, A[24:32] = -T.infinity / T.min_value: literals of the type, not
+    conversions (which saturate)."""
+    top = "infinity" if dtype == "float8_e5m2" else "max_value"
+
+    @T.prim_func
+    def special(A: T.Tensor((32,), dtype)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                if i < 16:
+                    A[i] = getattr(T, top)(dtype)
+                elif i < 24:
+                    A[i] = T.max_value(dtype)
+                else:
+                    A[i] = -getattr(T, top)(dtype) if top == "infinity" else T.min_value(dtype)
+
+    def expected():
+        big = float("inf") if top == "infinity" else FINITE_MAX[dtype]
+        vals = [big] * 16 + [FINITE_MAX[dtype]] * 8 + [-big] * 8
+        return torch.tensor(vals).to(getattr(torch, dtype))
+
+    return special, expected

@@ -6,8 +6,19 @@
 
 namespace tegula {
 
+namespace detail {
+// An 8-bit float from its bits (__nv_fp8_* keep them in __x).
+template <typename T>
+TEGULA_DEVICE T fp8_from_bits(unsigned char bits) {
+  T out;
+  out.__x = bits;
+  return out;
+}
+}  // namespace detail
+
 // +inf / -inf. Integer types have no infinity; they give their largest and smallest
 // value, which is what a max or min reduction over integers needs to start from.
+// float8_e4m3fn has none either (the frontend refuses T.infinity of it).
 template <typename T>
 TEGULA_DEVICE T infinity() {
   if constexpr (detail::is_same<T, float>) {
@@ -18,6 +29,8 @@ TEGULA_DEVICE T infinity() {
     return __ushort_as_half(0x7c00);
   } else if constexpr (detail::is_same<T, bfloat16_t>) {
     return __ushort_as_bfloat16(0x7f80);
+  } else if constexpr (detail::is_same<T, fp8_e5m2_t>) {
+    return detail::fp8_from_bits<T>(0x7c);
   } else {
     static_assert(detail::is_integer<T>, "infinity<T>: T is not a number type");
     return detail::integer_max<T>();
@@ -34,6 +47,8 @@ TEGULA_DEVICE T ninfinity() {
     return __ushort_as_half(0xfc00);
   } else if constexpr (detail::is_same<T, bfloat16_t>) {
     return __ushort_as_bfloat16(0xff80);
+  } else if constexpr (detail::is_same<T, fp8_e5m2_t>) {
+    return detail::fp8_from_bits<T>(0xfc);
   } else {
     static_assert(detail::is_integer<T>, "ninfinity<T>: T is not a number type");
     return detail::integer_min<T>();
@@ -51,6 +66,10 @@ TEGULA_DEVICE T max_value() {
     return __ushort_as_half(0x7bff);
   } else if constexpr (detail::is_same<T, bfloat16_t>) {
     return __ushort_as_bfloat16(0x7f7f);
+  } else if constexpr (detail::is_same<T, fp8_e4m3_t>) {
+    return detail::fp8_from_bits<T>(0x7e);  // 448
+  } else if constexpr (detail::is_same<T, fp8_e5m2_t>) {
+    return detail::fp8_from_bits<T>(0x7b);  // 57344
   } else if constexpr (detail::is_same<T, bool>) {
     return true;
   } else {
@@ -71,6 +90,10 @@ TEGULA_DEVICE T min_value() {
     return __ushort_as_half(0xfbff);
   } else if constexpr (detail::is_same<T, bfloat16_t>) {
     return __ushort_as_bfloat16(0xff7f);
+  } else if constexpr (detail::is_same<T, fp8_e4m3_t>) {
+    return detail::fp8_from_bits<T>(0xfe);  // -448
+  } else if constexpr (detail::is_same<T, fp8_e5m2_t>) {
+    return detail::fp8_from_bits<T>(0xfb);  // -57344
   } else if constexpr (detail::is_same<T, bool>) {
     return false;
   } else {

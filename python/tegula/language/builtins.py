@@ -137,8 +137,12 @@ def _special_constant(name: str):
     @intrinsic(f"T.{name}")
     def fn(dtype):
         """T.infinity / T.max_value / T.min_value (dtype): +inf, or the largest or smallest
-        finite value, of `dtype`."""
-        return call(name, [], normalize_dtype(dtype), tag=name)
+        finite value, of `dtype`. float8_e4m3fn has no infinity."""
+        dt = normalize_dtype(dtype)
+        if name == "infinity" and dt == "float8_e4m3fn":
+            raise ArgError("dtype", "T.infinity: float8_e4m3fn has no infinity (its largest value, 448, is "
+                           "T.max_value(T.float8_e4m3fn)); float8_e5m2 has one")
+        return call(name, [], dt, tag=name)
 
     fn.__name__ = fn.__qualname__ = name
     return fn

@@ -78,3 +78,22 @@ def test_dtype_names():
     assert T.float8_e4m3 == T.float8_e4m3fn == "float8_e4m3fn"
     assert T.float8_e4m3fn.as_torch() is torch.float8_e4m3fn and T.float8_e5m2.as_torch() is torch.float8_e5m2
     assert T.float8_e5m2.itemsize == 1 and T.dtype(torch.float8_e5m2) == "float8_e5m2"
+
+
+@pytest.mark.parametrize("dtype", fp.FLOAT8)
+def test_infinity_and_extreme_values_are_literals_of_the_type(dtype):
+    prog, expected = fp.special_values_program(dtype)
+    k = tegula.compile(prog, target="sm_90a")
+    assert k.cubin()
+    for run in (tt.reference, tt.simulate):
+        a = torch.zeros(32, dtype=getattr(torch, dtype))
+        run(k, a)
+        assert same(a, expected())
+
+
+def test_infinity_of_e4m3fn_is_an_error_naming_the_dtype():
+    with pytest.raises(tegula.TegulaCompileError, match="float8_e4m3fn has no infinity"):
+        @T.prim_func
+        def f(A: T.Tensor((32,), "float8_e4m3fn")):
+            with T.Kernel(1, threads=32):
+                T.fill(A, T.infinity("float8_e4m3fn"))

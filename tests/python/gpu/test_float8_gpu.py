@@ -32,3 +32,12 @@ def test_row_quantization(dst):
     torch.testing.assert_close(scale, s)
     want = (x / s[:, None]).to(getattr(torch, dst))
     assert (y.float() != want.float()).sum() <= 2
+
+
+@pytest.mark.parametrize("dtype", fp.FLOAT8)
+def test_infinity_and_extreme_values(dtype):
+    prog, expected = fp.special_values_program(dtype)
+    k = tegula.compile(prog)
+    a = torch.zeros(32, dtype=getattr(torch, dtype), device="cuda")
+    k(a)
+    assert torch.equal(a.cpu().float(), expected().float())
