@@ -216,7 +216,8 @@ def discover(root: str, suites: set, only: str | None):
     if "language" in suites and os.path.isdir(test_root):
         tests = sorted(os.path.join(test_root, n) for n in os.listdir(test_root)
                        if n.startswith("test_") and n.endswith(".py"))
-    keep = (lambda p: only in os.path.relpath(p, root)) if only else (lambda p: True)
+    parts = [o for o in (only or "").split(",") if o]
+    keep = (lambda p: any(o in os.path.relpath(p, root) for o in parts)) if parts else (lambda p: True)
     return [p for p in examples if keep(p)], [p for p in tests if keep(p)], [p for p in other if keep(p)]
 
 
@@ -558,7 +559,8 @@ def main(argv=None):
     ap.add_argument("checkout", nargs="?", help="a TileLang checkout (examples/, testing/python/language/)")
     ap.add_argument("--engine", choices=("tegula", "tilelang"), default="tegula")
     ap.add_argument("--suite", choices=("all", "examples", "language"), default="all")
-    ap.add_argument("--only", help="run only the files whose path contains this")
+    ap.add_argument("--only", help="run only the files whose path contains this (or one of a comma list); "
+                    "with --jobs 1, the latencies the programs print are a speed table (--compare shows both)")
     ap.add_argument("--jobs", type=int, default=min(os.cpu_count() or 4, 16))
     ap.add_argument("--timeout", type=float, default=120, help="seconds per example program")
     ap.add_argument("--test-timeout", type=float, default=300, help="seconds per language test file")
