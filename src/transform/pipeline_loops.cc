@@ -225,11 +225,16 @@ class Pipeliner : public IRMutator {
   // (plan_bulk_copies): if (ws_producer) { producer loop } else { consumer loop }, which
   // warp_specialize then spreads over the whole kernel. Per stage s of S, one "full"
   // mbarrier per group of copies (the copies the same compute statement reads first) and
-  // one "empty" mbarrier. Iteration i uses stage i % S with phase parity (i / S) & 1:
-  //   producer: wait empty[s] (parity ^ 1: the first pass finds it free);
-  //             per group: arrive with the group's bytes expected, issue its copies
+  // one "empty" mbarrier per group. Iteration i uses stage i % S with phase parity
+  // (i / S) & 1:
+  //   producer: per group: wait empty[g][s] (parity ^ 1: the first pass finds it free),
+  //             arrive on full[g][s] with the group's bytes expected, issue its copies
   //   consumer: before the first statement reading a group: wait full[g][s] (parity);
-  //             the compute; arrive on empty[s] (every consumer thread: count = threads)
+  //             after the last statement reading it: arrive on empty[g][s] (every
+  //             consumer thread: count = threads)
+  // so a group is reloaded as soon as the compute is done with it: in FlashAttention's
+  // loop the next K tile loads during this iteration's softmax and P @ V, even with one
+  // stage.
   // A compute that is only a wgmma gemm keeps one gemm running across iterations: stage
   // s is released after the next iteration's gemm has been issued and the previous one
   // has finished (wgmma_wait with 1 pending), as the cp.async path does.
@@ -278,22 +283,34 @@ class Pipeliner : public IRMutator {
     }
     const int64_t G = int64_t(groups.size());
     Buffer bars = make_buffer(ctx_.fresh_name("tma_bars"), Scope::Shared, DataType{DataType::UInt, 64, 1},
-                              {make_int(G * S + S)}, op->loc);
+                              {make_int(2 * G * S)}, op->loc);
     k_.allocs.push_back(bars);
     for (int64_t i = 0; i < G * S; ++i) ctx_.mbarriers.push_back({bars, i, 1});
-    for (int64_t s = 0; s < S; ++s) ctx_.mbarriers.push_back({bars, G * S + s, k_.threads});
+    for (int64_t i = 0; i < G * S; ++i) ctx_.mbarriers.push_back({bars, G * S + i, k_.threads});
     auto bar = [&](Expr idx) { return make_load(bars, {std::move(idx)}, op->loc); };
     Expr it = op->var - op->min;
     Expr stage = floormod(it, make_int(S));
     Expr parity = floormod(floordiv(it, make_int(S)), make_int(2));
     auto full = [&](int64_t g) { return bar(make_int(g * S) + stage); };
-    Expr empty = bar(make_int(G * S) + stage);
+    auto empty = [&](int64_t g, Expr st) { return bar(make_int(G * S + g * S) + st); };
+    // The last compute statement reading each group's buffers: where its stage is released.
+    std::vector<size_t> last_reader;
+    for (auto& [first, members] : groups) {
+      size_t last = first;
+      for (size_t j = 0; j < compute.size(); ++j) {
+        for (size_t i : members) {
+          if (reads_buffer(compute[j], tma_dst(copies[i]).get())) last = std::max(last, j);
+        }
+      }
+      last_reader.push_back(last);
+    }
     // Producer.
-    std::vector<Stmt> prod = {mbar("mbar_wait", empty, {make_int(1) - parity})};
+    std::vector<Stmt> prod;
     int64_t g = 0;
     for (auto& [first, members] : groups) {
       int64_t bytes = 0;
       for (size_t i : members) bytes += tma_bytes(copies[i]);
+      prod.push_back(mbar("mbar_wait", empty(g, stage), {make_int(1) - parity}));
       prod.push_back(mbar("mbar_arrive_expect_tx", full(g), {make_int(bytes)}));
       for (size_t i : members) prod.push_back(with_barrier(Restage(staged, stage).mutate(copies[i]), full(g)));
       ++g;
@@ -312,23 +329,23 @@ class Pipeliner : public IRMutator {
       for (int64_t gi = 0; gi < G; ++gi) body.push_back(mbar("mbar_wait", full(gi), {parity}));
       body.push_back(issue);
       body.push_back(with_pending(wait, 1));
-      Expr prev = bar(make_int(G * S) + floormod(it + int64_t(S - 1), make_int(S)));
-      body.push_back(make_if(make_binary(BinaryOp::GT, it, make_int(0)), mbar("mbar_arrive", prev)));
+      Expr prev = floormod(it + int64_t(S - 1), make_int(S));
+      std::vector<Stmt> release;
+      for (int64_t gi = 0; gi < G; ++gi) release.push_back(mbar("mbar_arrive", empty(gi, prev)));
+      body.push_back(make_if(make_binary(BinaryOp::GT, it, make_int(0)), make_seq(release)));
       after.push_back(wait);
     } else {
-      g = 0;
       for (size_t j = 0; j < restaged.size(); ++j) {
-        if (groups.count(j)) {
-          int64_t gi = 0;
-          for (auto& kv : groups) {
-            if (kv.first == j) break;
-            ++gi;
-          }
-          body.push_back(mbar("mbar_wait", full(gi), {parity}));
+        int64_t gi = 0;
+        for (auto& kv : groups) {
+          if (kv.first == j) body.push_back(mbar("mbar_wait", full(gi), {parity}));
+          ++gi;
         }
         body.push_back(restaged[j]);
+        for (gi = 0; gi < G; ++gi) {
+          if (last_reader[gi] == j) body.push_back(mbar("mbar_arrive", empty(gi, stage)));
+        }
       }
-      body.push_back(mbar("mbar_arrive", empty));
     }
     Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc));
     after.insert(after.begin(), loop);
