@@ -6,6 +6,8 @@ with the reference on the same inputs.
 
     python scripts/fuzz_gpu.py --count 2000 --seed 0 --out fuzz-failures/
     python scripts/fuzz_gpu.py --dry-run --count 20        # no GPU: compile + reference only
+    python scripts/fuzz_gpu.py --count 300 --features view_,im2col_,attention_sm_90a
+                                    # only programs with a feature starting with one of these
 
 Prints one summary line last:
     fuzz_gpu: programs=2000 mismatches=0 errors=0 seconds=123.4
@@ -89,6 +91,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="fuzz-failures")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--dry-run", action="store_true", help="compile and interpret only; no GPU")
+    parser.add_argument("--features", help="comma list of feature prefixes: run only the programs (among the "
+                        "first --count * 50 of the seed) with a feature starting with one, up to --count of them")
     opts = parser.parse_args(argv)
 
     from tegula.testing import fuzz
@@ -109,7 +113,13 @@ def main(argv=None) -> int:
 
         target = env.resolve_target("auto")[0]  # every program runs on this GPU's architecture
     mismatches = errors = 0
-    jobs = [(opts.seed, i, interpret, target) for i in range(opts.count)]
+    indices = range(opts.count)
+    if opts.features:
+        prefixes = tuple(p for p in opts.features.split(",") if p)
+        wanted = (i for i in range(opts.count * 50)
+                  if any(f.startswith(prefixes) for f in _program(opts.seed, i).features))
+        indices = [i for _, i in zip(range(opts.count), wanted)]
+    jobs = [(opts.seed, i, interpret, target) for i in indices]
     # Spawned workers: CUDA is never initialised in a forked child of this process.
     context = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=max(1, opts.workers), mp_context=context) as pool:
@@ -135,7 +145,7 @@ def main(argv=None) -> int:
                     _save(opts.out, index, program, f"GPU differs from the reference in '{name}': {problem}")
                     break
     seconds = time.time() - start
-    print(f"fuzz_gpu: programs={opts.count} mismatches={mismatches} errors={errors} seconds={seconds:.1f}")
+    print(f"fuzz_gpu: programs={len(jobs)} mismatches={mismatches} errors={errors} seconds={seconds:.1f}")
     return 0 if mismatches == errors == 0 else 1
 
 
