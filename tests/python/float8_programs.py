@@ -69,3 +69,43 @@ def sample(n: int, dtype: str, gen: torch.Generator) -> torch.Tensor:
         x[4:7] = torch.tensor([float("nan"), float("inf"), -1e9], dtype=torch.float64)
         return x.to(getattr(torch, dtype))
     return saturating(x, dtype)
+
+
+def gemm_program(M, N, K, a_dtype, b_dtype=None, block_M=128, block_N=128, block_K=64, threads=128,
+                 num_stages=2, accumulate_twice=False):
+    """C = A Bᵀ in float32 (A: M x K, B: N x K of 8-bit floats), as TileLang's fp8 gemm
+    examples write it; with accumulate_twice, each K block's product is added into a second
+    accumulator (their "2xAcc"). M, N, K need not be multiples of the blocks."""
+    b_dtype = b_dtype or a_dtype
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), a_dtype)
+            B_shared = T.alloc_shared((block_N, block_K), b_dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            total = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_local)
+            T.clear(total)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+                if accumulate_twice:
+                    T.gemm(A_shared, B_shared, C_local, transpose_B=True, clear_accum=True)
+                    for i, j in T.Parallel(block_M, block_N):
+                        total[i, j] += C_local[i, j]
+                else:
+                    T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            if accumulate_twice:
+                T.copy(total, C[by * block_M, bx * block_N])
+            else:
+                T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
+
+
+def gemm_operands(M, N, K, a_dtype, b_dtype, gen: torch.Generator, device="cpu"):
+    """Random A (M x K) and B (N x K) in the given 8-bit types, values of a few units."""
+    a = (torch.randn(M, K, generator=gen) * 2).to(getattr(torch, a_dtype))
+    b = (torch.randn(N, K, generator=gen) * 2).to(getattr(torch, b_dtype))
+    return a.to(device), b.to(device)
