@@ -1,7 +1,8 @@
 """Programs with 8-bit float tensors (T.float8_e4m3fn, T.float8_e5m2), shared by
 cpu/test_float8.py and gpu/test_float8_gpu.py: conversions of every pair through T.copy
 (vectorised) and a T.Parallel loop, and a per-row quantisation as TileLang's fp8 cast
-examples write it."""
+examples write it; fp8 gemms (gemm_program) and gemms the tensor cores have no 8-bit
+form for (refused_gemm_program)."""
 import torch
 
 import tegula.language as T
@@ -109,3 +110,24 @@ def gemm_operands(M, N, K, a_dtype, b_dtype, gen: torch.Generator, device="cpu")
     a = (torch.randn(M, K, generator=gen) * 2).to(getattr(torch, a_dtype))
     b = (torch.randn(N, K, generator=gen) * 2).to(getattr(torch, b_dtype))
     return a.to(device), b.to(device)
+
+
+def refused_gemm_program(a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", c_dtype="float32", K=64,
+                         transpose_A=False, transpose_B=True, a_in_registers=False):
+    """One 64 x 64 gemm of 8-bit operands in a form other than TileLang's fp8 programs use
+    (the T.gemm line carries the mark MARK-gemm)."""
+    a_shape = (K, 64) if transpose_A else (64, K)
+    b_shape = (64, K) if transpose_B else (K, 64)
+
+    @T.prim_func
+    def refused(A: T.Tensor(a_shape, a_dtype), B: T.Tensor(b_shape, b_dtype), C: T.Tensor((64, 64), c_dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_fragment(a_shape, a_dtype) if a_in_registers else T.alloc_shared(a_shape, a_dtype)
+            b = T.alloc_shared(b_shape, b_dtype)
+            c = T.alloc_fragment((64, 64), c_dtype)
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, c, transpose_A=transpose_A, transpose_B=transpose_B, clear_accum=True)  # MARK-gemm
+            T.copy(c, C)
+
+    return refused
