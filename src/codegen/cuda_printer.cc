@@ -159,7 +159,7 @@ class Printer {
     int limit = register_limit(k_);
     if (w.registers <= limit) return;
     int widest = 2 * (limit - WgmmaRegisters::kBeside) / 8 * 8;
-    user_error(w.loc) << "T.gemm: its wgmma instruction m64n" << w.n << "k16 holds " << w.n / 2
+    user_error(w.loc) << "T.gemm: its wgmma instruction m64n" << w.n << "k" << w.k << " holds " << w.n / 2
                       << " accumulator registers per thread (about " << w.registers
                       << " with its operands), past the " << limit << " registers a thread of this kernel has ("
                       << k_.threads << " threads a block"
@@ -252,12 +252,18 @@ class Printer {
   std::string name(const Expr& v) { return unique(v.get(), v.as<VarNode>()->name); }
 
   // The struct that issues wgmma m64nNk16 (A from shared memory or registers) for
-  // element type t with float accumulators: its asm names all N / 2 accumulator
-  // registers, so it is written per N. Returns its name; the definition goes ahead of the
-  // kernel. TA / TB (transposed, i.e. MN-major, operands) are template immediates.
-  std::string wgmma_instruction(bool rs, int n, DataType t) {
-    std::string ty = t == DataType::bf16() ? "bf16" : "f16";
-    std::string nm = std::string("wgmma_") + (rs ? "rs" : "ss") + "_n" + std::to_string(n) + "_" + ty;
+  // element types a and b with float accumulators, m64nNk32 for 8-bit ones: its asm names
+  // all N / 2 accumulator registers, so it is written per N. Returns its name; the
+  // definition goes ahead of the kernel. TA / TB (transposed, i.e. MN-major, operands) are
+  // template immediates; 8-bit operands have none (K-major only, which ss asserts).
+  std::string wgmma_instruction(bool rs, int n, DataType a, DataType b) {
+    auto type_name = [](DataType t) {
+      return t == DataType::bf16() ? "bf16" : t == DataType::f16() ? "f16" : t.code == DataType::Float8E4M3 ? "e4m3" : "e5m2";
+    };
+    std::string ty = type_name(a), tyb = type_name(b);
+    bool f8 = a.is_float8();
+    std::string nm = std::string("wgmma_") + (rs ? "rs" : "ss") + "_n" + std::to_string(n) + "_" + ty +
+                     (tyb != ty ? "_" + tyb : "");
     if (instructions_.count(nm)) return nm;
     int regs = n / 2;
     Text os;
@@ -269,9 +275,11 @@ class Printer {
     } else {
       os << "  template <int TA, int TB>\n  static __device__ __forceinline__ void ss(float* d, uint64_t a, "
             "uint64_t b, int scale_d) {\n";
+      if (f8) os << "    static_assert(!TA && !TB, \"8-bit wgmma reads K-major operands\");\n";
     }
     os << "    asm volatile(\n        \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << ps << ", 0;\\n\"\n";
-    os << "        \"wgmma.mma_async.sync.aligned.m64n" << n << "k16.f32." << ty << "." << ty << " {\"\n";
+    os << "        \"wgmma.mma_async.sync.aligned.m64n" << n << (f8 ? "k32" : "k16") << ".f32." << ty << "." << tyb
+       << " {\"\n";
     for (int i = 0; i < regs; i += 16) {
       os << "        \"";
       for (int j = i; j < std::min(regs, i + 16); ++j) os << "%" << j << (j + 1 < regs ? ", " : "");
@@ -280,6 +288,8 @@ class Printer {
     if (rs) {
       os << "        \"}, {%" << pa << ", %" << pa + 1 << ", %" << pa + 2 << ", %" << pa + 3 << "}, %" << pb
          << ", p, 1, 1, %" << ps + 1 << ";\\n}\\n\"\n";
+    } else if (f8) {
+      os << "        \"}, %" << pa << ", %" << pb << ", p, 1, 1;\\n}\\n\"\n";
     } else {
       os << "        \"}, %" << pa << ", %" << pb << ", p, 1, 1, %" << ps + 1 << ", %" << ps + 2
          << ";\\n}\\n\"\n";
@@ -288,6 +298,8 @@ class Printer {
     for (int j = 0; j < regs; ++j) os << (j ? "," : "") << (j % 8 == 0 ? "\n          " : " ") << "\"+f\"(d[" << j << "])";
     if (rs) {
       os << "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(scale_d), \"n\"(TB));\n";
+    } else if (f8) {
+      os << "\n        : \"l\"(a), \"l\"(b), \"r\"(scale_d));\n";
     } else {
       os << "\n        : \"l\"(a), \"l\"(b), \"r\"(scale_d), \"n\"(TA), \"n\"(TB));\n";
     }
@@ -575,7 +587,8 @@ class Printer {
         s += ", " + (ld->buffer->scope == Scope::Shared ? expr(ld->buffer->shape[0]) : std::string("0"));
       }
       int64_t tn = *as_const_int(c->args[1]) / *as_const_int(c->args[4]);
-      s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[9].as<BufferLoadNode>()->buffer->dtype);
+      s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[8].as<BufferLoadNode>()->buffer->dtype,
+                                    c->args[9].as<BufferLoadNode>()->buffer->dtype);
       return s + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_wait") {

@@ -40,6 +40,7 @@ WsRegisters ws_registers(const ir::Kernel& k);
 struct WgmmaRegisters {
   static constexpr int kBeside = 32;
   int n = 0;
+  int k = 16;  // 32 bytes of K: 16 of 16-bit operands, 32 of 8-bit ones
   int registers = 0;
   SourceLoc loc;  // its T.gemm
 };

@@ -17,7 +17,8 @@ WgmmaRegisters wgmma_registers(const Kernel& k) {
     auto* c = e.as<CallNode>();
     if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return;
     int n = int(*as_const_int(c->args[1]) / *as_const_int(c->args[4]));
-    if (n > w.n) w = {n, n / 2 + WgmmaRegisters::kBeside, c->loc};
+    int k = 32 / c->args[8].as<BufferLoadNode>()->buffer->dtype.bytes();
+    if (n > w.n) w = {n, k, n / 2 + WgmmaRegisters::kBeside, c->loc};
   });
   return w;
 }

@@ -10,7 +10,8 @@
 // device library fixes, the accumulator of layout/mma.h, which must also be the layout the
 // passes gave the fragment the registers replaced (else the rest of the kernel reads other
 // elements than the instruction wrote: reported). D = C + A B is computed in double and
-// rounded to C's type. mma.sync is synchronous; a wgmma reads its operands at issue and
+// rounded to C's type. 8-bit operands (m16n8k32, m64nNk32) are K-major shared tiles, checked
+// here: the instructions have no other form for them. mma.sync is synchronous; a wgmma reads its operands at issue and
 // writes C at the wgmma_wait that retires its group (one group per call).
 #include <cmath>
 #include <algorithm>
@@ -489,6 +490,18 @@ static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, 
 
 static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   MmaCall c = parse_mma(m, op);
+  // 8-bit operands (m16n8k32, m64nNk32): K-major from shared memory, whole 32-element steps.
+  DataType at = c.a->buffer->dtype.element(), bt = c.b->buffer->dtype.element();
+  if (at.is_float8() != bt.is_float8() || at.bytes() != bt.bytes()) {
+    m.error(op->op + " multiplies " + at.name() + " by " + bt.name() + ": A and B of one width");
+    return;
+  }
+  if (at.is_float8() && (c.ta || !c.tb || c.regs_a || c.k % 32 != 0)) {
+    m.error(op->op + " on 8-bit operands reads A (M x K) and B (N x K) K-major from shared memory in steps of 32 "
+            "(got transpose_A=" + std::to_string(c.ta) + ", transpose_B=" + std::to_string(c.tb) +
+            (c.regs_a ? ", A in registers" : "") + ", K=" + std::to_string(c.k) + ")");
+    return;
+  }
   // The threads sharing it: the block's, or under a thread guard a scope's, whose index
   // (the call's last argument) is the block's minus the scope's first thread.
   int first = 0;

@@ -15,6 +15,12 @@
 //   names, in 128-byte-wide panels when a row is longer (ctx.panelled), so the
 //   instruction reads them straight from shared memory. Lowers to wgmma_ss / wgmma_rs
 //   (kernels/include/tegula/wgmma.h).
+//
+// 8-bit float operands (float8_e4m3fn / float8_e5m2, either of each, float32 C) take the
+// same paths with the instruction's K doubled (m16n8k32 on sm_89 on, m64nNk32 on sm_90a):
+// a k-step is 32 bytes of a row either way, so the swizzled layouts, ldmatrix addresses
+// and descriptors are the 16-bit ones counted in bytes. The tensor cores read 8-bit
+// operands K-major only, so A is M x K in shared memory and B is N x K (transpose_B).
 #include "layout/mma.h"
 #include "ir/functor.h"
 #include "ops/tile_op.h"
@@ -82,6 +88,38 @@ GemmShape shape_of(const TileOpNode* op, const Kernel& k) {
   return g;
 }
 
+bool is_half(DataType t) { return t == DataType::f16() || t == DataType::bf16(); }
+
+// Elements of K one instruction takes: 32 bytes of a row.
+int64_t k_step(DataType t) { return 32 / t.bytes(); }
+
+// The operand types T.gemm multiplies: 16-bit floats of one type, or 8-bit floats (e4m3
+// and e5m2 mix), these read K-major from shared memory into float32 on sm_89 on.
+void check_operands(const TileOpNode* op, const GemmShape& g, const transform::Target& target) {
+  const SourceLoc& loc = op->loc;
+  const Buffer& A = op->regions[0].buffer;
+  const Buffer& B = op->regions[1].buffer;
+  const Buffer& C = op->regions[2].buffer;
+  bool f8 = A->dtype.is_float8() && B->dtype.is_float8();
+  user_assert((A->dtype == B->dtype && is_half(A->dtype)) || f8, loc)
+      << "T.gemm takes float16 or bfloat16 A and B of one type, or 8-bit float A and B (float8_e4m3fn, "
+         "float8_e5m2) (got "
+      << A->dtype.name() << " and " << B->dtype.name() << ")";
+  if (!f8) return;
+  user_assert(target.sm >= 89, loc) << "T.gemm on 8-bit floats needs sm_89 or newer (sm_90a for wgmma): target "
+                                    << target.arch << " has no 8-bit tensor-core instruction";
+  user_assert(C->dtype == DataType::f32(), loc) << "T.gemm on 8-bit floats accumulates in float32 ('" << C->name
+                                                << "' is " << C->dtype.name() << ")";
+  user_assert(A->scope == Scope::Shared, loc) << "T.gemm on 8-bit floats reads A from shared memory ('" << A->name
+                                              << "' is " << scope_name(A->scope) << ")";
+  user_assert(!g.ta && g.tb, loc) << "T.gemm on 8-bit floats takes A as M x K and B as N x K (transpose_A=False, "
+                                     "transpose_B=True; got transpose_A="
+                                  << (g.ta ? "True" : "False") << ", transpose_B=" << (g.tb ? "True" : "False")
+                                  << "): the tensor cores read 8-bit operands K-major only; store the operand "
+                                     "transposed instead";
+  user_assert(g.k % 32 == 0, loc) << "T.gemm on 8-bit floats needs K a multiple of 32 (got " << g.k << ")";
+}
+
 // The mma.sync path needs a warp split into whole 16 x 8 tiles.
 void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& k) {
   user_assert(g.wm > 0, op->loc) << "T.gemm: " << k.threads / 32 << " warps cannot split a " << g.m << "x" << g.n
@@ -96,11 +134,13 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   const Buffer& A = op->regions.at(0).buffer;
   const Buffer& B = op->regions.at(1).buffer;
   const Buffer& C = op->regions.at(2).buffer;
-  bool half = A->dtype == DataType::f16() || A->dtype == DataType::bf16();
-  if (!half || A->dtype != B->dtype || C->dtype != DataType::f32() || C->scope != Scope::Fragment) return false;
+  bool half = is_half(A->dtype) && A->dtype == B->dtype;
+  bool f8 = A->dtype.is_float8() && B->dtype.is_float8();
+  if (!(half || f8) || C->dtype != DataType::f32() || C->scope != Scope::Fragment) return false;
   if (B->scope != Scope::Shared || (A->scope != Scope::Shared && A->scope != Scope::Fragment)) return false;
   GemmShape g = shape_of(op, k);
-  if (g.wgm == 0 || g.k % 16 != 0) return false;
+  if (g.wgm == 0 || g.k % k_step(A->dtype) != 0) return false;
+  if (f8 && (A->scope != Scope::Shared || g.ta || !g.tb)) return false;
   const int e = A->dtype.bytes();
   int64_t tn = g.n / g.wgn;
   if (A->scope == Scope::Fragment) {
@@ -132,6 +172,7 @@ class Gemm : public TileOp {
     user_assert(C->scope == Scope::Fragment, op->loc) << "T.gemm accumulates into a fragment ('" << C->name
                                                       << "' is " << scope_name(C->scope) << ")";
     GemmShape g = shape_of(op, k);
+    check_operands(op, g, ctx.target);
     const Buffer& A = op->regions.at(0).buffer;
     if (ctx.wgmma) {
       bool changed = require(layout::make_mma_accumulator(g.m, g.n, 4 * g.wgm, g.wgn, 4), C, op, layouts);
@@ -184,9 +225,7 @@ class Gemm : public TileOp {
     user_assert((A->scope == Scope::Shared || a_regs) && B->scope == Scope::Shared, loc)
         << "T.gemm reads A from shared memory or a fragment and B from shared memory ('" << A->name << "' is "
         << scope_name(A->scope) << ", '" << B->name << "' is " << scope_name(B->scope) << ")";
-    user_assert(A->dtype == B->dtype && (A->dtype == DataType::f16() || A->dtype == DataType::bf16()), loc)
-        << "T.gemm takes float16 or bfloat16 A and B of one type (got " << A->dtype.name() << " and "
-        << B->dtype.name() << ")";
+    check_operands(op, g, ctx.target);
     user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)
         << "T.gemm accumulates in float32, or in float16 for float16 operands ('" << C->name << "' is "
         << C->dtype.name() << ", A is " << A->dtype.name() << ")";

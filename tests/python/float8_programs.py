@@ -1,7 +1,8 @@
 """Programs with 8-bit float tensors (T.float8_e4m3fn, T.float8_e5m2), shared by
 cpu/test_float8.py and gpu/test_float8_gpu.py: conversions of every pair through T.copy
 (vectorised) and a T.Parallel loop, and a per-row quantisation as TileLang's fp8 cast
-examples write it."""
+examples write it; fp8 gemms (gemm_program) and gemms the tensor cores have no 8-bit
+form for (refused_gemm_program)."""
 import torch
 
 import tegula.language as T
@@ -94,3 +95,63 @@ def special_values_program(dtype):
         return torch.tensor(vals).to(getattr(torch, dtype))
 
     return special, expected
+
+def gemm_program(M, N, K, a_dtype, b_dtype=None, block_M=128, block_N=128, block_K=64, threads=128,
+                 num_stages=2, accumulate_twice=False):
+    """C = A Bᵀ in float32 (A: M x K, B: N x K of 8-bit floats), as TileLang's fp8 gemm
+    examples write it; with accumulate_twice, each K block's product is added into a second
+    accumulator (their "2xAcc"). M, N, K need not be multiples of the blocks."""
+    b_dtype = b_dtype or a_dtype
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), a_dtype)
+            B_shared = T.alloc_shared((block_N, block_K), b_dtype)
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            total = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(C_local)
+            T.clear(total)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+                if accumulate_twice:
+                    T.gemm(A_shared, B_shared, C_local, transpose_B=True, clear_accum=True)
+                    for i, j in T.Parallel(block_M, block_N):
+                        total[i, j] += C_local[i, j]
+                else:
+                    T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            if accumulate_twice:
+                T.copy(total, C[by * block_M, bx * block_N])
+            else:
+                T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
+
+
+def gemm_operands(M, N, K, a_dtype, b_dtype, gen: torch.Generator, device="cpu"):
+    """Random A (M x K) and B (N x K) in the given 8-bit types, values of a few units."""
+    a = (torch.randn(M, K, generator=gen) * 2).to(getattr(torch, a_dtype))
+    b = (torch.randn(N, K, generator=gen) * 2).to(getattr(torch, b_dtype))
+    return a.to(device), b.to(device)
+
+
+def refused_gemm_program(a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", c_dtype="float32", K=64,
+                         transpose_A=False, transpose_B=True, a_in_registers=False):
+    """One 64 x 64 gemm of 8-bit operands in a form other than TileLang's fp8 programs use
+    (the T.gemm line carries the mark MARK-gemm)."""
+    a_shape = (K, 64) if transpose_A else (64, K)
+    b_shape = (64, K) if transpose_B else (K, 64)
+
+    @T.prim_func
+    def refused(A: T.Tensor(a_shape, a_dtype), B: T.Tensor(b_shape, b_dtype), C: T.Tensor((64, 64), c_dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_fragment(a_shape, a_dtype) if a_in_registers else T.alloc_shared(a_shape, a_dtype)
+            b = T.alloc_shared(b_shape, b_dtype)
+            c = T.alloc_fragment((64, 64), c_dtype)
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, c, transpose_A=transpose_A, transpose_B=transpose_B, clear_accum=True)  # MARK-gemm
+            T.copy(c, C)
+
+    return refused

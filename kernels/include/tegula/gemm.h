@@ -11,6 +11,11 @@
 // shared memory with K (and N) multiples of 8 elements so every ldmatrix row is 16-byte
 // aligned; or A is in registers, laid out as an accumulator (see gemm_rs). C accumulates
 // in float32, or in float16 for float16 operands.
+//
+// 8-bit float operands (A of type T and B of type U, e4m3 or e5m2 each) run m16n8k32
+// (sm_89+): their registers hold the same bytes of a row as 16-bit m16n8k16 ones, so a
+// k-step is 32 bytes of K either way and the ldmatrix addresses are the same in bytes.
+// 8-bit operands are read K-major only: A as M x K, B as N x K (TB), both in shared memory.
 #pragma once
 #include "tegula/mma.h"
 
@@ -77,32 +82,45 @@ TEGULA_DEVICE void unpack2(uint32_t v, half_t& lo, half_t& hi) {
   hi = __ushort_as_half((unsigned short)(v >> 16));
 }
 
-// One m16n8k16 into the four accumulator slots at C: the instruction for the operand
-// type (chosen by overload on a pointer to it) and the accumulator type. kZero: C's old
-// value is taken as 0 (the first k-step of a gemm with clear_accum), so no register has
-// to be cleared first.
-template <typename T>
+// One m16n8k16 (m16n8k32 for 8-bit operands) into the four accumulator slots at C: the
+// instruction for the operand types T (A) and U (B) and the accumulator type. kZero: C's
+// old value is taken as 0 (the first k-step of a gemm with clear_accum), so no register
+// has to be cleared first.
+template <typename T, typename U>
 TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
   if constexpr (detail::is_same<T, half_t>) {
     mma_m16n8k16_f16f32(d, a, b, c);
-  } else {
+  } else if constexpr (detail::is_same<T, bfloat16_t>) {
     mma_m16n8k16_bf16f32(d, a, b, c);
+  } else {
+#if TEGULA_ARCH >= 890
+    constexpr bool a4 = detail::is_same<T, fp8_e4m3_t>, b4 = detail::is_same<U, fp8_e4m3_t>;
+    if constexpr (a4 && b4) {
+      mma_m16n8k32_e4m3f32(d, a, b, c);
+    } else if constexpr (a4) {
+      mma_m16n8k32_e4m3e5m2f32(d, a, b, c);
+    } else if constexpr (b4) {
+      mma_m16n8k32_e5m2e4m3f32(d, a, b, c);
+    } else {
+      mma_m16n8k32_e5m2f32(d, a, b, c);
+    }
+#endif
   }
 }
-template <bool kZero, typename T>
-TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const T*) {
+template <bool kZero, typename T, typename U>
+TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
   if constexpr (kZero) {
     const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-    mma_f32<T>(d, a, b, zero);
+    mma_f32<T, U>(d, a, b, zero);
   } else {
-    mma_f32<T>(d, a, b, d);
+    mma_f32<T, U>(d, a, b, d);
   }
 }
 // float16 accumulation: slots e = 0,1 (row g) and 2,3 (row g + 8) are the two half2
 // registers of the instruction.
-template <bool kZero>
-TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&b)[2], const half_t*) {
+template <bool kZero, typename T, typename U>
+TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   uint32_t d[2] = {kZero ? 0u : pack2(c[0], c[1]), kZero ? 0u : pack2(c[2], c[3])};
   mma_m16n8k16_f16f16(d, a, b, d);
   unpack2(d[0], c[0], c[1]);
@@ -112,11 +130,14 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 // The block GEMM, specialised on the tile shape, the warp split and where A lives.
 // Warp w owns rows row0 .. row0 + TM and columns col0 .. col0 + TN of C.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
-          typename T>
+          typename T, typename U>
 struct BlockGemm {
+  // KS: elements of K per instruction (32 bytes of a row); CH: elements per 16-byte chunk.
+  static constexpr int E = int(sizeof(T)), KS = 32 / E, CH = 16 / E;
   // A in registers: each group of WM warps (one column of the split) holds all of A.
   static_assert(!RA || !TA, "A in registers takes no transpose");
-  static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % 16 == 0, "tile does not fit the mma shape");
+  static_assert(E == 2 || (!TA && TB && !RA && sizeof(U) == 1), "8-bit operands are read K-major from shared memory");
+  static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % KS == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
 
   // A fragments of k-step k0 for the warp's MT row tiles.
@@ -143,34 +164,34 @@ struct BlockGemm {
         }
       } else {
         // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-        ldmatrix_x4(a[mi], tile_at2<K, T, SA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / 8));
+        ldmatrix_x4(a[mi], tile_at2<K, T, SA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / CH));
       }
     }
   }
 
   // B fragments of k-step k0 for the warp's NT column tiles: two tiles per ldmatrix.x4.
-  static TEGULA_DEVICE void load_b(uint32_t (&b)[NT][2], const T* B, int col0, int k0, int lane) {
+  static TEGULA_DEVICE void load_b(uint32_t (&b)[NT][2], const U* B, int col0, int k0, int lane) {
     const int q = lane / 8, r = lane % 8;
 #pragma unroll
     for (int ni = 0; ni + 1 < NT; ni += 2) {
       uint32_t d[4];
       if constexpr (TB) {
         // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
-        ldmatrix_x4(d, tile_at2<K, T, SB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / 8));
+        ldmatrix_x4(d, tile_at2<K, U, SB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / CH));
       } else if constexpr (is_pow2(NT)) {
         // Rows k of a K x N tile, transposed on the way into registers.
-        ldmatrix_x4_trans(d, tile_at2<N, T, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
+        ldmatrix_x4_trans(d, tile_at2<N, U, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<N, U, SB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
       }
       b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
     }
     if constexpr (NT % 2 == 1) {
       constexpr int ni = NT - 1;
       if constexpr (TB) {
-        ldmatrix_x2(b[ni], tile_at<K, T, SB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+        ldmatrix_x2(b[ni], tile_at<K, U, SB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
       } else {
-        ldmatrix_x2_trans(b[ni], tile_at<N, T, SB>(B, k0 + lane % 16, col0 + ni * 8));
+        ldmatrix_x2_trans(b[ni], tile_at<N, U, SB>(B, k0 + lane % 16, col0 + ni * 8));
       }
     }
   }
@@ -185,7 +206,7 @@ struct BlockGemm {
   // in a thread scope when the gemm sits under a branch on the thread index).
   template <typename Acc>
   // Unsigned, as threadIdx.x is: signed division would cost registers the wide tiles lack.
-  static TEGULA_DEVICE void run(const T* A, const T* B, Acc* C, unsigned tid) {
+  static TEGULA_DEVICE void run(const T* A, const U* B, Acc* C, unsigned tid) {
     const int lane = int(tid % 32u), warp = int(tid / 32u);
     const int row0 = (warp % WM) * TM, col0 = (warp / WM) * TN;
     if constexpr (kDoubleBuffer) {
@@ -194,10 +215,10 @@ struct BlockGemm {
       load_a(a[0], A, row0, 0, lane);
       load_b(b[0], B, col0, 0, lane);
 #pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
-        if (ks + 1 < K / 16) {
-          load_a(a[(ks + 1) % 2], A, row0, (ks + 1) * 16, lane);
-          load_b(b[(ks + 1) % 2], B, col0, (ks + 1) * 16, lane);
+      for (int ks = 0; ks < K / KS; ++ks) {
+        if (ks + 1 < K / KS) {
+          load_a(a[(ks + 1) % 2], A, row0, (ks + 1) * KS, lane);
+          load_b(b[(ks + 1) % 2], B, col0, (ks + 1) * KS, lane);
         }
 #pragma unroll
         for (int mi = 0; mi < MT; ++mi) {
@@ -206,30 +227,30 @@ struct BlockGemm {
             // Serpentine over n so consecutive mma share the A or B registers.
             int nj = (mi % 2) ? NT - 1 - ni : ni;
             if (CLEAR && ks == 0) {
-              mma_tile<true>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+              mma_tile<true, T, U>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj]);
             } else {
-              mma_tile<false>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj], B);
+              mma_tile<false, T, U>(&C[(mi * NT + nj) * 4], a[ks % 2][mi], b[ks % 2][nj]);
             }
           }
         }
       }
     } else {
 #pragma unroll
-      for (int ks = 0; ks < K / 16; ++ks) {
+      for (int ks = 0; ks < K / KS; ++ks) {
         uint32_t a[MT][4];
-        load_a(a, A, row0, ks * 16, lane);
+        load_a(a, A, row0, ks * KS, lane);
 #pragma unroll
         for (int n0 = 0; n0 < NT; n0 += 2) {
           uint32_t b[2][2];
-          load_b_pair(b, B, col0, n0, ks * 16, lane, n0 + 1 < NT);
+          load_b_pair(b, B, col0, n0, ks * KS, lane, n0 + 1 < NT);
 #pragma unroll
           for (int mi = 0; mi < MT; ++mi) {
             if (CLEAR && ks == 0) {
-              mma_tile<true>(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
-              if (n0 + 1 < NT) mma_tile<true>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+              mma_tile<true, T, U>(&C[(mi * NT + n0) * 4], a[mi], b[0]);
+              if (n0 + 1 < NT) mma_tile<true, T, U>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1]);
             } else {
-              mma_tile<false>(&C[(mi * NT + n0) * 4], a[mi], b[0], B);
-              if (n0 + 1 < NT) mma_tile<false>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1], B);
+              mma_tile<false, T, U>(&C[(mi * NT + n0) * 4], a[mi], b[0]);
+              if (n0 + 1 < NT) mma_tile<false, T, U>(&C[(mi * NT + n0 + 1) * 4], a[mi], b[1]);
             }
           }
         }
@@ -238,32 +259,32 @@ struct BlockGemm {
   }
 
   // B fragments of n-tiles n0 and n0 + 1 (only n0 when !two) of the warp's columns.
-  static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const T* B, int col0, int n0, int k0, int lane,
+  static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const U* B, int col0, int n0, int k0, int lane,
                                         bool two) {
     const int q = lane / 8, r = lane % 8;
     if (two) {
       uint32_t d[4];
       if constexpr (TB) {
-        ldmatrix_x4(d, tile_at2<K, T, SB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / 8));
+        ldmatrix_x4(d, tile_at2<K, U, SB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / CH));
       } else if constexpr (is_pow2(NT)) {
-        ldmatrix_x4_trans(d, tile_at2<N, T, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
+        ldmatrix_x4_trans(d, tile_at2<N, U, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, T, SB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<N, U, SB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
       }
       b[0][0] = d[0], b[0][1] = d[1], b[1][0] = d[2], b[1][1] = d[3];
     } else if constexpr (TB) {
-      ldmatrix_x2(b[0], tile_at<K, T, SB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * 8));
+      ldmatrix_x2(b[0], tile_at<K, U, SB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
     } else {
-      ldmatrix_x2_trans(b[0], tile_at<N, T, SB>(B, k0 + lane % 16, col0 + n0 * 8));
+      ldmatrix_x2_trans(b[0], tile_at<N, U, SB>(B, k0 + lane % 16, col0 + n0 * 8));
     }
   }
 };
 
 // T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
-          typename Acc>
-TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T>::run(A, B, C, tid);
+          typename U, typename Acc>
+TEGULA_DEVICE void gemm_ss(const T* A, const U* B, Acc* C, unsigned tid = threadIdx.x) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T, U>::run(A, B, C, tid);
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
@@ -273,7 +294,7 @@ TEGULA_DEVICE void gemm_ss(const T* A, const T* B, Acc* C, unsigned tid = thread
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
           typename Acc>
 TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T>::run(A, B, C, tid);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T>::run(A, B, C, tid);
 }
 
 }  // namespace tegula

@@ -51,10 +51,11 @@ TEGULA_DEVICE void ldmatrix_x4_trans(uint32_t (&d)[4], const void* smem) {
 // D = A * B + C for one m16n8 tile; d may be the same array as c.
 // A is row-major 16xK, B is "col" (K-major) Kx8, the instruction's only layout pair
 // for 16-bit inputs. Name: <input type><accumulator type>.
-#define TEGULA_MMA_F32_ACC(name, shape, in_type, a_regs)                                 \
+#define TEGULA_MMA_F32_ACC(name, shape, in_type, a_regs) TEGULA_MMA_F32_ACC2(name, shape, in_type, in_type, a_regs)
+#define TEGULA_MMA_F32_ACC2(name, shape, a_type, b_type, a_regs)                         \
   TEGULA_DEVICE void name(float(&d)[4], const uint32_t(&a)[a_regs], const uint32_t(&b)[2], \
                           const float(&c)[4]) {                                          \
-    asm("mma.sync.aligned." shape ".row.col.f32." in_type "." in_type ".f32 "              \
+    asm("mma.sync.aligned." shape ".row.col.f32." a_type "." b_type ".f32 "                \
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"          \
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                 \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),   \
@@ -65,11 +66,14 @@ TEGULA_MMA_F32_ACC(mma_m16n8k16_bf16f32, "m16n8k16", "bf16", 4)
 // float32 inputs run as tf32 (10-bit mantissa); each register holds one element.
 TEGULA_MMA_F32_ACC(mma_m16n8k8_tf32f32, "m16n8k8", "tf32", 4)
 #if TEGULA_ARCH >= 890
-// 8-bit floats, sm_89+: each register holds four elements.
+// 8-bit floats, sm_89+: each register holds four elements, A's and B's types either.
 TEGULA_MMA_F32_ACC(mma_m16n8k32_e4m3f32, "m16n8k32", "e4m3", 4)
 TEGULA_MMA_F32_ACC(mma_m16n8k32_e5m2f32, "m16n8k32", "e5m2", 4)
+TEGULA_MMA_F32_ACC2(mma_m16n8k32_e4m3e5m2f32, "m16n8k32", "e4m3", "e5m2", 4)
+TEGULA_MMA_F32_ACC2(mma_m16n8k32_e5m2e4m3f32, "m16n8k32", "e5m2", "e4m3", 4)
 #endif
 #undef TEGULA_MMA_F32_ACC
+#undef TEGULA_MMA_F32_ACC2
 
 // Half accumulators: c and d are two registers of packed half2 (rows r and r + 8).
 TEGULA_DEVICE void mma_m16n8k16_f16f16(uint32_t (&d)[2], const uint32_t (&a)[4],

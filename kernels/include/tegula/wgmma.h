@@ -17,8 +17,13 @@
 // "K-major"; one stored K x M or K x N is "MN-major" and set as transposed in the
 // instruction.
 //
-// The instruction is a struct the code generator writes for the tile's N and element type
+// The instruction is a struct the code generator writes for the tile's N and element types
 // (`Inst`): its asm names N / 2 accumulator registers, which no template can spell.
+//
+// 8-bit float operands (A of type T, B of type U, e4m3 or e5m2 each) run m64nNk32: a
+// k-step is 32 bytes of a row, as for 16-bit m64nNk16, so the layouts and descriptors are
+// the same in bytes. The instruction has no transpose for them: A is K-major in shared
+// memory and B is N x K (TB).
 #pragma once
 #include "tegula/gemm.h"
 
@@ -83,16 +88,19 @@ TEGULA_DEVICE uint64_t wgmma_desc(uint32_t addr, uint32_t lead) {
 }
 
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename T,
-          typename Inst>
+          typename U, typename Inst>
 struct BlockWgmma {
   static constexpr int E = int(sizeof(T));
+  static constexpr int KS = 32 / E;  // elements of K per instruction
   static constexpr int TM = M / WGM, TN = N / WGN, MI = TM / 64;
   static constexpr int CA = TA ? M : K, CB = TB ? K : N;  // stored row lengths
-  static_assert(M % (WGM * 64) == 0 && N % WGN == 0 && TN % 8 == 0 && TN <= 256 && K % 16 == 0,
+  static_assert(sizeof(U) == sizeof(T), "A and B of one width");
+  static_assert(E == 2 || (!TA && TB), "8-bit operands are read K-major");
+  static_assert(M % (WGM * 64) == 0 && N % WGN == 0 && TN % 8 == 0 && TN <= 256 && K % KS == 0,
                 "tile does not fit the wgmma shape");
   static_assert(Inst::N == TN, "instruction width does not match the warpgroup tile");
 
-  // Descriptor of A's 64 x 16 tile at (m0, k0), and of B's TN x 16 tile at (n0, k0).
+  // Descriptor of A's 64 x KS tile at (m0, k0), and of B's TN x KS tile at (n0, k0).
   static TEGULA_DEVICE uint64_t desc_a(uint32_t base, int m0, int k0) {
     constexpr int P = kPanel<CA, E>;
     if constexpr (TA) {
@@ -113,27 +121,28 @@ struct BlockWgmma {
   // Issues C (+)= A B over the whole K as one wgmma group. Until wgmma_wait_regs returns,
   // neither C nor the operands may be touched.
   template <bool kRegsA>
-  static TEGULA_DEVICE void run(const T* A, const T* B, float* C) {
+  static TEGULA_DEVICE void run(const T* A, const U* B, float* C) {
     const int group = int(threadIdx.x) / 128;
     const int m0 = (group % WGM) * TM, n0 = (group / WGM) * TN;
     const uint32_t a = kRegsA ? 0u : smem_addr(A), b = smem_addr(B);
     fence_registers<MI * TN / 2>(C);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < K / 16; ++ks) {
-      const uint64_t db = desc_b(b, n0, ks * 16);
+    for (int ks = 0; ks < K / KS; ++ks) {
+      const uint64_t db = desc_b(b, n0, ks * KS);
       const int scale = (CLEAR && ks == 0) ? 0 : 1;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         float* d = C + mi * (TN / 2);
         if constexpr (kRegsA) {
+          static_assert(E == 2, "8-bit A is read from shared memory");
           // A's registers in the accumulator layout of an M x K tile (group 4): the 16 x 16
           // operand of m-tile mi is accumulator tiles kt = 2 ks and 2 ks + 1.
           const T* s = A + (mi * (K / 8) + ks * 2) * 4;
           const uint32_t ra[4] = {pack2(s[0], s[1]), pack2(s[2], s[3]), pack2(s[4], s[5]), pack2(s[6], s[7])};
           Inst::template rs<!TB>(d, ra, db, scale);
         } else {
-          Inst::template ss<TA, !TB>(d, desc_a(a, m0 + mi * 64, ks * 16), db, scale);
+          Inst::template ss<TA, !TB>(d, desc_a(a, m0 + mi * 64, ks * KS), db, scale);
         }
       }
     }
@@ -152,9 +161,9 @@ TEGULA_DEVICE void wgmma_wait_regs(float* C) {
 // T.gemm(A_shared, B_shared, C) on wgmma, issued (wgmma_wait_regs completes it). RA, RB:
 // rows of A's and B's buffers as stored.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
-          typename T>
-TEGULA_DEVICE void wgmma_ss(const T* A, const T* B, float* C) {
-  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, Inst>::template run<false>(A, B, C);
+          typename T, typename U>
+TEGULA_DEVICE void wgmma_ss(const T* A, const U* B, float* C) {
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, U, Inst>::template run<false>(A, B, C);
 }
 
 // T.gemm(A_fragment, B_shared, C) on wgmma: A in the registers of an accumulator of the same
@@ -164,7 +173,7 @@ template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, i
           typename T>
 TEGULA_DEVICE void wgmma_rs(const T* A, const T* B, float* C) {
   static_assert(!TA, "A in registers takes no transpose");
-  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, Inst>::template run<true>(A, B, C);
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, T, Inst>::template run<true>(A, B, C);
 }
 
 #endif  // TEGULA_ARCH >= 900

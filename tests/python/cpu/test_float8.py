@@ -56,24 +56,6 @@ def test_arithmetic_on_float8_values_is_float32():
     assert "cast<float>(vld_" in k.get_kernel_source()  # loaded as a vector of 8-bit floats, widened
 
 
-def test_a_gemm_of_float8_operands_is_refused_at_its_line():
-    @T.prim_func
-    def g(A: T.Tensor((64, 64), "float8_e4m3fn"), B: T.Tensor((64, 64), "float8_e4m3fn"),
-          C: T.Tensor((64, 64), "float32")):
-        with T.Kernel(1, threads=128) as bx:
-            a = T.alloc_shared((64, 64), "float8_e4m3fn")
-            b = T.alloc_shared((64, 64), "float8_e4m3fn")
-            c = T.alloc_fragment((64, 64), "float32")
-            T.copy(A, a)
-            T.copy(B, b)
-            T.gemm(a, b, c, clear_accum=True)
-            T.copy(c, C)
-
-    with pytest.raises(tegula.TegulaCompileError, match="T.gemm") as info:
-        tegula.compile(g, target="sm_90a")
-    assert "float8_e4m3fn" in str(info.value)
-
-
 def test_dtype_names():
     assert T.float8_e4m3 == T.float8_e4m3fn == "float8_e4m3fn"
     assert T.float8_e4m3fn.as_torch() is torch.float8_e4m3fn and T.float8_e5m2.as_torch() is torch.float8_e5m2

@@ -67,6 +67,8 @@ def test_generator_covers_the_language():
                "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_barrier_inside"]
     # views and T.im2col (fuzz_families_views.py)
     wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
+    # gemms of 8-bit floats (fuzz_families_fp8.py)
+    wanted += ["gen_gemm_fp8", "fp8_two_accumulators", "fp8_scaled_relu", "fp8_clear_accum_every_step"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
@@ -74,6 +76,10 @@ def test_generator_covers_the_language():
         assert any(f.startswith(f"tc_{policy}_") for f in features), policy
     for kind in ("sum", "max", "min", "abssum", "absmax"):
         assert any(f.startswith(f"reduce_{kind}_") for f in features), kind
+    for types in ("float8_e4m3fn_float8_e4m3fn", "float8_e5m2_float8_e5m2", "float8_e4m3fn_float8_e5m2"):
+        assert any(f.startswith(f"fp8_{types}_") for f in features), types
+    for target in ("sm_89", "sm_90a"):
+        assert any(f.startswith("fp8_") and f"_{target}_" in f for f in features), target
 
 
 def test_programs_are_reproducible():
