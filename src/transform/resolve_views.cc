@@ -53,7 +53,7 @@ class Resolver : public IRMutator {
     return mutate_all(v, &changed);
   }
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    if (op->for_kind == ForKind::Parallel) {
+    if (op->for_kind == ForKind::Parallel && !keep_nests_) {
       if (Stmt s = over_root(self)) return mutate(s);
     }
     const int64_t* lo = as_const_int(op->min);
@@ -78,7 +78,10 @@ class Resolver : public IRMutator {
       if (!view->view_of) continue;
       Buffer own = make_buffer(view->name + "_whole", view->scope, view->dtype, view->shape, view->loc);
       k_.allocs.push_back(own);
+      // Laid out over the copy's own shape: the view's reads cross layouts if they must.
+      keep_nests_ = true;
       before.push_back(mutate(element_copy(view, own, op->loc)));
+      keep_nests_ = false;
       if (i + 1 == regions.size()) after.push_back(mutate(element_copy(own, view, op->loc)));
       regions[i].buffer = own;
     }
@@ -89,10 +92,11 @@ class Resolver : public IRMutator {
 
  private:
   // A T.Parallel nest over the whole of a fragment's view, indexing it by its variables
-  // (a copy into or out of the view, a loop the author wrote over it), and touching no
-  // other fragment: the same nest over the fragment's own shape, the view's indices
-  // computed from the fragment's, so that the fragment is indexed by the loop variables
-  // and layout inference lays the nest out with it:
+  // (a copy into or out of the view, a loop the author wrote over it): the same nest over
+  // the fragment's own shape, the view's indices computed from the fragment's, so that the
+  // fragment is indexed by the loop variables and layout inference lays the nest out with
+  // it (other fragments the body reads get the view's indices, as div / mod of the loop
+  // variables):
   //
   //   for i in T.Parallel(256): v[i] = X[i]   (v a view (256,) of f (8, 32))
   //   ->  for i, j in T.Parallel(8, 32): f[i, j] = X[i * 32 + j]
@@ -108,7 +112,7 @@ class Resolver : public IRMutator {
     }
     FragmentUses uses;
     uses.visit(body);
-    if (uses.views.size() != 1 || !uses.others.empty()) return {};
+    if (uses.views.size() != 1) return {};
     const Buffer view = uses.views.begin()->second;
     const Buffer& root = root_of(view);
     if (loops.size() != view->shape.size() || root->scope != Scope::Fragment) return {};
@@ -233,6 +237,7 @@ class Resolver : public IRMutator {
 
   Kernel& k_;
   Analyzer an_;
+  bool keep_nests_ = false;  // while resolving the copy of a view into its own buffer
 };
 
 }  // namespace

@@ -149,3 +149,36 @@ def gemm_result_through_view(M, N, K, heads):
         return (Q.double() @ Kt.double().T).reshape(M, N, heads).sum(-1)
 
     return main, ref
+
+
+def indexer_logits(N, Q, H, D, dtype="float16"):
+    """TileLang's DeepSeek indexer: s = K @ Q^T in a gemm accumulator (N, Q*H), scaled in a
+    T.Parallel loop over its 3-D view (N, Q, H) by weights[q, h] (another fragment) and a
+    per-row scale, then summed over the heads through the view."""
+
+    @T.prim_func
+    def main(Kt: T.Tensor((N, D), dtype), Qt: T.Tensor((Q * H, D), dtype), W: T.Tensor((Q, H), "float32"),
+             Sc: T.Tensor((N,), "float32"), L: T.Tensor((N, Q), "float32")):
+        with T.Kernel(1, threads=128):
+            k_s = T.alloc_shared((N, D), dtype)
+            q_s = T.alloc_shared((Q * H, D), dtype)
+            s = T.alloc_fragment((N, Q * H), "float32")
+            w = T.alloc_fragment((Q, H), "float32")
+            sc = T.alloc_fragment((N,), "float32")
+            logits = T.alloc_fragment((N, Q), "float32")
+            T.copy(Kt, k_s)
+            T.copy(Qt, q_s)
+            T.copy(W, w)
+            T.copy(Sc, sc)
+            T.gemm(k_s, q_s, s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+            s_r = T.reshape(s, (N, Q, H))
+            for i, q, h in T.Parallel(N, Q, H):
+                s_r[i, q, h] = T.max(s_r[i, q, h], 0) * w[q, h] * sc[i]
+            T.reduce_sum(s_r, logits, dim=-1, clear=True)
+            T.copy(logits, L)
+
+    def ref(Kt, Qt, W, Sc):
+        s = (Kt.double() @ Qt.double().T).reshape(N, Q, H).clamp_min(0)
+        return (s * W.double()[None] * Sc.double()[:, None, None]).sum(-1)
+
+    return main, ref

@@ -27,6 +27,8 @@ CASES = [
     ("reduce_over_view", (2, 3, 128)),
     ("reduce_over_view", (8, 4, 32)),
     ("gemm_result_through_view", (64, 16, 32, 4)),
+    ("indexer_logits", (64, 4, 16, 32)),
+    ("indexer_logits", (128, 2, 32, 64)),
 ]
 
 
