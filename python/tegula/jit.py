@@ -141,8 +141,11 @@ class JITKernel:
         ]
         # Found now rather than at the first launch: with out_idx, every dynamic size
         # must be readable off an input tensor.
+        def determines(d, var) -> bool:  # the size itself, or a * var + b (checked by the launcher's build)
+            return d is var or any(x is var for x in getattr(d, "dyn", ()))
+
         for var in func.dynamic_vars:
-            if not any(d is var for i, p in enumerate(func.params) if i not in outputs for d in p.shape):
+            if not any(determines(d, var) for i, p in enumerate(func.params) if i not in outputs for d in p.shape):
                 raise ValueError(f"kernel {func.name}: dynamic dimension '{var}' is not a whole dimension of "
                                  "any input tensor, so its value cannot be known at launch")
         self.num_inputs = len(func.params) - len(outputs)

@@ -237,6 +237,25 @@ static bool over_dynamic_sizes(const ir::Expr& e, const std::vector<ir::Expr>& d
   return ir::eval_int(e, values, &out);
 }
 
+// The dynamic size `e` is `a * var + b` of (a > 0, b integers): var's index, else -1. Such a
+// dimension (T.Tensor((n * 4,), ...), (n + 1,)) determines var at launch: var = (dim - b) / a.
+static int affine_dynamic(const ir::Expr& e, const std::vector<ir::Expr>& dynamic_vars) {
+  for (size_t j = 0; j < dynamic_vars.size(); ++j) {
+    static const int64_t points[] = {0, 1, 2, 3, 7, 64, 1000};
+    int64_t at[7];
+    bool ok = true;
+    for (int i = 0; ok && i < 7; ++i) {
+      ir::VarValues values{{dynamic_vars[j].get(), points[i]}};
+      ok = ir::eval_int(e, values, &at[i]);
+    }
+    if (!ok) continue;  // another variable (or none of these) is in it
+    int64_t a = at[1] - at[0];
+    for (int i = 0; ok && i < 7; ++i) ok = at[i] == a * points[i] + at[0];
+    return ok && a > 0 ? int(j) : -1;
+  }
+  return -1;
+}
+
 // The program of one prim_func: its kernels (one per `with T.Kernel`, launched in order)
 // over one argument list, the parameters then `num_workspaces` T.alloc_global buffers.
 std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<LoweredKernel>>& kernels,
@@ -273,9 +292,13 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
         // A workspace may also be sized by an expression over the dynamic sizes, which the
         // launch evaluates (T.alloc_global((T.ceildiv(m, 64), n), ...)).
         bool computed = !v && var < 0 && s.is_workspace && over_dynamic_sizes(d, k.dynamic_vars);
+        if (!v && var < 0 && !computed && !s.is_workspace) {
+          var = affine_dynamic(d, k.dynamic_vars);  // a * n + b: n read off the dimension
+          computed = var >= 0;
+        }
         if (!v && var < 0 && !computed) {
           throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name + "': shape entry " +
-                                ir::to_string(d) + " must be a constant or a T.dynamic variable" +
+                                ir::to_string(d) + " must be a constant, a T.dynamic variable or a * n + b of one" +
                                 (s.is_workspace ? ", or an expression over T.dynamic sizes" : ""));
         }
         s.dims.push_back(v ? *v : -1);

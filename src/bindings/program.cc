@@ -116,7 +116,28 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
   }
   for (size_t d = 0; d < p.dims.size(); ++d) {
     int64_t got = t.size(d);
-    if (p.dim_var[d] >= 0) {
+    if (p.dim_var[d] >= 0 && d < p.dim_expr.size() && p.dim_expr[d]) {
+      // a * n + b (compile.cc affine_dynamic): n = (dim - b) / a.
+      const ir::Expr& var = dynamic_vars_[p.dim_var[d]];
+      int64_t b = 0, ab = 0;
+      internal_assert(ir::eval_int(p.dim_expr[d], {{var.get(), 0}}, &b) && ir::eval_int(p.dim_expr[d], {{var.get(), 1}}, &ab))
+          << "dimension " << d << " of '" << p.name << "' is not affine in a dynamic size";
+      int64_t a = ab - b;
+      std::string form = ir::to_string(p.dim_expr[d]);
+      if (got < b || (got - b) % a != 0) {
+        bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + ", which is not " + form +
+                   " for any integer " + var.as<ir::VarNode>()->name);
+      }
+      int64_t n = (got - b) / a;
+      int64_t& v = dyn[p.dim_var[d]];
+      if (v < 0) {
+        v = n;
+      } else if (v != n) {
+        bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + " = " + form + " for " +
+                   var.as<ir::VarNode>()->name + " = " + std::to_string(n) + ", but an earlier argument gave " +
+                   std::to_string(v));
+      }
+    } else if (p.dim_var[d] >= 0) {
       int64_t& v = dyn[p.dim_var[d]];
       if (v < 0) {
         // Dynamic sizes reach the kernel as int32, and its index arithmetic is 32-bit.

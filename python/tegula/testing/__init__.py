@@ -95,21 +95,39 @@ def _prepare(kernel, args):
     for i, (p, info) in enumerate(zip(params, func.params)):
         if not p.is_output:
             continue
-        shape = [d if isinstance(d, int) else dynamic[id(d)] for d in info.shape]
+        shape = [d if isinstance(d, int) else dynamic[id(d)] if id(d) in dynamic
+                 else _workspace_size(kernel, info, d, dynamic, _native()) for d in info.shape]
         out = poison(torch.empty(shape, dtype=p.dtype))
         full[i] = out
         outputs.append(out)
     return full, outputs, dynamic
 
 
+def _native():
+    from ..env import native
+
+    return native()
+
+
 def dynamic_sizes(kernel, full) -> dict:
-    """id(dynamic var) -> its value in this call's tensors."""
+    """id(dynamic var) -> its value in this call's tensors (a dimension a * n + b gives n)."""
+    from ..env import native
+
     sizes = {}
     for info, value in zip(kernel.prim_func.params, full):
         if isinstance(value, torch.Tensor):
             for dim, size in zip(info.shape, value.shape):
-                if not isinstance(dim, int):
+                if isinstance(dim, int):
+                    continue
+                if any(dim is var for var in kernel.prim_func.dynamic_vars):
                     sizes[id(dim)] = size
+                    continue
+                used = list(getattr(dim, "dyn", ()))
+                if len(used) == 1 and hasattr(dim, "expr"):
+                    ev = native().ir.eval_int
+                    b, ab = ev(dim.expr, [(used[0].expr, 0)]), ev(dim.expr, [(used[0].expr, 1)])
+                    if b is not None and ab is not None and ab > b and (size - b) % (ab - b) == 0:
+                        sizes[id(used[0])] = (size - b) // (ab - b)
     return sizes
 
 
