@@ -145,7 +145,8 @@ class JITKernel:
             return d is var or any(x is var for x in getattr(d, "dyn", ()))
 
         for var in func.dynamic_vars:
-            if not any(determines(d, var) for i, p in enumerate(func.params) if i not in outputs for d in p.shape):
+            if not any(determines(d, var) for i, p in enumerate(func.params) if i not in outputs
+                       for d in (*p.shape, *getattr(p.value, "strides", ()))):
                 raise ValueError(f"kernel {func.name}: dynamic dimension '{var}' is not a whole dimension of "
                                  "any input tensor, so its value cannot be known at launch")
         self.num_inputs = len(func.params) - len(outputs)

@@ -85,11 +85,14 @@ at::ScalarType scalar_type(ir::DataType t) {
   switch (t.code) {
     case ir::DataType::Float: return t.bits == 16 ? at::kHalf : t.bits == 64 ? at::kDouble : at::kFloat;
     case ir::DataType::BFloat: return at::kBFloat16;
-    case ir::DataType::Int: return t.bits == 8 ? at::kChar : t.bits == 16 ? at::kShort : t.bits == 64 ? at::kLong : at::kInt;
-    case ir::DataType::UInt: return t.bits == 8 ? at::kByte : t.bits == 16 ? at::kUInt16 : t.bits == 64 ? at::kUInt64 : at::kUInt32;
+    case ir::DataType::Int: return t.bits <= 8 ? at::kChar : t.bits == 16 ? at::kShort : t.bits == 64 ? at::kLong : at::kInt;
+    case ir::DataType::UInt: return t.bits <= 8 ? at::kByte : t.bits == 16 ? at::kUInt16 : t.bits == 64 ? at::kUInt64 : at::kUInt32;
     case ir::DataType::Bool: return at::kBool;
     case ir::DataType::Float8E4M3: return at::kFloat8_e4m3fn;
     case ir::DataType::Float8E5M2: return at::kFloat8_e5m2;
+    case ir::DataType::Float8E8M0: return at::kFloat8_e8m0fnu;
+    // 4-bit types: the bytes that hold two elements (what a call allocates for an output).
+    case ir::DataType::Float4E2M1: return at::kFloat4_e2m1fn_x2;
     default: return at::kFloat;
   }
 }
@@ -305,9 +308,27 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
         s.dim_var.push_back(var);
         s.dim_expr.push_back(computed ? d : ir::Expr());
       }
+      for (auto& st : p.buffer->strides) {
+        const int64_t* v = ir::as_const_int(st);
+        int var = -1;
+        for (size_t j = 0; !v && j < k.dynamic_vars.size(); ++j) {
+          if (k.dynamic_vars[j].same_as(st)) var = int(j);
+        }
+        if (!v && var < 0) {
+          throw py::value_error("parameter '" + s.name + "': stride " + ir::to_string(st) +
+                                " must be a constant or a T.dynamic variable");
+        }
+        s.strides.push_back(v ? *v : -1);
+        s.stride_var.push_back(var);
+      }
       auto it = align.find(i);
       s.align_bytes = it == align.end() ? 0 : it->second;
     } else {
+      ir::DataType t = p.var.dtype();
+      if (t.bits == 4 || t.code == ir::DataType::Float8E8M0) {
+        throw py::value_error("parameter '" + s.name + "': a scalar parameter cannot be " + t.name() +
+                              "; pass a float32 (or int32) and T.cast it in the kernel");
+      }
       s.is_tensor = false;
       s.dtype = p.var.dtype();
       s.var = p.var;

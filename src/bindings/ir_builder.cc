@@ -320,6 +320,13 @@ void init_ir_builder(py::module_& m) {
     return BufferHandle{ir::make_buffer(name, lookup(kScopes, scope, "scope"), parse_dtype(dtype), std::move(shape),
                                         current_loc())};
   }, py::arg("name"), py::arg("scope"), py::arg("dtype"), py::arg("shape"));
+  m.def("strided_buffer", [](const std::string& name, const std::string& dtype, std::vector<Expr> shape,
+                             std::vector<Expr> strides) {
+    for (const Expr& d : shape) require_int(d, "a buffer dimension");
+    for (const Expr& d : strides) require_int(d, "a stride");
+    return BufferHandle{ir::make_strided_buffer(name, parse_dtype(dtype), std::move(shape), std::move(strides),
+                                                current_loc())};
+  }, py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("strides"));
   m.def("view", [](const std::string& name, const BufferHandle& base, std::vector<Expr> shape) {
     for (const Expr& d : shape) require_int(d, "a view's dimension");
     return BufferHandle{ir::make_view(name, base.node, std::move(shape), current_loc())};

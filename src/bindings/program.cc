@@ -38,6 +38,11 @@ IntRange int_range(ir::DataType t) {
   return {-(int64_t(1) << (t.bits - 1)), (uint64_t(1) << (t.bits - 1)) - 1};
 }
 
+// The torch dtypes a 4-bit parameter accepts: bytes holding two elements.
+bool packed_storage(ir::DataType t, at::ScalarType s) {
+  return s == at::kByte || s == at::kChar || (t.code == ir::DataType::Float4E2M1 && s == at::kFloat4_e2m1fn_x2);
+}
+
 constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
 constexpr int64_t kMaxGridYZ = 65535;
 
@@ -101,8 +106,11 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
     bad(p, "must be a torch.Tensor (or an array exposing __dlpack__ or __cuda_array_interface__), got " +
                type_name(obj));
   }
-  if (t.scalar_type() != p.scalar_type) {
-    bad(p, "must have dtype " + p.dtype.name() + ", got " + std::string(c10::toString(t.scalar_type())));
+  const bool packed = p.dtype.is_packed();
+  if (packed ? !packed_storage(p.dtype, t.scalar_type()) : t.scalar_type() != p.scalar_type) {
+    bad(p, "must have dtype " + p.dtype.name() + (packed ? " (a torch.int8 or torch.uint8 tensor of two elements a byte, "
+                                                           "the last dimension halved)" : "") +
+               ", got " + std::string(c10::toString(t.scalar_type())));
   }
   if (!t.is_cuda()) {
     bad(p, "must be on a CUDA device, got " +
@@ -115,7 +123,8 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
                std::to_string(t.dim()) + " dimensions");
   }
   for (size_t d = 0; d < p.dims.size(); ++d) {
-    int64_t got = t.size(d);
+    // A 4-bit type's last dimension holds two elements a byte.
+    int64_t got = t.size(d) * (packed && d + 1 == p.dims.size() ? 2 : 1);
     if (p.dim_var[d] >= 0 && d < p.dim_expr.size() && p.dim_expr[d]) {
       // a * n + b (compile.cc affine_dynamic): n = (dim - b) / a.
       const ir::Expr& var = dynamic_vars_[p.dim_var[d]];
@@ -163,7 +172,11 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
       bad(p, "must have shape " + shape_str(p) + ", got dimension " + std::to_string(d) + " = " + std::to_string(got));
     }
   }
-  if (!t.is_contiguous()) bad(p, "must be contiguous (row-major); call .contiguous() first");
+  if (!p.strides.empty()) {
+    check_strides(p, t, dyn);
+  } else if (!t.is_contiguous()) {
+    bad(p, "must be contiguous (row-major); call .contiguous() first");
+  }
   uintptr_t addr = reinterpret_cast<uintptr_t>(t.data_ptr());
   if (p.align_bytes > 1 && addr % p.align_bytes != 0) {
     bad(p, "must start at an address aligned to " + std::to_string(p.align_bytes) +
@@ -177,6 +190,50 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
     bad(p, "is on cuda:" + std::to_string(t.get_device()) + " but earlier arguments are on cuda:" + std::to_string(*device));
   }
   return t;
+}
+
+// T.StridedTensor: each stride as declared, or bound to its dynamic var. Strides are in
+// elements; a 4-bit type's are in its elements too, so a byte stride counts twice, and its
+// last dimension must be the packed one (byte stride 1). A dimension of size 1 is never
+// stepped, so its stride is not checked.
+void Program::check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const {
+  const bool packed = p.dtype.is_packed();
+  const size_t last = p.strides.size() - 1;
+  auto expected = [&] {
+    std::string s = "(";
+    for (size_t d = 0; d < p.strides.size(); ++d) {
+      s += (d ? ", " : "") + (p.strides[d] >= 0 ? std::to_string(p.strides[d])
+                                                : dynamic_vars_[p.stride_var[d]].as<ir::VarNode>()->name);
+    }
+    return s + ")";
+  };
+  if (packed && t.stride(last) != 1 && t.size(last) > 1) {
+    bad(p, "must have byte stride 1 in its last dimension (" + p.dtype.name() + " is packed two elements a byte), got " +
+               std::to_string(t.stride(last)));
+  }
+  for (size_t d = 0; d < p.strides.size(); ++d) {
+    int64_t got = t.stride(d) * (packed && d != last ? 2 : 1);
+    if (p.stride_var[d] >= 0) {
+      int64_t& v = dyn[p.stride_var[d]];
+      if (got >= codegen::kIndex32Limit) {
+        bad(p, "stride " + std::to_string(d) + " is " + std::to_string(got) + ", too large for a dynamic stride "
+                   "(the kernel indexes with 32-bit arithmetic there)");
+      }
+      if (v < 0) {
+        v = got;
+      } else if (v != got) {
+        bad(p, "must have strides " + expected() + ": stride " + std::to_string(d) + " is " + std::to_string(got) +
+                   " but the same dynamic value " + dynamic_vars_[p.stride_var[d]].as<ir::VarNode>()->name + " was " +
+                   std::to_string(v) + " earlier");
+      }
+    } else if (got != p.strides[d] && t.size(d) > 1) {
+      std::string have = "(";
+      for (size_t e = 0; e < p.strides.size(); ++e) {
+        have += (e ? ", " : "") + std::to_string(t.stride(e) * (packed && e != last ? 2 : 1));
+      }
+      bad(p, "must have strides " + expected() + " (in elements), got " + have + ")");
+    }
+  }
 }
 
 // The CPython number protocol directly: no pybind11 cast (whose failure text names no
@@ -290,7 +347,21 @@ void Program::allocate(Args& tensors, const int64_t* dyn, int device, bool works
         shape[d] = p.dims[d];
       }
     }
-    tensors[i] = at::empty(shape, at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device));
+    auto options = at::TensorOptions().dtype(p.scalar_type).device(at::kCUDA, device);
+    if (p.dtype.is_packed()) {
+      if (shape.empty() || shape.back() % 2) bad(p, "is packed two elements a byte, so its last dimension must be even");
+      shape.back() /= 2;
+    }
+    if (!p.strides.empty()) {
+      c10::SmallVector<int64_t, 6> strides(p.strides.begin(), p.strides.end());
+      for (size_t d = 0; d < strides.size(); ++d) {
+        if (strides[d] < 0) bad(p, "has a dynamic stride, so the call cannot allocate it: pass it as an input");
+        if (p.dtype.is_packed() && d + 1 < strides.size()) strides[d] /= 2;
+      }
+      tensors[i] = at::empty_strided(shape, strides, options);
+    } else {
+      tensors[i] = at::empty(shape, options);
+    }
     if (outs) outs[(*nout)++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(tensors[i]));
   }
 }

@@ -22,6 +22,10 @@ struct ParamSpec {
   std::vector<int64_t> dims;       // -1 where the dimension is a dynamic variable
   std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
   std::vector<ir::Expr> dim_expr;  // workspaces: a dimension computed from the dynamic sizes, else null
+  // T.StridedTensor: per dimension a constant stride (in elements), or -1 where it is the
+  // dynamic var stride_var[d]; empty for a contiguous tensor.
+  std::vector<int64_t> strides;
+  std::vector<int> stride_var;
   int align_bytes = 0;             // data_ptr alignment the generated wide and async accesses need
   bool is_output = false;
   bool is_workspace = false;       // T.alloc_global: allocated per call, never passed nor returned
@@ -118,6 +122,7 @@ class Program {
   void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;
+  void check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
   runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
   void encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]);

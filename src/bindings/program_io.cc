@@ -182,6 +182,7 @@ std::string Program::save() const {
   }
   w.i64(int64_t(params_.size()));
   for (auto& p : params_) {
+    if (!p.strides.empty() || p.dtype.is_packed()) return "";  // not in the format yet
     w.str(p.name);
     w.i64(p.is_tensor);
     w.dtype(p.dtype);

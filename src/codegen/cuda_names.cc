@@ -28,7 +28,7 @@ const char* const kReservedWords[] = {
     // CUDA's built-in variables and types, and the names of the headers NVRTC includes that a
     // kernel body could meet (fixed-width integers, 16-bit floats, macros).
     "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "clock", "clock64", "assert", "NULL",
-    "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t",
+    "int8_t", "int16_t", "int32_t", "int64_t", "uint4b_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t",
     "ptrdiff_t", "intptr_t", "uintptr_t", "nullptr_t", "half", "half2", "nv_bfloat16", "nv_bfloat162", "std",
     "fmin", "fmax", "fminf", "fmaxf", "expf", "logf", "sqrtf", "rsqrtf", "fabs", "fabsf", "tegula", "detail",
     // What the device library declares in namespace tegula.
@@ -37,8 +37,8 @@ const char* const kReservedWords[] = {
     "barrier_sync", "bfloat16_t", "broadcast_vec", "cast", "ceil", "ceildiv", "cos", "cp_async_16",
     "cp_async_16_pred", "cp_async_4", "cp_async_4_pred", "cp_async_8", "cp_async_8_pred", "cp_async_commit",
     "cp_async_wait", "cp_async_wait_all", "exp", "exp2", "exp2_fast", "exp_fast", "fence_barrier_init",
-    "fence_proxy_async", "fence_registers", "floor", "floordiv", "fp8_e4m3_t", "fp8_e5m2_t", "floormod", "fma", "gemm_rs", "gemm_ss",
-    "half_t", "infinity", "is_pow2", "kPanel", "ldmatrix_x1", "ldmatrix_x1_trans", "ldmatrix_x2",
+    "fence_proxy_async", "fence_registers", "floor", "floordiv", "fp4_e2m1_t", "fp8_e4m3_t", "fp8_e5m2_t", "fp8_e8m0_t", "floormod", "fma", "gemm_rs", "gemm_ss",
+    "half_t", "infinity", "int4b_t", "is_pow2", "kPanel", "ldmatrix_x1", "ldmatrix_x1_trans", "ldmatrix_x2",
     "ldmatrix_x2_trans", "ldmatrix_x4", "ldmatrix_x4_trans", "load_vec", "load_vec_pred", "log", "log2",
     "log2_fast", "max", "max_value", "mbar_arrive", "mbar_arrive_expect_tx", "mbar_init", "mbar_wait",
     "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_expect_tx", "mbarrier_init", "mbarrier_try_wait",
@@ -47,7 +47,7 @@ const char* const kReservedWords[] = {
     "mma_m16n8k16_bf16f32", "mma_m16n8k16_f16f16", "mma_m16n8k16_f16f32", "mma_m16n8k32_e4m3e5m2f32",
     "mma_m16n8k32_e4m3f32", "mma_m16n8k32_e5m2e4m3f32",
     "mma_m16n8k32_e5m2f32", "mma_m16n8k32_s8s32", "mma_m16n8k8_tf32f32", "mma_tile", "ninfinity", "pack2",
-    "pack_bf16x2", "pack_f16x2", "panel_byte", "panel_offset", "print", "rcp_fast", "rint", "rsqrt",
+    "pack_bf16x2", "pack_f16x2", "packed_load", "packed_store", "panel_byte", "panel_offset", "print", "rcp_fast", "rint", "rsqrt",
     "setmaxnreg_dec", "setmaxnreg_inc", "shfl_xor", "sigmoid", "sin", "smem_addr", "sqrt", "stmatrix_x2",
     "stmatrix_x2_trans", "stmatrix_x4", "stmatrix_x4_trans", "store_vec", "store_vec_pred", "swizzle_offset",
     "sync_async_proxy", "tanh", "tile_at", "tile_at2", "tma_load_1d", "tma_load_2d", "tma_load_3d",

@@ -38,12 +38,14 @@ std::string cuda_type(DataType t) {
   switch (t.code) {
     case DataType::Float: return t.bits == 16 ? "half_t" : t.bits == 64 ? "double" : "float";
     case DataType::BFloat: return "bfloat16_t";
-    case DataType::Int: return t.bits == 8 ? "signed char" : t.bits == 16 ? "short" : t.bits == 64 ? "long long" : "int";
-    case DataType::UInt: return t.bits == 8 ? "unsigned char" : t.bits == 16 ? "unsigned short" : t.bits == 64 ? "unsigned long long" : "unsigned";
+    case DataType::Int: return t.bits == 4 ? "int4b_t" : t.bits == 8 ? "signed char" : t.bits == 16 ? "short" : t.bits == 64 ? "long long" : "int";
+    case DataType::UInt: return t.bits == 4 ? "uint4b_t" : t.bits == 8 ? "unsigned char" : t.bits == 16 ? "unsigned short" : t.bits == 64 ? "unsigned long long" : "unsigned";
     case DataType::Bool: return "bool";
     case DataType::Handle: return "void*";
     case DataType::Float8E4M3: return "fp8_e4m3_t";
     case DataType::Float8E5M2: return "fp8_e5m2_t";
+    case DataType::Float8E8M0: return "fp8_e8m0_t";
+    case DataType::Float4E2M1: return "fp4_e2m1_t";
   }
   return "int";
 }
@@ -109,7 +111,9 @@ class Printer {
     for (auto& p : k_.params) {
       sep();
       if (p.buffer) {
-        os_ << cuda_type(p.buffer->dtype) << "* __restrict__ " << name(p.buffer);
+        // A 4-bit type's tensor is its bytes, two elements each (packed_load / packed_store).
+        os_ << (p.buffer->dtype.is_packed() ? "unsigned char" : cuda_type(p.buffer->dtype)) << "* __restrict__ "
+            << name(p.buffer);
       } else {
         os_ << cuda_type(p.var.dtype()) << " " << name(p.var);
       }
@@ -355,6 +359,17 @@ class Printer {
       return "swizzle_offset<" + expr(b->shape[1]) + ", " + std::to_string(b->dtype.bytes()) + ">(" + expr(idx[0]) +
              ", " + expr(idx[1]) + ")";
     }
+    if (!b->strides.empty()) {
+      // T.StridedTensor: sum of index times stride, in 64 bits (a stride may be large).
+      std::string acc;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        std::string term = "(long long)(" + expr(idx[d]) + ")";
+        const int64_t* c = as_const_int(b->strides[d]);
+        if (!c || *c != 1) term += " * " + expr(b->strides[d]);
+        acc += (d ? " + " : "") + term;
+      }
+      return acc;
+    }
     int64_t n = b->num_elements_const();
     bool wide = b->scope == Scope::Global && (n < 0 || n >= kIndex32Limit);
     std::vector<Expr> pos = idx;
@@ -382,6 +397,10 @@ class Printer {
   // `native`: name the vector with CUDA's own type (float4, ...) where one fits; only for a
   // copy whose two sides both do, since a vector value elsewhere is a Vec<T, N>.
   std::string access(const Buffer& b, const std::vector<Expr>& idx, int lanes, bool read, bool native = false) {
+    if (b->scope == Scope::Global && b->dtype.is_packed()) {
+      internal_assert(lanes == 1 && read) << "a 4-bit tensor is accessed one element at a time (store_packed)";
+      return "packed_load<" + cuda_type(b->dtype) + ">(" + name(b) + ", " + offset(b, idx) + ")";
+    }
     std::string elem = name(b) + "[" + offset(b, idx) + "]";
     if (lanes == 1) return elem;
     std::string vt = native ? memory_vector_type(b->dtype, lanes)
@@ -412,6 +431,7 @@ class Printer {
   std::string literal_int(const IntImmNode* n) {
     DataType t = n->dtype;
     if (t.is_bool()) return n->value ? "true" : "false";
+    if (t.bits == 4) return "cast<" + cuda_type(t) + ">(" + std::to_string(n->value) + ")";  // int4b_t, uint4b_t
     if (t.code == DataType::UInt) {
       uint64_t v = static_cast<uint64_t>(n->value);
       if (t.bits < 64) v &= (uint64_t(1) << t.bits) - 1;
@@ -647,6 +667,12 @@ class Printer {
         if (lanes > 1 && copy && copy->buffer->dtype == st->buffer->dtype) {  // a vector copy
           line() << access(st->buffer, st->indices, lanes, false, true) << " = "
                  << access(copy->buffer, copy->indices, lanes, true, true) << ";\n";
+          break;
+        }
+        if (st->buffer->scope == Scope::Global && st->buffer->dtype.is_packed()) {
+          // A nibble of a byte another thread may be writing: an atomic on its word.
+          line() << "packed_store(" << name(st->buffer) << ", " << offset(st->buffer, st->indices) << ", "
+                 << expr(st->value) << ");\n";
           break;
         }
         line() << access(st->buffer, st->indices, lanes, false) << " = " << expr(st->value) << ";\n";

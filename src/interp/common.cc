@@ -40,6 +40,28 @@ double round_fp8(double v, int mant, int emin, double max, bool holds_inf) {
   return std::fabs(r) > max ? (v > 0 ? max : -max) : r;
 }
 
+// float8_e8m0fnu as torch rounds (c10's fp8e8m0fnu_from_fp32_value): from float32 bits, the
+// exponent, one up when the mantissa is past half or exactly half with the implicit bit set;
+// the sign dropped; inf and NaN give NaN; bits 0 is 2^-127.
+double round_e8m0(double v) {
+  float f = float(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t e = (u >> 23) & 0xff;
+  if (e == 0xff) return std::nan("");
+  bool g = u & 0x400000, rest = u & 0x3fffff;
+  e += g && (rest || e > 0);
+  return e == 0xff ? std::nan("") : std::ldexp(1.0, int(e) - 127);
+}
+
+// float4_e2m1fn: to nearest, ties to even, saturating to +-6; NaN gives 6 (device cvt).
+double round_e2m1(double v) {
+  if (std::isnan(v)) return 6.0;
+  double a = std::fabs(v);
+  double r = a <= 0.25 ? 0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1 : a < 1.75 ? 1.5 : a <= 2.5 ? 2 : a < 3.5 ? 3 : a <= 5 ? 4 : 6;
+  return std::signbit(v) ? -r : r;
+}
+
 }  // namespace
 
 double round_to_dtype(const DataType& t, double v) {
@@ -52,6 +74,8 @@ double round_to_dtype(const DataType& t, double v) {
     case DataType::BFloat: return round_float(v, 7, -126, 127);
     case DataType::Float8E4M3: return round_fp8(v, 3, -6, 448.0, false);
     case DataType::Float8E5M2: return round_fp8(v, 2, -14, 57344.0, true);
+    case DataType::Float8E8M0: return round_e8m0(v);
+    case DataType::Float4E2M1: return round_e2m1(v);
     case DataType::Bool: return v != 0 ? 1.0 : 0.0;
     case DataType::Int:
     case DataType::UInt: {

@@ -15,6 +15,8 @@ std::string DataType::name() const {
     case Handle: base = "handle"; break;
     case Float8E4M3: base = "float8_e4m3fn"; break;
     case Float8E5M2: base = "float8_e5m2"; break;
+    case Float8E8M0: base = "float8_e8m0fnu"; break;
+    case Float4E2M1: base = "float4_e2m1fn"; break;
   }
   return lanes == 1 ? base : base + "x" + std::to_string(lanes);
 }
@@ -30,6 +32,8 @@ bool DataType::parse(const std::string& s, DataType* out) {
       {"uint64", {UInt, 64}},    {"bool", {Bool, 8}},
       {"float8_e4m3fn", {Float8E4M3, 8}}, {"float8_e4m3", {Float8E4M3, 8}}, {"e4m3_float8", {Float8E4M3, 8}},
       {"float8_e5m2", {Float8E5M2, 8}},   {"e5m2_float8", {Float8E5M2, 8}},
+      {"float8_e8m0fnu", {Float8E8M0, 8}}, {"float4_e2m1fn", {Float4E2M1, 4}},
+      {"int4", {Int, 4}},                  {"uint4", {UInt, 4}},
   };
   auto it = table.find(s);
   if (it != table.end()) {
@@ -44,7 +48,7 @@ bool DataType::parse(const std::string& s, DataType* out) {
   }
   auto base = table.find(s.substr(0, x));
   int lanes = s.size() - x > 3 ? 0 : std::stoi(s.substr(x + 1));
-  if (base == table.end() || lanes < 2 || lanes > 32 || base->second.code == Bool) return false;
+  if (base == table.end() || lanes < 2 || lanes > 32 || base->second.code == Bool || base->second.bits < 8) return false;
   *out = base->second.with_lanes(lanes);
   return true;
 }

@@ -8,7 +8,11 @@ namespace tegula::ir {
 struct DataType {
   // Float8E4M3: e4m3fn (no infinities, max 448); Float8E5M2: e5m2 (max 57344). Storage
   // types: conversions saturate to the largest finite value, as CUDA's __NV_SATFINITE.
-  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle, Float8E4M3, Float8E5M2 };
+  // Float8E8M0: e8m0fnu, an unsigned power of two 2^(bits - 127) (255 is NaN), rounded as
+  // torch rounds. Float4E2M1: e2m1fn (max 6). Int and UInt also come 4 bits wide.
+  // 4-bit types are packed two to a byte in global memory (the low nibble first) and take
+  // a byte each on chip (shared, fragment, local).
+  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle, Float8E4M3, Float8E5M2, Float8E8M0, Float4E2M1 };
   Code code = Int;
   int bits = 32;
   int lanes = 1;
@@ -21,10 +25,13 @@ struct DataType {
   static DataType boolean() { return {Bool, 8, 1}; }
 
   bool is_int() const { return code == Int || code == UInt; }
-  bool is_float() const { return code == Float || code == BFloat || is_float8(); }
+  bool is_float() const { return code == Float || code == BFloat || is_float8() || code == Float8E8M0 || code == Float4E2M1; }
   bool is_float8() const { return code == Float8E4M3 || code == Float8E5M2; }
   bool is_bool() const { return code == Bool; }
-  int bytes() const { return bits / 8 * lanes; }
+  // Packed in global memory: two elements a byte.
+  bool is_packed() const { return bits == 4; }
+  // Bytes of a value (one element a byte for 4-bit types: their on-chip storage).
+  int bytes() const { return (bits < 8 ? 1 : bits / 8) * lanes; }
   DataType with_lanes(int n) const { return {code, bits, n}; }
   DataType element() const { return with_lanes(1); }
 

@@ -134,6 +134,18 @@ Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Exp
   return b;
 }
 
+Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
+                           SourceLoc loc) {
+  auto b = std::make_shared<BufferNode>();
+  b->name = name;
+  b->scope = Scope::Global;
+  b->dtype = t;
+  b->shape = std::move(shape);
+  b->strides = std::move(strides);
+  b->loc = std::move(loc);
+  return b;
+}
+
 Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc) {
   auto b = std::make_shared<BufferNode>();
   b->name = name;

@@ -114,6 +114,10 @@ struct BufferNode {
   Scope scope;
   DataType dtype;
   std::vector<Expr> shape;
+  // T.StridedTensor parameters: the step between neighbours of each dimension, in
+  // elements (constants or T.dynamic vars bound at launch from tensor.stride()). Empty:
+  // row-major and contiguous, what every other buffer is.
+  std::vector<Expr> strides;
   SourceLoc loc;
   // Set on a view (T.reshape, T.view, T.Tensor(shape, dtype, buf.data)): no storage of its
   // own, the elements of view_of (same dtype and scope) read in row-major order under
@@ -151,6 +155,9 @@ Expr make_cast(DataType t, Expr v, SourceLoc loc = {});
 Expr make_call(const std::string& op, std::vector<Expr> args, DataType t, SourceLoc loc = {});
 Expr make_load(Buffer b, std::vector<Expr> indices, SourceLoc loc = {}, int lanes = 1);
 Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Expr> shape, SourceLoc loc = {});
+// A global tensor parameter of the given strides (T.StridedTensor).
+Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
+                           SourceLoc loc = {});
 // A view of `base` under another shape (same element count): see BufferNode::view_of.
 Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc = {});
 

@@ -131,6 +131,8 @@ class CanonicalWriter {
     emit(static_cast<uint64_t>(b->scope));
     dtype(b->dtype);
     exprs(b->shape);
+    emit(b->strides.size());
+    exprs(b->strides);
     buffer(b->view_of);
   }
 

@@ -83,6 +83,7 @@ class NameCollector : public IRVisitor {
     if (!b) return;
     bufs_->reserve(b->name);
     for (const Expr& d : b->shape) visit(d);
+    for (const Expr& d : b->strides) visit(d);
   }
 
  protected:
@@ -144,7 +145,10 @@ class Printer {
     }
     return s + "]";
   }
-  std::string buffer_type(const Buffer& b) { return b->dtype.name() + "[" + list(b->shape) + "]"; }
+  std::string buffer_type(const Buffer& b) {
+    std::string t = b->dtype.name() + "[" + list(b->shape) + "]";
+    return b->strides.empty() ? t : t + " strides [" + list(b->strides) + "]";
+  }
 
   void stmt(const Stmt& s, int indent) {
     if (!s) return;

@@ -23,6 +23,10 @@ class AtomicAdd : public TileOp {
       if (order >= 0) args.push_back(make_int(order));
       return make_evaluate(make_call("atomic_add", std::move(args), dst.buffer->dtype, loc), loc);
     };
+    DataType dt = dst.buffer->dtype;
+    user_assert(dt.bits != 4 && dt.code != DataType::Float8E8M0, loc)
+        << "T.atomic_add: the destination '" << dst.buffer->name << "' is " << dt.name()
+        << ", which has no atomic add; accumulate in float32 (or int32) and cast";
     if (op->regions.size() == 1) {
       user_assert(op->args.size() == 1, loc) << "T.atomic_add takes a destination and a value";
       return atomic(dst.mins, op->args[0]);

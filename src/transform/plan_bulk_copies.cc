@@ -95,6 +95,8 @@ struct Planner {
     const Buffer& sb = dst.buffer;
     const Buffer& gb = src.buffer;
     if (k.global_layouts.count(gb.get())) return {};  // a T.Layout's order is not a box
+    // Given strides (T.StridedTensor) are not proven to fit a tensor map; 4-bit elements are packed.
+    if (!gb->strides.empty() || gb->dtype.is_packed()) return {};
     if (gb->view_of || sb->view_of) return {};        // resolve_views makes it element loops
     if (!ops::is_whole(dst) || sb->shape.size() != 2 || gb->dtype != sb->dtype) return {};
     if (ops::all_ones(src)) src = ops::widen(src, dst, op->loc);

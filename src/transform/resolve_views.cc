@@ -248,6 +248,9 @@ void resolve_views(Kernel& k, PassContext&) {
     user_assert(!k.global_layouts.count(root_of(v).get()), v->loc)
         << "'" << v->name << "' is a view of '" << root_of(v)->name << "', whose elements are stored in the order "
         << "of a T.Layout: a view of it is not supported";
+    user_assert(root_of(v)->strides.empty() && !(root_of(v)->scope == Scope::Global && v->dtype.is_packed()), v->loc)
+        << "'" << v->name << "' is a view of '" << root_of(v)->name << "', a T.StridedTensor or a packed 4-bit "
+        << "tensor: a view of it is not supported";
   }
   k.body = Resolver(k).mutate(k.body);
   k.views.clear();

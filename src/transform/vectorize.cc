@@ -25,6 +25,17 @@ namespace {
 
 bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }
 
+// Whether neighbours along the last index are neighbours in memory, so that a vector can
+// cover them: not under a T.Layout, not packed two to a byte, and a T.StridedTensor only
+// when its last stride is 1 (aligned_width then reads the other strides).
+bool vectorizable(const Kernel& k, const Buffer& b) {
+  if (k.global_layouts.count(b.get())) return false;
+  if (b->scope == Scope::Global && b->dtype.is_packed()) return false;
+  if (b->strides.empty()) return true;
+  const int64_t* last = as_const_int(b->strides.back());
+  return last && *last == 1;
+}
+
 class MemoryLoads : public IRVisitor {
  public:
   std::vector<const BufferLoadNode*> loads;
@@ -72,7 +83,12 @@ int aligned_width(const Analyzer& an, const Buffer& b, const std::vector<Expr>& 
   Expr flat;
   int64_t last_div = 1;
   for (size_t d = 0; d < idx.size(); ++d) {
-    flat = flat ? make_binary(BinaryOp::Mul, flat, b->shape[d]) + idx[d] : idx[d];
+    if (!b->strides.empty()) {  // T.StridedTensor: a dynamic stride has no known divisor
+      Expr term = make_binary(BinaryOp::Mul, idx[d], b->strides[d]);
+      flat = flat ? flat + term : term;
+    } else {
+      flat = flat ? make_binary(BinaryOp::Mul, flat, b->shape[d]) + idx[d] : idx[d];
+    }
   }
   const int64_t* last = as_const_int(b->shape.back());
   last_div = last ? *last : dyn_align;
@@ -108,7 +124,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(loads[v].loads[j]->indices);
     // A global tensor with a T.Layout: its neighbours in the index are not in memory.
-    load_kind[j] = k.global_layouts.count(loads[0].loads[j]->buffer.get()) ? -1 : classify(an, idx);
+    load_kind[j] = vectorizable(k, loads[0].loads[j]->buffer) ? classify(an, idx) : -1;
     if (load_kind[j] == 1) {
       load_width[j] = aligned_width(an, loads[0].loads[j]->buffer, idx[0], vec, ctx.options.dynamic_alignment);
       any_vector |= load_width[j] > 1;
@@ -117,7 +133,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   bool dst_memory = is_memory(dst);
   int store_width = 1;
   if (dst_memory) {
-    if (k.global_layouts.count(dst.get())) return {};
+    if (!vectorizable(k, dst)) return {};
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(stores[v]->indices);
     if (classify(an, idx) != 1) return {};

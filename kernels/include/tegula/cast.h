@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tegula/config.h"
+#include "tegula/small_types.h"
 
 namespace tegula {
 
@@ -80,6 +81,18 @@ template <typename To, typename From>
 TEGULA_DEVICE To cast(From x) {
   if constexpr (detail::is_same<To, From>) {
     return x;
+  } else if constexpr (detail::is_minifloat<To>) {
+    // fp8_e8m0_t, fp4_e2m1_t: through float32 (small_types.h gives their rounding).
+    if constexpr (detail::is_int4<From>) return To::from_float(float(x.value));
+    else return To::from_float(cast<float>(x));
+  } else if constexpr (detail::is_int4<To>) {
+    if constexpr (detail::is_integer<From> || detail::is_same<From, bool>) return To::wrap(static_cast<long long>(x));
+    else if constexpr (detail::is_int4<From>) return To::wrap(x.value);
+    else return To::from_float(cast<float>(x));
+  } else if constexpr (detail::is_minifloat<From>) {
+    return cast<To>(x.to_float());  // exact
+  } else if constexpr (detail::is_int4<From>) {
+    return cast<To>(int(x.value));
   } else if constexpr (detail::is_8bit_float<To>) {
     // One rounding, to nearest even, saturating to the largest finite value (CUDA's
     // __NV_SATFINITE constructors); a 16-bit or 8-bit source widens to float exactly.

@@ -24,6 +24,7 @@
 #pragma once
 
 #include "tegula/config.h"
+#include "tegula/small_types.h"
 #include "tegula/vec.h"
 #include "tegula/ldst.h"
 #include "tegula/cast.h"

@@ -18,18 +18,32 @@ _SPELLINGS = {
     "bool": "bool",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn", "e4m3_float8": "float8_e4m3fn",
     "float8_e5m2": "float8_e5m2", "e5m2_float8": "float8_e5m2",
+    "float8_e8m0fnu": "float8_e8m0fnu",
+    # 4-bit types: packed two to a byte in global memory (a torch int8/uint8 tensor whose
+    # last dimension is halved), a byte each on chip.
+    "int4": "int4", "uint4": "uint4", "float4_e2m1fn": "float4_e2m1fn",
 }
 
 # Python types used as annotations or dtypes: `n: int`.
 _PY_TYPES = {builtins.int: "int32", builtins.float: "float32", builtins.bool: "bool"}
 
-FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
+FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+                         "float4_e2m1fn"})
 # 8-bit floats are storage types: arithmetic on them computes in float32.
 FLOAT8_TYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
-INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+# Storage types computed on in a wider type: the 8-bit and 4-bit floats in float32, the
+# 4-bit integers in int32.
+WIDENED_TYPES = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "float8_e8m0fnu": "float32",
+                 "float4_e2m1fn": "float32", "int4": "int32", "uint4": "int32"}
+PACKED_TYPES = frozenset({"int4", "uint4", "float4_e2m1fn"})
+# The torch dtypes a 4-bit tensor may be passed as (bytes of two elements).
+PACKED_STORAGE = frozenset({"int8", "uint8", "float4_e2m1fn_x2"})
+INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
 
-# canonical name -> torch attribute
+# canonical name -> torch attribute: a 4-bit type's is the bytes that hold two elements
+# (TileLang's choice; torch.float4_e2m1fn_x2 where this torch has it).
 _TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}
+_TORCH_NAMES.update({"int4": "int8", "uint4": "uint8", "float4_e2m1fn": "float4_e2m1fn_x2"})
 
 
 # (cast_value, unbound_var) of values.py, which registers them when it is imported (it is
@@ -57,7 +71,7 @@ class DType(str):
 
     @property
     def bits(self) -> int:
-        return value_bits(str(self))
+        return 4 if str(self) in PACKED_TYPES else value_bits(str(self))
 
     @property
     def itemsize(self) -> int:
@@ -91,6 +105,10 @@ def normalize_dtype(value) -> str:
         name = _SPELLINGS.get(str(value).rsplit(".", 1)[-1])
         if name is not None:
             return name
+    if str(value).rsplit(".", 1)[-1] in ("float4_e2m1fnx2", "float4_e2m1fn_x2"):
+        raise ValueError(f"{value!r} (two e2m1 values a byte) is not an element type in Tegula: declare the tensor "
+                         "T.float4_e2m1fn with its last dimension doubled (a torch.float4_e2m1fn_x2 tensor may be "
+                         "passed for it)")
     known = ", ".join(sorted(set(_SPELLINGS.values())))
     raise ValueError(f"unknown dtype {value!r} (known: {known})")
 
@@ -99,7 +117,7 @@ def vector_lanes(name: str) -> tuple[str, int] | None:
     """("uint32", 4) for the vector dtype "uint32x4" (T.uint32x4: a value of 4 lanes, what
     T.reinterpret and the explicit-width loads give); None for anything else."""
     base, sep, lanes = str(name).strip().rpartition("x")
-    if not sep or not lanes.isdigit() or base not in _SPELLINGS or _SPELLINGS[base] == "bool":
+    if not sep or not lanes.isdigit() or base not in _SPELLINGS or _SPELLINGS[base] in ("bool", *PACKED_TYPES):
         return None
     if not 2 <= int(lanes) <= 32:
         return None
@@ -133,7 +151,12 @@ def is_dtype(value) -> bool:
 def to_torch(name: str):
     import torch
 
-    return getattr(torch, _TORCH_NAMES[normalize_dtype(name)])
+    return getattr(torch, _TORCH_NAMES[normalize_dtype(name)], torch.int8)
+
+
+def is_packed(name: str) -> bool:
+    """A 4-bit type: two elements a byte in a tensor."""
+    return str(name) in PACKED_TYPES
 
 
 def is_float(name: str) -> bool:
@@ -146,7 +169,7 @@ def is_int(name: str) -> bool:
 
 def itemsize(name: str) -> int:
     """Bytes of one element: float16 -> 2, bool -> 1, float8_e4m3fn -> 1."""
-    if name == "bool" or name in FLOAT8_TYPES:
+    if name == "bool" or name in FLOAT8_TYPES or name == "float8_e8m0fnu" or name in PACKED_TYPES:
         return 1
     return int(name.lstrip("abcdefghijklmnopqrstuvwxyz")) // 8
 

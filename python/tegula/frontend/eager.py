@@ -26,7 +26,7 @@ import numbers
 from ..language import eager_ops
 from ..language.types import Tensor, TensorSpec
 from .builder import Builder, active
-from .dtypes import DType, is_dtype, normalize_dtype, to_torch
+from .dtypes import PACKED_STORAGE, DType, is_dtype, is_packed, normalize_dtype, to_torch
 from .errors import ArgError, TegulaCompileError
 from .evaluator import closure_of
 from .parser import Parser
@@ -266,14 +266,14 @@ class _Session:
             raise parser.error(node, f"parameter '{name}' is declared twice")
         if parser.builder.blocks:
             raise parser.error(node, f"declare parameter '{name}' before the `with T.Kernel(...)` blocks")
-        kind, dims, elements, dtype = self._read_annotation(parser, annotation)
+        kind, dims, elements, dtype, strides = self._read_annotation(parser, annotation)
         previous = parser.set_loc(node)
         if kind == "scalar":
             value, spec = PrimExpr.var(name, DType(dtype)), DType(dtype)
         else:
             spec = self._tensor_spec(parser, name, dims, elements, dtype, node)
-            buf = parser._ir.buffer(name, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])
-            value = BufferValue(buf, name, spec.shape, spec.dtype, "global")
+            spec.strides = strides
+            value = parser.param_buffer(name, spec)
             parser.builder.unique_name(name)
         parser.restore_loc(previous)
         parser.bind(name, value)
@@ -297,14 +297,14 @@ class _Session:
                 if len(elements) != len(dims) or any(isinstance(e, ast.Starred) for e in elements):
                     elements = None
                 try:
-                    return "tensor", dims, elements, normalize_dtype(dtype)
+                    return "tensor", dims, elements, normalize_dtype(dtype), ()
                 except ValueError as err:
                     raise parser.error(dtype_node or node, f"T.Tensor: {err}") from None
             value = parser.eval(node)
         if isinstance(value, TensorSpec):
-            return "tensor", value.shape, None, value.dtype
+            return "tensor", value.shape, None, value.dtype, value.strides
         if is_dtype(value):
-            return "scalar", None, None, normalize_dtype(value)
+            return "scalar", None, None, normalize_dtype(value), ()
         raise parser.error(node if isinstance(node, ast.AST) else self.fn_node,
                            f"a parameter declaration must be T.Tensor(shape, dtype) or a dtype such as T.int32, "
                            f"got {value!r}")
@@ -346,6 +346,8 @@ class _Session:
             if len(actual) != len(dims):
                 raise _error(self.source, node, f"argument '{name}' has shape {actual} ({len(actual)} dimension(s)), "
                              f"but it is declared with {len(dims)} dimension(s)", EagerArgumentError)
+            if is_packed(dtype) and actual and isinstance(actual[-1], numbers.Integral):
+                actual = (*actual[:-1], 2 * actual[-1])  # two 4-bit elements a byte
         shape = []
         for index, dim in enumerate(dims):
             label = dim.name if isinstance(dim, _Pending) else self._label(elements[index] if elements else None)
@@ -370,6 +372,8 @@ class _Session:
         if argument is not None and getattr(argument, "dtype", None) is not None:
             expected = to_torch(dtype) if _is_tensor(argument) else dtype
             got = argument.dtype if _is_tensor(argument) else normalize_dtype(argument.dtype)
+            if is_packed(dtype) and _is_tensor(argument) and str(got).rsplit(".", 1)[-1] in PACKED_STORAGE:
+                got = expected
             if got != expected:
                 raise _error(self.source, node, f"argument '{name}' has dtype {got}, but it is declared "
                              f"{dtype}", EagerArgumentError)

@@ -459,6 +459,15 @@ class Parser(Evaluator):
     }
 
     # ---- the signature ----
+    def param_buffer(self, name: str, spec) -> BufferValue:
+        """The global buffer of tensor parameter `name` (a T.Tensor or T.StridedTensor spec)."""
+        shape = [to_expr(d, "int32") for d in spec.shape]
+        if spec.strides:
+            buf = self._ir.strided_buffer(name, spec.dtype, shape, [to_expr(d, "int32") for d in spec.strides])
+        else:
+            buf = self._ir.buffer(name, "global", spec.dtype, shape)
+        return BufferValue(buf, name, spec.shape, spec.dtype, "global", spec.strides)
+
     def parse_params(self, fn_node: ast.FunctionDef, annotations: dict) -> list:
         """Parameters as (name, BufferValue or scalar PrimExpr, annotation). `annotations`
         are the ones Python already evaluated (`fn.__annotations__`): they may name locals
@@ -484,8 +493,7 @@ class Parser(Evaluator):
                     raise
             previous = self.set_loc(arg)
             if isinstance(spec, TensorSpec):
-                buf = self._ir.buffer(arg.arg, "global", spec.dtype, [to_expr(d, "int32") for d in spec.shape])
-                value = BufferValue(buf, arg.arg, spec.shape, spec.dtype, "global")
+                value = self.param_buffer(arg.arg, spec)
                 self.builder.unique_name(arg.arg)
             elif is_dtype(spec):
                 value = PrimExpr.var(arg.arg, DType(normalize_dtype(spec)))

@@ -77,7 +77,7 @@ def _source_of(fn) -> SourceInfo:
 def _collect_dynamic(params: list) -> list[PrimExpr]:
     found: list[PrimExpr] = []
     for _, value, _ in params:
-        for dim in value.shape if isinstance(value, BufferValue) else ():
+        for dim in (*value.shape, *value.strides) if isinstance(value, BufferValue) else ():
             for var in dim.dyn if isinstance(dim, PrimExpr) else ():
                 if all(var is not seen for seen in found):
                     found.append(var)

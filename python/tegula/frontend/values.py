@@ -19,7 +19,7 @@ import numbers
 
 from ..env import native
 from . import dtypes as _dtypes
-from .dtypes import FLOAT8_TYPES, DType, int_range, is_float, is_int
+from .dtypes import WIDENED_TYPES, DType, int_range, is_float, is_int
 
 _IR = None
 
@@ -181,17 +181,17 @@ def _require_scalars(what: str, *values) -> None:
 
 
 def _widen_float8(value):
-    """An 8-bit float operand as float32: they are storage types, computed on in float32
-    (CUDA has no arithmetic on them)."""
-    if isinstance(value, PrimExpr) and str(value.expr.dtype) in FLOAT8_TYPES:
-        return cast_value(value, "float32")
+    """An 8-bit or 4-bit float operand as float32, a 4-bit integer as int32: they are
+    storage types, computed on in the wider type (CUDA has no arithmetic on them)."""
+    if isinstance(value, PrimExpr) and str(value.expr.dtype) in WIDENED_TYPES:
+        return cast_value(value, WIDENED_TYPES[str(value.expr.dtype)])
     return value
 
 
 def call(name: str, args: list, dtype: str, tag: str | None = None) -> "PrimExpr":
-    if str(dtype) in FLOAT8_TYPES and any(isinstance(a, PrimExpr) and str(a.expr.dtype) in FLOAT8_TYPES
-                                          for a in args):
-        args, dtype = [_widen_float8(a) for a in args], "float32"
+    if str(dtype) in WIDENED_TYPES and any(isinstance(a, PrimExpr) and str(a.expr.dtype) in WIDENED_TYPES
+                                           for a in args):
+        args, dtype = [_widen_float8(a) for a in args], WIDENED_TYPES[str(dtype)]
     exprs = [to_expr(a) for a in args]
     return PrimExpr(ir().call(name, exprs, str(dtype)), _reads(*args), _dyn(*args), tag=tag)
 
@@ -439,9 +439,10 @@ def _check_index(value, dim: int, name: str):
 class BufferValue:
     """A buffer of the kernel: a parameter or an allocation."""
 
-    __slots__ = ("buf", "name", "shape", "dtype", "scope")
+    __slots__ = ("buf", "name", "shape", "dtype", "scope", "strides")
 
-    def __init__(self, buf, name: str, shape: tuple, dtype: str, scope: str):
+    def __init__(self, buf, name: str, shape: tuple, dtype: str, scope: str, strides: tuple = ()):
+        self.strides = tuple(strides)  # T.StridedTensor: ints and T.dynamic PrimExprs
         self.buf = buf
         self.name = name
         self.shape = tuple(shape)  # Python ints where constant, PrimExprs otherwise

@@ -6,7 +6,7 @@
             for i in T.Parallel(128):
                 B[by, bx * 128 + i] = A[by, bx * 128 + i] + 1
 
-  types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.dynamic, T.GemmWarpPolicy
+  types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, T.Kernel, allocations
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
@@ -36,9 +36,9 @@ from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_layout, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
-from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, Tensor, TensorSpec, bfloat16, bool, double, dtype, dynamic, float,
-                    float8_e4m3, float8_e4m3fn, float8_e5m2, float16, float32, float64, half, int8, int16, int32, int64, symbolic, uint8, uint16, uint32,
-                    uint64)
+from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
+                    dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,
+                    float32, float64, half, int4, int8, int16, int32, int64, symbolic, uint4, uint8, uint16, uint32, uint64)
 
 globals().update(_VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
 

@@ -18,10 +18,17 @@ bool = DType("bool")  # noqa: A001 - TileLang's name
 # 8-bit floats: storage (loads, stores, copies, casts); arithmetic on them is float32.
 float8_e4m3fn = float8_e4m3 = DType("float8_e4m3fn")
 float8_e5m2 = DType("float8_e5m2")
+float8_e8m0fnu = DType("float8_e8m0fnu")  # 2^(e - 127): MX block scales
+# 4-bit types: two elements a byte in a tensor (a torch int8/uint8 tensor, the last
+# dimension halved), a byte each on chip; arithmetic on them is float32 / int32.
+int4, uint4, float4_e2m1fn = DType("int4"), DType("uint4"), DType("float4_e2m1fn")
+# TileLang's pair of e2m1 values in one byte: named so that programs naming it import; a
+# tensor of it is refused (declare float4_e2m1fn with the last dimension doubled).
+float4_e2m1fnx2 = DType("float4_e2m1fnx2")
 
 DTYPES = ("float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
           "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e4m3",
-          "float8_e5m2")
+          "float8_e5m2", "float8_e8m0fnu", "int4", "uint4", "float4_e2m1fn")
 
 
 def dtype(name) -> DType:
@@ -47,7 +54,10 @@ symbolic = dynamic
 
 
 class TensorSpec:
-    """`A: T.Tensor((M, N), "float16")`: a global tensor parameter."""
+    """`A: T.Tensor((M, N), "float16")`: a global tensor parameter; `strides` set for a
+    T.StridedTensor."""
+
+    strides = ()
 
     def __init__(self, shape, dtype="float32"):
         dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
@@ -61,6 +71,8 @@ class TensorSpec:
         self.dtype = DType(normalize_dtype(dtype))
 
     def __repr__(self):
+        if self.strides:
+            return f"T.StridedTensor({list(self.shape)}, {list(self.strides)}, {self.dtype})"
         return f"T.Tensor({list(self.shape)}, {self.dtype})"
 
 
@@ -88,6 +100,42 @@ class _TensorType:
 
 Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
+
+
+def _strided_spec(shape, strides, dtype="float32") -> TensorSpec:
+    spec = TensorSpec(shape, dtype)
+    given = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
+    if len(given) != len(spec.shape):
+        raise ValueError(f"T.StridedTensor: {len(given)} strides for {len(spec.shape)} dimensions "
+                         f"(shape {list(spec.shape)}, strides {list(given)})")
+    for stride in given:
+        ok = (isinstance(stride, numbers.Integral) and not isinstance(stride, type(True)) and stride >= 0) or (
+            isinstance(stride, PrimExpr) and stride.expr.dtype.startswith("int"))
+        if not ok:
+            raise ValueError(f"T.StridedTensor: each stride must be a non-negative int or a T.dynamic var, got "
+                             f"{stride!r} in {list(given)}")
+    spec.strides = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in given)
+    return spec
+
+
+class _StridedTensorType:
+    """`T.StridedTensor((M, N), (s, 1), dtype)` and `T.StridedTensor[(M, N), (s, 1), dtype]`:
+    a global tensor parameter whose strides (in elements) are given: ints, or T.dynamic vars
+    read off the tensor at launch. Element [i, j] is at i * s + j * 1."""
+
+    def __call__(self, shape, strides, dtype="float32"):
+        return _strided_spec(shape, strides, dtype)
+
+    def __getitem__(self, item) -> TensorSpec:
+        if not isinstance(item, tuple) or len(item) not in (2, 3):
+            raise ValueError("T.StridedTensor[shape, strides, dtype] takes a shape, strides and a dtype")
+        return _strided_spec(*item)
+
+    def __repr__(self):
+        return "T.StridedTensor"
+
+
+StridedTensor = _StridedTensorType()  # TileLang's name
 
 
 class ScopedBufferSpec(TensorSpec):

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import torch
 
+from ..frontend.dtypes import PACKED_STORAGE, is_packed
 from ..frontend.errors import from_native
 from ..utils.tensor import torch_assert_close
 from . import markers as _markers
 from .markers import *  # noqa: F401,F403 - the decorators named in markers.__all__
 from .perf import process_func, regression
 
-__all__ = ["reference", "simulate", "SimulationError", "poison"]
+__all__ = ["reference", "simulate", "SimulationError", "poison", "pack_4bit", "unpack_4bit"]
 __all__ += [*_markers.__all__, "torch_assert_close", "process_func", "regression"]
 
 
@@ -48,11 +49,51 @@ class SimulationError(AssertionError):
 
 def poison(t: torch.Tensor) -> torch.Tensor:
     """Fills t with a value no correct kernel leaves in an output (in place; returns t)."""
+    if str(t.dtype).endswith("float4_e2m1fn_x2"):  # no arithmetic in torch: both nibbles -6
+        t.view(torch.uint8).fill_(0xFF)
+        return t
     if t.dtype.is_floating_point:
         return t.fill_(float("nan"))
     if t.dtype == torch.bool:
         return t.fill_(True)
     return t.fill_(torch.iinfo(t.dtype).min)
+
+
+# float4_e2m1fn's 16 values by code: sign bit 3, then 2 exponent bits and 1 mantissa bit.
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _logical_shape(t: torch.Tensor, dtype: str) -> tuple:
+    """A tensor's shape in elements of `dtype`: a 4-bit type's last dimension holds two a byte."""
+    shape = tuple(t.shape)
+    return (*shape[:-1], 2 * shape[-1]) if is_packed(dtype) and shape else shape
+
+
+def unpack_4bit(t: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The float64 values of a packed 4-bit tensor (int4, uint4, float4_e2m1fn; two elements
+    a byte, the even one in the low nibble), on the CPU, with the last dimension doubled."""
+    b = t.detach().contiguous().view(torch.uint8).to("cpu", torch.int64)
+    nib = torch.stack([b & 15, b >> 4], dim=-1).flatten(-2)
+    if dtype == "int4":
+        return ((nib ^ 8) - 8).double()
+    if dtype == "uint4":
+        return nib.double()
+    mag = torch.tensor(_E2M1, dtype=torch.float64)[nib & 7]
+    return torch.where(nib >= 8, -mag, mag)
+
+
+def pack_4bit(values: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The uint8 bytes holding `values` (already of `dtype`: integers in range, e2m1 values),
+    two a byte, the last dimension halved; unpack_4bit's inverse."""
+    v = values.detach().to("cpu", torch.float64)
+    if dtype in ("int4", "uint4"):
+        nib = v.to(torch.int64) & 15
+    else:
+        table = torch.tensor(_E2M1, dtype=torch.float64)
+        code = (v.abs().unsqueeze(-1) - table).abs().argmin(-1)
+        nib = code | (torch.signbit(v).to(torch.int64) << 3)
+    pairs = nib.reshape(*nib.shape[:-1], -1, 2)
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8)
 
 
 def _prepare(kernel, args):
@@ -78,12 +119,13 @@ def _prepare(kernel, args):
             continue
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{kernel.prim_func.name}: argument '{p.name}' must be a torch.Tensor, got {type(value).__name__}")
-        if value.dtype != p.dtype:
+        packed = is_packed(p.dtype_name)
+        if packed and str(value.dtype).rsplit(".", 1)[-1] not in PACKED_STORAGE or not packed and value.dtype != p.dtype:
             raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have dtype {p.dtype_name}, got {value.dtype}")
         if value.dim() != len(p.shape):
             raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have {len(p.shape)} dimensions, "
                              f"got {value.dim()}")
-        for d, (want, got) in enumerate(zip(p.shape, value.shape)):
+        for d, (want, got) in enumerate(zip(p.shape, _logical_shape(value, p.dtype_name))):
             if want is not None and want != got:
                 raise ValueError(f"{kernel.prim_func.name}: argument '{p.name}' must have shape {p.shape}, "
                                  f"got dimension {d} = {got}")
@@ -97,6 +139,8 @@ def _prepare(kernel, args):
             continue
         shape = [d if isinstance(d, int) else dynamic[id(d)] if id(d) in dynamic
                  else _workspace_size(kernel, info, d, dynamic, _native()) for d in info.shape]
+        if is_packed(p.dtype_name):
+            shape[-1] //= 2
         out = poison(torch.empty(shape, dtype=p.dtype))
         full[i] = out
         outputs.append(out)
@@ -116,7 +160,7 @@ def dynamic_sizes(kernel, full) -> dict:
     sizes = {}
     for info, value in zip(kernel.prim_func.params, full):
         if isinstance(value, torch.Tensor):
-            for dim, size in zip(info.shape, value.shape):
+            for dim, size in zip(info.shape, _logical_shape(value, info.dtype)):
                 if isinstance(dim, int):
                     continue
                 if any(dim is var for var in kernel.prim_func.dynamic_vars):
@@ -150,7 +194,9 @@ def _workspace_size(kernel, ws, dim, dynamic: dict, C) -> int:
 
 def _run(kernel, args, method):
     full, outputs, dynamic = _prepare(kernel, args)
-    wide = [v.detach().to("cpu", torch.float64).contiguous() if isinstance(v, torch.Tensor) else v for v in full]
+    names = [p.dtype_name for p in kernel.params] + [None] * len(kernel.prim_func.workspaces)
+    wide = [(unpack_4bit(v, name) if is_packed(name) else v.detach().to("cpu", torch.float64).contiguous())
+            if isinstance(v, torch.Tensor) else v for v, name in zip(full, names)]
     from .. import env
 
     C = env.native()
@@ -163,8 +209,10 @@ def _run(kernel, args, method):
     except C.CompileError as err:
         raise from_native(err, kernel.prim_func.source) from None
     result = results[0] if len(results) == 1 else [r for part in results for r in (part or [])]
-    for original, computed in zip(full, wide):
-        if isinstance(original, torch.Tensor):
+    for original, computed, name in zip(full, wide, names):
+        if isinstance(original, torch.Tensor) and is_packed(name):
+            original.view(torch.uint8).copy_(pack_4bit(computed, name).to(original.device))
+        elif isinstance(original, torch.Tensor):
             original.copy_(computed.to(original.dtype).to(original.device))
     if not outputs:
         out = None
