@@ -86,7 +86,7 @@ class _Entry:
 
 class EagerJITFunction:
     """An eager @tegula.jit function: calling it runs the kernel on the arguments and
-    returns its T.empty outputs (one tensor, a tuple of several, or None)."""
+    returns its T.empty outputs (one tensor, a list of several as in TileLang, or None)."""
 
     def __init__(self, fn, settings: dict):
         if settings.get("out_idx") is not None:
@@ -184,7 +184,7 @@ class EagerJITFunction:
         if not sizes:
             self._index_fast(values, template, kernel)
         out = kernel(*[values[i] for i in template.input_pos])
-        return tuple(out) if template.several else out
+        return list(out) if template.several else out
 
     def _cached(self, values):
         template = self._templates.get(self._constants(values, None))
@@ -285,7 +285,7 @@ def _dispatcher(jit: EagerJITFunction):
     if any(name.startswith(_PREFIX) for name in names) or not jit.fn.__name__.isidentifier():
         return None
     kernel_names, _, const_pos, _ = jit._get_layout()
-    env = {f"{_PREFIX}get": jit._fast.get, f"{_PREFIX}slow": jit._call, f"{_PREFIX}tuple": tuple}
+    env = {f"{_PREFIX}get": jit._fast.get, f"{_PREFIX}slow": jit._call, f"{_PREFIX}tuple": list}
     signature = []
     keyword_only = False
     for index, param in enumerate(jit._signature.parameters.values()):
