@@ -14,6 +14,7 @@
 #include <set>
 
 #include "codegen/cuda_names.h"
+#include "codegen/cuda_spellings.h"
 #include "ir/analyzer.h"
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
@@ -23,69 +24,7 @@ namespace tegula::codegen {
 
 using namespace ir;
 
-// The type one vector access of memory moves: CUDA's own float2 / float4 / int4 / uint2 ...
-// where one has the width (the names a CUDA reader expects), else Vec<T, N>.
-std::string memory_vector_type(DataType t, int lanes) {
-  if (t.bits == 32 && (lanes == 2 || lanes == 4)) {
-    const char* base = t.code == DataType::Float ? "float" : t.code == DataType::Int ? "int" : t.code == DataType::UInt ? "uint" : nullptr;
-    if (base) return base + std::to_string(lanes);
-  }
-  return "Vec<" + cuda_type(t) + ", " + std::to_string(lanes) + ">";
-}
-
-std::string cuda_type(DataType t) {
-  if (t.lanes > 1) return "Vec<" + cuda_type(t.element()) + ", " + std::to_string(t.lanes) + ">";
-  switch (t.code) {
-    case DataType::Float: return t.bits == 16 ? "half_t" : t.bits == 64 ? "double" : "float";
-    case DataType::BFloat: return "bfloat16_t";
-    case DataType::Int: return t.bits == 4 ? "int4b_t" : t.bits == 8 ? "signed char" : t.bits == 16 ? "short" : t.bits == 64 ? "long long" : "int";
-    case DataType::UInt: return t.bits == 4 ? "uint4b_t" : t.bits == 8 ? "unsigned char" : t.bits == 16 ? "unsigned short" : t.bits == 64 ? "unsigned long long" : "unsigned";
-    case DataType::Bool: return "bool";
-    case DataType::Handle: return "void*";
-    case DataType::Float8E4M3: return "fp8_e4m3_t";
-    case DataType::Float8E5M2: return "fp8_e5m2_t";
-    case DataType::Float8E8M0: return "fp8_e8m0_t";
-    case DataType::Float4E2M1: return "fp4_e2m1_t";
-  }
-  return "int";
-}
-
 namespace {
-
-struct CallSpelling {
-  const char* name;
-  bool typed;  // template argument is the call's type, e.g. tegula::infinity<float>()
-};
-
-const std::map<std::string, CallSpelling>& call_table() {
-  static const std::map<std::string, CallSpelling> t = {
-      {"exp", {"tegula::exp", false}},         {"exp2", {"tegula::exp2", false}},
-      {"log", {"tegula::log", false}},         {"log2", {"tegula::log2", false}},
-      {"rsqrt", {"tegula::rsqrt", false}},     {"sqrt", {"tegula::sqrt", false}},
-      {"abs", {"tegula::abs", false}},         {"shfl_xor", {"tegula::shfl_xor", false}},
-      {"infinity", {"tegula::infinity", true}}, {"ninfinity", {"tegula::ninfinity", true}},
-      {"max_value", {"tegula::max_value", true}}, {"min_value", {"tegula::min_value", true}},
-      {"sigmoid", {"tegula::sigmoid", false}}, {"tanh", {"tegula::tanh", false}},
-      {"sin", {"tegula::sin", false}},         {"cos", {"tegula::cos", false}},
-      // warp.h: NaN-ignoring max / min, warp reductions and votes, programmatic dependent launch.
-      {"max_num", {"tegula::max_num", false}}, {"min_num", {"tegula::min_num", false}},
-      {"warp_reduce_sum", {"tegula::warp_reduce_sum", false}}, {"warp_reduce_max", {"tegula::warp_reduce_max", false}},
-      {"warp_reduce_min", {"tegula::warp_reduce_min", false}},
-      {"warp_reduce_bitand", {"tegula::warp_reduce_bitand", false}},
-      {"warp_reduce_bitor", {"tegula::warp_reduce_bitor", false}},
-      {"any_sync", {"tegula::any_sync", false}}, {"all_sync", {"tegula::all_sync", false}},
-      {"ballot_sync", {"tegula::ballot_sync", false}}, {"ballot", {"tegula::ballot", false}},
-      {"activemask", {"tegula::activemask", false}},
-      {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
-      {"assume", {"__builtin_assume", false}},
-      {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
-      {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
-      {"sync_warp", {"tegula::sync_warp", false}}, {"ffs", {"tegula::ffs", false}},
-      {"syncthreads_count", {"__syncthreads_count", false}}, {"syncthreads_and", {"__syncthreads_and", false}},
-      {"syncthreads_or", {"__syncthreads_or", false}},
-  };
-  return t;
-}
 
 class Printer {
  public:

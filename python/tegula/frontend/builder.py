@@ -12,7 +12,7 @@ import inspect
 
 from .errors import ArgError
 from .stack import STACK
-from .values import BufferValue, PrimExpr, ir
+from .values import BufferValue, PrimExpr, ir, to_expr
 
 
 class KernelFrame:
@@ -75,8 +75,6 @@ class Builder:
         return name if count == 0 else f"{name}_{count}"
 
     def allocate(self, name: str, scope: str, dtype: str, shape: tuple, cls=BufferValue) -> BufferValue:
-        from .values import to_expr
-
         name = self.unique_name(name)
         buf = ir().buffer(name, scope, dtype, [to_expr(s, "int32") for s in shape])
         value = cls(buf, name, shape, dtype, scope)
@@ -86,8 +84,6 @@ class Builder:
     def view(self, base: BufferValue, shape: tuple) -> BufferValue:
         """A view of `base` under `shape` (same dtype and scope, row-major order): a
         buffer of the kernel with no storage of its own (see ir BufferNode::view_of)."""
-        from .values import to_expr
-
         name = self.unique_name(f"{base.name}_view")
         buf = ir().view(name, base.buf, [to_expr(s, "int32") for s in shape])
         value = BufferValue(buf, name, shape, base.dtype, base.scope)
@@ -95,8 +91,6 @@ class Builder:
         return value
 
     def allocate_workspace(self, name: str, dtype: str, shape: tuple) -> BufferValue:
-        from .values import to_expr
-
         if self.blocks:
             raise ArgError(None, "T.alloc_global declares a workspace of the whole prim_func: write it before "
                            "the `with T.Kernel(...)` blocks, not inside one")

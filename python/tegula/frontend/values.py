@@ -492,9 +492,20 @@ class BufferValue:
     @property
     def data(self):
         """The buffer's storage, for `T.Tensor(shape, dtype, buf.data)` (a view of it)."""
-        from ..language.views import BufferData
-
         return BufferData(self)
+
+
+class BufferData:
+    """`buf.data`: the storage of a buffer, which `T.Tensor(shape, dtype, buf.data)` views
+    (language/views.py)."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: BufferValue):
+        self.buffer = buffer
+
+    def __repr__(self):
+        return f"{self.buffer.name}.data"
 
 
 class VarBuffer(BufferValue):

@@ -16,19 +16,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.dtypes import normalize_dtype
 from ..frontend.errors import ArgError
-from ..frontend.values import BufferValue, PrimExpr
-
-
-class BufferData:
-    """`buf.data`: the storage of a buffer, which `T.Tensor(shape, dtype, buf.data)` views."""
-
-    __slots__ = ("buffer",)
-
-    def __init__(self, buffer: BufferValue):
-        self.buffer = buffer
-
-    def __repr__(self):
-        return f"{self.buffer.name}.data"
+from ..frontend.values import BufferData, BufferValue, PrimExpr
 
 
 def _dims(shape, fn: str) -> tuple:
