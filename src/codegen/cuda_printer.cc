@@ -289,8 +289,14 @@ class Printer {
     return "";
   }
 
+  // Whether b is stored in wgmma's panels with more than one panel to a row.
+  bool wide_panels(const Buffer& b) const {
+    return b->scope == Scope::Shared && k_.smem_panelled.count(b.get()) &&
+           *as_const_int(b->shape[1]) * b->dtype.bytes() > 128;
+  }
+
   std::string offset(const Buffer& b, const std::vector<Expr>& idx) {
-    if (k_.smem_panelled.count(b.get()) && *as_const_int(b->shape[1]) * b->dtype.bytes() > 128) {
+    if (wide_panels(b)) {
       return "panel_offset<" + expr(b->shape[1]) + ", " + std::to_string(b->dtype.bytes()) + ", " +
              expr(b->shape[0]) + ">(" + expr(idx[0]) + ", " + expr(idx[1]) + ")";
     }
@@ -528,12 +534,17 @@ class Printer {
     if (c->op == "gemm_ss" || c->op == "gemm_rs") {
       // gemm_{ss,rs}<M, N, K, WM, WN, TA, TB, CLEAR, SA, SB>(A, B, C): operands by address;
       // SA/SB say whether A/B are stored swizzled (a register A never is).
+      // A shared operand that a wgmma gemm of the kernel also reads is stored in panels:
+      // PA / PB then give its stored rows.
       std::string s = "tegula::" + c->op + "<";
       for (int i = 0; i < 8; ++i) s += (i ? ", " : "") + expr(c->args[i]);
+      std::string panels;
       for (int i = 8; i < 10; ++i) {
-        auto* ld = c->args[i].as<BufferLoadNode>();
-        s += k_.smem_swizzled.count(ld->buffer.get()) ? ", true" : ", false";
+        const Buffer& b = c->args[i].as<BufferLoadNode>()->buffer;
+        s += k_.smem_swizzled.count(b.get()) || k_.smem_panelled.count(b.get()) ? ", true" : ", false";
+        panels += ", " + (wide_panels(b) ? expr(b->shape[0]) : std::string("0"));
       }
+      if (panels != ", 0, 0") s += panels;
       return s + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {

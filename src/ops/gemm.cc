@@ -21,6 +21,9 @@
 // a k-step is 32 bytes of a row either way, so the swizzled layouts, ldmatrix addresses
 // and descriptors are the 16-bit ones counted in bytes. The tensor cores read 8-bit
 // operands K-major only, so A is M x K in shared memory and B is N x K (transpose_B).
+#include <map>
+#include <set>
+
 #include "layout/mma.h"
 #include "ir/functor.h"
 #include "ops/tile_op.h"
@@ -174,7 +177,7 @@ class Gemm : public TileOp {
     GemmShape g = shape_of(op, k);
     check_operands(op, g, ctx.target);
     const Buffer& A = op->regions.at(0).buffer;
-    if (ctx.wgmma) {
+    if (ctx.wgmma_accumulators.count(C.get())) {
       bool changed = require(layout::make_mma_accumulator(g.m, g.n, 4 * g.wgm, g.wgn, 4), C, op, layouts);
       if (A->scope == Scope::Fragment) {
         // With the output's columns split over warpgroups (FullCol, Square), each column
@@ -240,7 +243,7 @@ class Gemm : public TileOp {
       if ((cols * b->dtype.bytes()) % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0) ctx.swizzled.insert(b.get());
     }
     Buffer creg = ctx.registers.at(C.get());
-    if (ctx.wgmma) return lower_wgmma(op, g, ctx);
+    if (ctx.wgmma_accumulators.count(C.get())) return lower_wgmma(op, g, ctx);
     require_warp_split(g, op, k);
     std::vector<Stmt> body;
     // clear_accum: the first k-step's mma takes 0 for C, so no register is cleared first.
@@ -297,6 +300,26 @@ bool kernel_uses_wgmma(const Kernel& k, const transform::PassContext& ctx) {
     all = all && wgmma_fits(op, k);
   });
   return any && all;
+}
+
+std::set<const BufferNode*> wgmma_accumulators(const Kernel& k, const transform::PassContext& ctx,
+                                               const std::function<const BufferNode*(const BufferNode*)>& group_of,
+                                               const std::set<const TileOpNode*>& guarded) {
+  std::set<const BufferNode*> out;
+  if (ctx.target.arch != "sm_90a" || ctx.options.disable_wgmma) return out;
+  // A group runs on wgmma when every gemm in it can; its fragments then all take the
+  // warpgroup layouts, and no other group's gemm reads them.
+  std::map<const BufferNode*, bool> group_fits;
+  for_each_gemm(k, [&](const TileOpNode* op) {
+    const BufferNode* g = group_of(op->regions.at(2).buffer.get());
+    auto it = group_fits.emplace(g, true).first;
+    it->second = it->second && !guarded.count(op) && wgmma_fits(op, k);
+  });
+  for_each_gemm(k, [&](const TileOpNode* op) {
+    const BufferNode* c = op->regions.at(2).buffer.get();
+    if (group_fits.at(group_of(c))) out.insert(c);
+  });
+  return out;
 }
 
 const TileOp* gemm_op() {

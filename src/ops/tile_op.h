@@ -35,9 +35,21 @@ ir::Stmt make_parallel_nest(const std::vector<ir::Expr>& extents,
                             const std::function<ir::Stmt(const std::vector<ir::Expr>&)>& body,
                             const SourceLoc& loc);
 
-// Whether the kernel's gemms run on wgmma (sm_90a): all of them or none, since one
-// gemm's accumulator can be the next one's A. Decided by infer_layout, into ctx.wgmma.
+// Whether every gemm of the kernel can run on wgmma (sm_90a): what a warp-specialised
+// schedule (plan_bulk_copies) needs.
 bool kernel_uses_wgmma(const ir::Kernel& k, const transform::PassContext& ctx);
+
+// The accumulators of the gemms that run on wgmma, decided per group: group_of maps a
+// fragment to its group's representative, where fragments one statement relates (a
+// T.Parallel nest, a tile op) are one group, since their layouts are decided together.
+// A group runs on wgmma when each of its gemms fits (operand types, a warpgroup split,
+// canonical operand rows) and none is under a thread guard (`guarded`); the others run on
+// mma.sync, which reads wgmma's panelled shared operands too. So one gemm too small for a
+// warpgroup (a 32-row dQ) no longer moves the kernel's other gemms off wgmma.
+std::set<const ir::BufferNode*> wgmma_accumulators(
+    const ir::Kernel& k, const transform::PassContext& ctx,
+    const std::function<const ir::BufferNode*(const ir::BufferNode*)>& group_of,
+    const std::set<const ir::TileOpNode*>& guarded);
 
 // Whole-buffer region helper and the extents a region really spans.
 std::vector<int64_t> const_shape(const ir::Buffer& b, const SourceLoc& loc, const char* what);

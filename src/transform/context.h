@@ -44,7 +44,8 @@ struct PassContext {
   // wgmma operands among them: stored in panels of 128-byte rows, 1024-byte aligned (the
   // canonical layouts a wgmma descriptor describes; see tegula::panel_offset).
   std::set<const ir::BufferNode*> panelled;
-  bool wgmma = false;  // the kernel's gemms run on wgmma (ops::kernel_uses_wgmma)
+  // The accumulators of the gemms that run on wgmma (ops::wgmma_accumulators).
+  std::set<const ir::BufferNode*> wgmma_accumulators;
   // Set by plan_bulk_copies when the kernel's T.Pipelined loop will be warp specialised:
   // its global->shared copies (and those ahead of it) became tma_copy calls.
   bool warp_specialize = false;

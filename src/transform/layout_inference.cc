@@ -625,11 +625,34 @@ void infer_layout(Kernel& k, PassContext& ctx) {
   k.body = pad_nests_to_fragments(k.body);
   Collector c(k);
   c.visit(k.body);
-  ctx.wgmma = ops::kernel_uses_wgmma(k, ctx);
-  // A gemm under a thread guard runs on mma.sync: wgmma's warpgroups are the block's.
-  for (auto& [op, scope] : c.op_scope) {
-    if (op->op == "gemm" && scope.var) ctx.wgmma = false;
+  // Fragments one statement relates are one group for the choice of gemm instruction.
+  std::map<const BufferNode*, const BufferNode*> parent;
+  std::function<const BufferNode*(const BufferNode*)> group_of = [&](const BufferNode* b) {
+    auto it = parent.find(b);
+    if (it == parent.end() || it->second == b) return b;
+    return it->second = group_of(it->second);
+  };
+  auto relate = [&](const std::vector<const BufferNode*>& bufs) {
+    for (size_t i = 1; i < bufs.size(); ++i) {
+      const BufferNode *a = group_of(bufs[0]), *b = group_of(bufs[i]);
+      if (a != b) parent[b] = a;
+    }
+  };
+  for (const Nest& n : c.nests) {
+    std::vector<const BufferNode*> bufs;
+    for (const Access& a : n.fragments) bufs.push_back(a.buf.get());
+    relate(bufs);
   }
+  std::set<const TileOpNode*> guarded;  // a gemm under a thread guard runs on mma.sync:
+  for (const TileOpNode* op : c.ops) {  // wgmma's warpgroups are the block's
+    std::vector<const BufferNode*> bufs;
+    for (auto& r : op->regions) {
+      if (r.buffer->scope == Scope::Fragment) bufs.push_back(r.buffer.get());
+    }
+    relate(bufs);
+    if (op->op == "gemm" && c.op_scope[op].var) guarded.insert(op);
+  }
+  ctx.wgmma_accumulators = ops::wgmma_accumulators(k, ctx, group_of, guarded);
   Inference inference(k, ctx, c);
   inference.run();
   if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {

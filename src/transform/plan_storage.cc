@@ -224,7 +224,7 @@ void plan_storage(ir::Kernel& k, PassContext& ctx) {
   check_smem_limit(k, ctx.target);
   k.smem_swizzled = ctx.swizzled;
   k.smem_panelled = ctx.panelled;
-  k.uses_wgmma = ctx.wgmma;
+  k.uses_wgmma = !ctx.wgmma_accumulators.empty();
 }
 
 }  // namespace tegula::transform

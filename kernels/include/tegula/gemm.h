@@ -44,9 +44,28 @@ TEGULA_HOST_DEVICE constexpr int swizzle_offset(int r, int c) {
   return int(ur * C + (((uc / S::kChunk) ^ S::phase(r)) * S::kChunk) + uc % S::kChunk);
 }
 
-template <int C, typename T, bool kSwizzled>
+// wgmma's operand layout (wgmma.h): rows longer than 128 bytes cut into panels 128 bytes
+// wide, each panel all of the buffer's rows. Elements per stored row of one panel: the
+// whole row up to 128 bytes.
+template <int C, int E>
+inline constexpr int kPanel = C * E > 128 ? 128 / E : C;
+
+// Element offset of (r, c) in an R x C tile of E-byte elements stored in panels of
+// kPanel<C, E> columns, each an R-row tile swizzled as swizzle_offset does.
+template <int C, int E, int R>
+TEGULA_HOST_DEVICE constexpr int panel_offset(int r, int c) {
+  constexpr unsigned P = kPanel<C, E>;
+  return int((unsigned(c) / P) * (unsigned(R) * P)) + swizzle_offset<int(P), E>(r, int(unsigned(c) % P));
+}
+
+// The address of (r, c) in a tile of C columns stored plainly, swizzled, or (R > 0, rows
+// longer than 128 bytes) in panels of R rows, as wgmma operands are: the mma.sync path
+// reads a buffer that a wgmma gemm of the same kernel also reads.
+template <int C, typename T, bool kSwizzled, int R = 0>
 TEGULA_DEVICE const T* tile_at(const T* base, int r, int c) {
-  if constexpr (kSwizzled) {
+  if constexpr (R > 0 && C * int(sizeof(T)) > 128) {
+    return base + panel_offset<C, int(sizeof(T)), R>(r, c);
+  } else if constexpr (kSwizzled) {
     return base + swizzle_offset<C, int(sizeof(T))>(r, c);
   } else {
     return base + r * C + c;
@@ -57,11 +76,16 @@ TEGULA_DEVICE const T* tile_at(const T* base, int r, int c) {
 // row = tr + ur, chunk (16-byte column group) = tc + uc. When ur is a multiple of 8 the
 // swizzle phase depends on tr only, and when uc and tc share no set bits (uc + tc =
 // uc ^ tc) the swizzled chunk is uc ^ (tc ^ phase): the thread part is computed once, and
-// each unrolled access costs one xor with a constant instead of the whole swizzle.
-template <int C, typename T, bool kSwizzled>
+// each unrolled access costs one xor with a constant instead of the whole swizzle. The
+// phase changes only a chunk's low 3 bits, so in panels the panel is the logical one.
+template <int C, typename T, bool kSwizzled, int R = 0>
 TEGULA_DEVICE const T* tile_at2(const T* base, int tr, int ur, int tc, int uc) {
   using S = Swizzle<C, int(sizeof(T))>;
-  if constexpr (kSwizzled) {
+  if constexpr (R > 0 && C * int(sizeof(T)) > 128) {
+    constexpr int P = kPanel<C, int(sizeof(T))>, PC = P / S::kChunk;
+    const int ch = uc ^ (tc ^ int(S::phase(tr)));
+    return base + (ch / PC) * (R * P) + (tr + ur) * P + (ch % PC) * S::kChunk;
+  } else if constexpr (kSwizzled) {
     return base + (tr + ur) * C + (uc ^ (tc ^ int(S::phase(tr)))) * S::kChunk;
   } else {
     return base + (tr + ur) * C + (tc + uc) * S::kChunk;
@@ -130,7 +154,7 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 // The block GEMM, specialised on the tile shape, the warp split and where A lives.
 // Warp w owns rows row0 .. row0 + TM and columns col0 .. col0 + TN of C.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
-          typename T, typename U>
+          typename T, typename U, int PA = 0, int PB = 0>
 struct BlockGemm {
   // KS: elements of K per instruction (32 bytes of a row); CH: elements per 16-byte chunk.
   static constexpr int E = int(sizeof(T)), KS = 32 / E, CH = 16 / E;
@@ -158,13 +182,13 @@ struct BlockGemm {
         // read transposed from rows k of the stored tile.
         int q = lane / 8;
         if constexpr (is_pow2(2 * MT)) {
-          ldmatrix_x4_trans(a[mi], tile_at2<M, T, SA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
+          ldmatrix_x4_trans(a[mi], tile_at2<M, T, SA, PA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
         } else {
-          ldmatrix_x4_trans(a[mi], tile_at<M, T, SA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
+          ldmatrix_x4_trans(a[mi], tile_at<M, T, SA, PA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
         }
       } else {
         // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-        ldmatrix_x4(a[mi], tile_at2<K, T, SA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / CH));
+        ldmatrix_x4(a[mi], tile_at2<K, T, SA, PA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / CH));
       }
     }
   }
@@ -177,21 +201,21 @@ struct BlockGemm {
       uint32_t d[4];
       if constexpr (TB) {
         // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
-        ldmatrix_x4(d, tile_at2<K, U, SB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / CH));
+        ldmatrix_x4(d, tile_at2<K, U, SB, PB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / CH));
       } else if constexpr (is_pow2(NT)) {
         // Rows k of a K x N tile, transposed on the way into registers.
-        ldmatrix_x4_trans(d, tile_at2<N, U, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
+        ldmatrix_x4_trans(d, tile_at2<N, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, U, SB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<N, U, SB, PB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
       }
       b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
     }
     if constexpr (NT % 2 == 1) {
       constexpr int ni = NT - 1;
       if constexpr (TB) {
-        ldmatrix_x2(b[ni], tile_at<K, U, SB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
+        ldmatrix_x2(b[ni], tile_at<K, U, SB, PB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
       } else {
-        ldmatrix_x2_trans(b[ni], tile_at<N, U, SB>(B, k0 + lane % 16, col0 + ni * 8));
+        ldmatrix_x2_trans(b[ni], tile_at<N, U, SB, PB>(B, k0 + lane % 16, col0 + ni * 8));
       }
     }
   }
@@ -265,36 +289,37 @@ struct BlockGemm {
     if (two) {
       uint32_t d[4];
       if constexpr (TB) {
-        ldmatrix_x4(d, tile_at2<K, U, SB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / CH));
+        ldmatrix_x4(d, tile_at2<K, U, SB, PB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / CH));
       } else if constexpr (is_pow2(NT)) {
-        ldmatrix_x4_trans(d, tile_at2<N, U, SB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
+        ldmatrix_x4_trans(d, tile_at2<N, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, U, SB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<N, U, SB, PB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
       }
       b[0][0] = d[0], b[0][1] = d[1], b[1][0] = d[2], b[1][1] = d[3];
     } else if constexpr (TB) {
-      ldmatrix_x2(b[0], tile_at<K, U, SB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
+      ldmatrix_x2(b[0], tile_at<K, U, SB, PB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
     } else {
-      ldmatrix_x2_trans(b[0], tile_at<N, U, SB>(B, k0 + lane % 16, col0 + n0 * 8));
+      ldmatrix_x2_trans(b[0], tile_at<N, U, SB, PB>(B, k0 + lane % 16, col0 + n0 * 8));
     }
   }
 };
 
 // T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
-          typename U, typename Acc>
+// PA / PB: the stored rows of an operand kept in wgmma's panels (0: not panelled).
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int PA = 0,
+          int PB = 0, typename T, typename U, typename Acc>
 TEGULA_DEVICE void gemm_ss(const T* A, const U* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T, U>::run(A, B, C, tid);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T, U, PA, PB>::run(A, B, C, tid);
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
 // same warp split with WN = 1, held by each of the WN columns of warps (what
 // T.copy(acc_fp32, acc_fp16) of a previous gemm's
 // accumulator gives), so attention's P @ V reads P where the first gemm left it.
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, typename T,
-          typename Acc>
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int PA = 0,
+          int PB = 0, typename T, typename Acc>
 TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T>::run(A, B, C, tid);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T, 0, PB>::run(A, B, C, tid);
 }
 
 }  // namespace tegula

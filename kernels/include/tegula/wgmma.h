@@ -29,18 +29,6 @@
 
 namespace tegula {
 
-// Elements per stored row of one panel: the whole row up to 128 bytes.
-template <int C, int E>
-inline constexpr int kPanel = C * E > 128 ? 128 / E : C;
-
-// Element offset of (r, c) in an R x C tile of E-byte elements stored in panels of
-// kPanel<C, E> columns, each an R-row tile swizzled as swizzle_offset does.
-template <int C, int E, int R>
-TEGULA_HOST_DEVICE constexpr int panel_offset(int r, int c) {
-  constexpr unsigned P = kPanel<C, E>;
-  return int((unsigned(c) / P) * (unsigned(R) * P)) + swizzle_offset<int(P), E>(r, int(unsigned(c) % P));
-}
-
 #if TEGULA_ARCH >= 900
 
 // __syncthreads that also orders this thread's generic-proxy writes to shared memory
