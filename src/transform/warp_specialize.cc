@@ -1,6 +1,7 @@
 // Pass: warp_specialize (sm_90a).
 //
-// Expects: pipeline_loops left, as a direct statement of the kernel body, the
+// Expects: pipeline_loops left, as a direct statement of the kernel body (under the lets
+// plan_bulk_copies lifted to its top), the
 // warp-specialised loop `if (ws_producer()) { producer loop } else { consumer loop }`
 // (ctx.warp_specialize); bulk copies ahead of it are tma_copy statements of the body.
 // Guarantees: the kernel runs one more warpgroup. The body becomes
@@ -35,8 +36,15 @@ Stmt call(const std::string& op, std::vector<Expr> args = {}) {
 
 void warp_specialize(Kernel& k, PassContext& ctx) {
   if (!ctx.warp_specialize) return;
-  auto* seq = k.body.as<SeqNode>();
-  std::vector<Stmt> top = seq ? seq->seq : std::vector<Stmt>{k.body};
+  // plan_bulk_copies lifted the block-invariant lets above the loop: both sides see them.
+  std::vector<const LetStmtNode*> lets;
+  Stmt inner = k.body;
+  while (auto* let = inner.as<LetStmtNode>()) {
+    lets.push_back(let);
+    inner = let->body;
+  }
+  auto* seq = inner.as<SeqNode>();
+  std::vector<Stmt> top = seq ? seq->seq : std::vector<Stmt>{inner};
   int at = -1;
   for (size_t i = 0; i < top.size(); ++i) {
     auto* br = top[i].as<IfThenElseNode>();
@@ -85,7 +93,9 @@ void warp_specialize(Kernel& k, PassContext& ctx) {
   std::vector<Stmt> body = {
       make_if(make_binary(BinaryOp::EQ, k.thread_var, make_int(0)), make_seq(init)), call("sync_all"),
       make_if(unit->cond, make_seq(prod_side), make_seq(cons_side), unit->loc)};
-  k.body = make_seq(body, k.body->loc);
+  Stmt out = make_seq(body, k.body->loc);
+  for (auto it = lets.rbegin(); it != lets.rend(); ++it) out = make_let((*it)->var, (*it)->value, out, (*it)->loc);
+  k.body = out;
   k.consumer_threads = T;
   k.threads = total;
 }

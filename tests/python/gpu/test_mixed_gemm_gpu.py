@@ -21,6 +21,9 @@ def test_two_paths_against_torch(M, L, D):
     P = torch.full((M, L), float("nan"), device="cuda")
     dQ = torch.full((L, D), float("nan"), device="cuda")
     k(K, Q, P, dQ)
-    p, dq = ref(K, Q)
-    torch.testing.assert_close(P.double(), p, rtol=1e-3, atol=1e-3)
-    torch.testing.assert_close(dQ.double(), dq, rtol=2e-3, atol=2e-2)
+    p, _ = ref(K, Q)
+    torch.testing.assert_close(P.double().cpu(), p, rtol=1e-3, atol=1e-3)
+    # dQ from the kernel's own P: where float32 and float64 products round P to float16
+    # differently the two differ by an ulp, which the second gemm would magnify.
+    dq = P.double().cpu().to(torch.float16).double().T @ K.double().cpu()
+    torch.testing.assert_close(dQ.double().cpu(), dq, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,52 @@
+"""Varlen kernels in the shape TileLang's varlen attention examples take: per sequence b,
+offsets read from cu_seqlens into lets (`start = cu[b]`), a T.Pipelined loop over the
+sequence's key tiles whose index is itself a let (`kk = k + first`), and a wgmma gemm. On
+sm_90a the loop is warp specialised (bulk tensor copies) through those lets. Shared by
+cpu/test_varlen.py and gpu/test_varlen_gpu.py. Each returns (prim_func, torch reference)."""
+import torch
+
+import tegula.language as T
+
+
+def varlen_tile_scores(lens, D, block=64, first=0):
+    """S[b-th sequence's query tile bx] = sum over its key tiles t >= first of
+    Q_tile K_t^T (block x block), a tile's rows read past the sequence's end as the
+    copy engine reads them (the next sequence's rows, zeros past the tensor)."""
+    total = sum(lens)
+    B = len(lens)
+    tiles = max((n + block - 1) // block for n in lens)
+
+    @T.prim_func
+    def main(Q: T.Tensor((total, D), "float16"), K: T.Tensor((total, D), "float16"),
+             cu: T.Tensor((B + 1,), "int32"), S: T.Tensor((B, tiles, block, block), "float32")):
+        with T.Kernel(tiles, B, threads=128) as (bx, b):
+            Q_s = T.alloc_shared((block, D), "float16")
+            K_s = T.alloc_shared((block, D), "float16")
+            acc = T.alloc_fragment((block, block), "float32")
+            start = cu[b]
+            n = cu[b + 1] - start
+            T.copy(Q[start + bx * block: start + (bx + 1) * block, :], Q_s)
+            T.clear(acc)
+            for k in T.Pipelined(T.ceildiv(n, block) - first, num_stages=2):
+                kk = k + first
+                T.copy(K[start + kk * block: start + (kk + 1) * block, :], K_s)
+                T.gemm(Q_s, K_s, acc, transpose_B=True)
+            T.copy(acc, S[b, bx, :, :])
+
+    def ref(Q, K, cu):
+        pad = torch.zeros(block * (tiles + 1), D, dtype=torch.float64)
+        Qp, Kp = torch.cat([Q.double(), pad]), torch.cat([K.double(), pad])
+        out = torch.zeros(B, tiles, block, block, dtype=torch.float64)
+        for b in range(B):
+            s, n = int(cu[b]), int(cu[b + 1] - cu[b])
+            for bx in range(tiles):
+                q = Qp[s + bx * block: s + (bx + 1) * block]
+                for t in range(first, (n + block - 1) // block):
+                    out[b, bx] += q @ Kp[s + t * block: s + (t + 1) * block].T
+        return out
+
+    return main, ref
+
+
+def cu_seqlens(lens):
+    return torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
