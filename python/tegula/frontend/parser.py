@@ -17,7 +17,7 @@ import ast
 import inspect
 
 from ..language import reducers
-from ..language.builtins import AllocRequest, KernelSpec, LoopSpec, Pipelined
+from ..language.builtins import AllocRequest, KernelSpec, LoopSpec, PersistentSpec, Pipelined
 from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
@@ -358,6 +358,8 @@ class Parser(Evaluator):
         if not isinstance(spec, LoopSpec):
             raise self.error(stmt.iter, f"cannot loop over {type(spec).__name__} in a kernel: use range, "
                              "T.serial, T.unroll, T.Parallel or T.Pipelined")
+        if isinstance(spec, PersistentSpec):
+            return self._persistent(stmt, spec)
         names = self._loop_names(stmt.target, len(spec.dims))
         loop_vars = [PrimExpr.var(name) for name in names]
         self.scopes.append({})
@@ -390,6 +392,28 @@ class Parser(Evaluator):
             body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
                                  num_stages)
         self.builder.emit(body)
+        return None
+
+    def _persistent(self, stmt, spec):
+        """for w in T.serial(waves): if the block's tile of wave w is in the domain: the
+        body, its loop names bound to that tile's coordinates."""
+        names = self._loop_names(stmt.target, len(spec.domain))
+        w = PrimExpr.var("w")
+        coords, inside = spec.tiles(w)
+        self.scopes.append({})
+        for name, coord in zip(names, coords):
+            self.bind(name, coord)
+        self.builder.push()
+        self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
+        try:
+            self.parse_block(stmt.body)
+        finally:
+            self.scopes.pop()
+        body = self.builder.pop_optional()
+        if body is None:
+            return None
+        body = self._ir.if_(to_expr(inside, "bool"), body, None)
+        self.builder.emit(self._ir.for_(w.expr, to_expr(0, "int32"), to_expr(spec.waves(), "int32"), "serial", body, 0))
         return None
 
     def _schedule(self, stmt, schedule, trace: list, num_stages: int) -> int:

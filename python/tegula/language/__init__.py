@@ -17,7 +17,7 @@
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
-from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, Select, abs, align_up,
+from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Persistent, Pipelined, Select, abs, align_up,
                        alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
                        exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
                        max, max_value, min, min_value, parallel, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,

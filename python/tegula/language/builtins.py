@@ -243,6 +243,63 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     return spec
 
 
+class PersistentSpec(LoopSpec):
+    """T.Persistent's tiles: the grid of `domain`, walked wave by wave by `wave_size`
+    blocks, block `index` taking tile w * wave_size + index of wave w (frontend/parser.py
+    builds the loop)."""
+
+    def __init__(self, domain: list, wave_size, index, group_size):
+        super().__init__("serial", [])
+        self.domain, self.wave_size, self.index, self.group_size = domain, wave_size, index, group_size
+
+    def tiles(self, w):
+        """(coordinates, in range) of tile w * wave_size + index. The last dimension is
+        cut into groups of group_size, and tiles are numbered group by group, the other
+        dimensions' coordinates inside a group and the group's columns fastest, so
+        consecutive blocks share rows of the first operand (TileLang's order)."""
+        last = self.domain[-1]
+        g = max(1, min(self.group_size, last))
+        radices = [ceildiv(last, g)] + list(self.domain[:-1]) + [g]
+        padded = 1
+        for r in radices:
+            padded = padded * r
+        linear = w * self.wave_size + self.index
+        digits = [None] * len(radices)
+        rest = linear
+        for i in range(len(radices) - 1, 0, -1):
+            digits[i] = rest % radices[i]
+            rest = rest // radices[i]
+        digits[0] = rest
+        coords = digits[1:-1] + [digits[0] * g + digits[-1]]
+        return coords, (linear < padded) & (coords[-1] < last)
+
+    def waves(self):
+        last = self.domain[-1]
+        g = max(1, min(self.group_size, last))
+        padded = ceildiv(last, g) * g
+        for d in self.domain[:-1]:
+            padded = padded * d
+        return ceildiv(padded, self.wave_size)
+
+
+@intrinsic("T.Persistent")
+def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - TileLang's name
+    """`for bx, by in T.Persistent([m_tiles, n_tiles], sm_num, block_id)`: a persistent
+    kernel's tile loop. Each of wave_size blocks (block `index`) walks the tiles of the
+    domain wave by wave: in wave w it takes tile w * wave_size + index, in an order that
+    groups group_size tiles of the last dimension; a tile past the domain is skipped."""
+    if not isinstance(domain, (list, tuple)) or not domain:
+        raise ArgError("domain", f"T.Persistent: domain must be a non-empty list of extents, got {domain!r}")
+    domain = [_extent(d, "T.Persistent", "domain") for d in domain]
+    wave_size = _extent(wave_size, "T.Persistent", "wave_size")
+    index = _extent(index, "T.Persistent", "index")
+    group_size = _extent(group_size, "T.Persistent", "group_size")
+    for name, v in (("wave_size", wave_size), ("group_size", group_size)):
+        if isinstance(v, int) and v <= 0:
+            raise ArgError(name, f"T.Persistent: {name} must be positive, got {v}")
+    return PersistentSpec(domain, wave_size, index, group_size)
+
+
 @intrinsic("T.Parallel")
 def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
     """`for i, j in T.Parallel(M, N)`: a nest of independent iterations over constant

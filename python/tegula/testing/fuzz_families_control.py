@@ -672,6 +672,31 @@ def gen_shared_loops(k: Kernel) -> None:
     k.body.emit(f"T.copy({acc}, O[bx * {bm}, 0])")
 
 
-FAMILIES: list = [(gen_masked_tail, 1), (gen_nested_loops, 1), (gen_shared_reorder, 1), (gen_grid3d, 1),
+def gen_persistent(k: Kernel) -> None:
+    """T.Persistent: fewer blocks than tiles, each walking tiles wave by wave in the grouped
+    order; a ragged domain (some waves skip their tile), a block count that leaves the
+    last wave short, tile coordinates used in the copies."""
+    c = k.c
+    rows, cols = c.choice([8, 16, 32]), c.choice([16, 32, 64])
+    mt, nt = c.int(1, 5), c.int(1, 6)
+    M, N = mt * rows - c.int(0, rows - 1), nt * cols - c.int(0, cols - 1)
+    blocks, group = c.int(1, 7), c.choice([1, 2, 3, 8])
+    dt = c.choice(["float32", "float16"])
+    k.dtypes.add(dt)
+    X = k.tensor("X", [str(M), str(N)], [M, N], dt)
+    O = k.tensor("O", [str(M), str(N)], [M, N], dt, role="out")
+    k.header = f"with T.Kernel({blocks}, threads={c.choice([32, 64, 128])}) as block_id:"
+    k.features.add("persistent")
+    f = k.alloc("fragment", (rows, cols), dt, "f")
+    k.body.open(f"for ti, tj in T.Persistent([{mt}, {nt}], {blocks}, block_id, {group}):")
+    k.body.emit(f"T.copy({X}[ti * {rows}, tj * {cols}], {f})")
+    k.body.open(f"for i, j in T.Parallel({rows}, {cols}):")
+    k.body.emit(f"{f}[i, j] = {f}[i, j] * 2 + ti - tj")
+    k.body.close()
+    k.body.emit(f"T.copy({f}, {O}[ti * {rows}, tj * {cols}])")
+    k.body.close()
+
+
+FAMILIES: list = [(gen_persistent, 1), (gen_masked_tail, 1), (gen_nested_loops, 1), (gen_shared_reorder, 1), (gen_grid3d, 1),
                   (gen_cast_chain, 1), (gen_swizzle, 1), (gen_shared_atomic, 1), (gen_disjoint_writes, 1),
                   (gen_shared_loops, 1)]
