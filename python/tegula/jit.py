@@ -80,11 +80,16 @@ class JITKernel:
         if execution_backend not in _BACKENDS:
             raise ValueError(f"execution_backend {execution_backend!r}: expected one of {_BACKENDS}")
         self.prim_func = func
+        out_idx, pass_configs, compile_flags = _with_function_attrs(func, out_idx, pass_configs, compile_flags)
         self.out_idx = _normalize_out_idx(out_idx, func.params)
         self.target, self._target_guessed = env.resolve_target(target)
         options = to_options(pass_configs)
-        if compile_flags:
-            warnings.warn("tegula: compile_flags are ignored (NVRTC flags are fixed by the target)", stacklevel=3)
+        flags = [f for f in compile_flags or () if f not in _FAST_MATH_FLAGS]
+        if len(flags) < len(compile_flags or ()):
+            options.setdefault("fast_math", True)
+        if flags:
+            warnings.warn(f"tegula: compile_flags {flags} are ignored (NVRTC flags are fixed by the target; "
+                          "--use_fast_math turns on fast math)", stacklevel=3)
         python_side = {k: options.pop(k) for k in list(options) if k in PYTHON_SIDE}
         self.options = options  # what _C.lower was given
         C = env.native()
@@ -334,6 +339,27 @@ def _launch_outputs_only(kernel: JITKernel, program, *args):
     if not outputs:
         return None
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+_FAST_MATH_FLAGS = ("--use_fast_math", "-use_fast_math")
+
+
+def _with_function_attrs(func: PrimFunc, out_idx, pass_configs, compile_flags):
+    """The function's own attributes (T.empty outputs, T.annotate_pass_configs,
+    T.annotate_compile_flags) under what the call gives: pass configs key by key, compile
+    flags appended; outputs named both ways are a conflict."""
+    attrs = getattr(func, "attrs", None) or {}
+    own_out = attrs.get("tilelang_out_idx")
+    if own_out is not None:
+        if out_idx is not None:
+            raise ValueError(f"Out index conflict: {func.name} returns its T.empty outputs (out_idx {list(own_out)}), "
+                             f"and out_idx={out_idx!r} was given as well; drop one")
+        out_idx = list(own_out)
+    if attrs.get("tilelang_pass_configs"):
+        pass_configs = {**attrs["tilelang_pass_configs"], **(pass_configs or {})}
+    if attrs.get("tilelang_compile_flags"):
+        compile_flags = list(attrs["tilelang_compile_flags"]) + list(compile_flags or [])
+    return out_idx, pass_configs, compile_flags
 
 
 def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verbose=False,  # noqa: A001

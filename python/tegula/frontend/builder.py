@@ -45,6 +45,8 @@ class Builder:
         self.parallel = 0  # T.Parallel loops around the statement being parsed
         self.loop_bodies: set = set()  # ids of the blocks that are loop bodies (of any kind)
         self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)
+        # T.annotate_pass_configs / T.annotate_compile_flags: the function's attributes.
+        self.func_attrs: dict = {}
 
     # ---- statements ----
     def emit(self, stmt) -> None:

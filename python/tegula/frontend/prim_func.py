@@ -33,8 +33,11 @@ class PrimFunc:
     """A parsed kernel: the IR Kernel, its parameters, and its source for error display."""
 
     def __init__(self, name: str, kernels: list, params: list[ParamInfo], dynamic_vars: list[PrimExpr],
-                 source: SourceInfo, fn, workspaces: list[ParamInfo] = ()):
+                 source: SourceInfo, fn, workspaces: list[ParamInfo] = (), attrs: dict | None = None):
         self.name = name
+        # TileLang's function attributes: "tilelang_out_idx" (the T.empty outputs it
+        # returns), "tilelang_pass_configs", "tilelang_compile_flags" (T.annotate_*).
+        self.attrs = dict(attrs or {})
         self.kernels = list(kernels)  # one per `with T.Kernel` block, launched in this order
         self.kernel = self.kernels[0]
         self.workspaces = list(workspaces)  # T.alloc_global buffers: allocated per call
@@ -119,10 +122,36 @@ def _source_and_tree(fn):
     return hit
 
 
+def _declares_in_body(fn_node) -> bool:
+    """Whether the function is written in TileLang's body-declaration form: a parameter
+    without a signature annotation (`def f(A):` then `A: T.Tensor(...)` in the body), or
+    outputs it makes with T.empty and returns."""
+    if any(a.annotation is None for a in fn_node.args.args):
+        return True
+    return any(isinstance(stmt, ast.Return) and stmt.value is not None for stmt in fn_node.body)
+
+
+def _parse_declared(fn) -> PrimFunc:
+    """A prim_func in the body-declaration form, parsed as an eager body with every
+    parameter a kernel argument and no call to read sizes from; its T.empty outputs
+    become attrs["tilelang_out_idx"] (negative indices, as TileLang records them)."""
+    from .eager import _signature_specs, parse_eager
+
+    _, fn_node = _source_and_tree(fn)
+    names = tuple(a.arg for a in fn_node.args.args)
+    func = parse_eager(fn, names, _signature_specs(fn), {}, {n: None for n in names}, {})
+    outputs = len(func.params) - len(names)
+    if outputs:
+        func.attrs["tilelang_out_idx"] = list(range(-outputs, 0))
+    return func
+
+
 def _parse(fn) -> PrimFunc:
     source, fn_node = _source_and_tree(fn)
     if not isinstance(fn_node, ast.FunctionDef):
         raise source.error_at(fn_node, "T.prim_func decorates a plain `def` function")
+    if _declares_in_body(fn_node):
+        return _parse_declared(fn)
     builder = Builder(fn.__name__)
     parser = Parser(fn, source, builder)
     with active(builder):
@@ -173,7 +202,7 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
         else:
             infos.append(ParamInfo(name, (), str(value.dtype), True, value))
     workspaces = [ParamInfo(ws.name, ws.shape, str(ws.dtype), False, ws) for ws in builder.workspaces]
-    return PrimFunc(fn.__name__, kernels, infos, dynamic_vars, source, fn, workspaces)
+    return PrimFunc(fn.__name__, kernels, infos, dynamic_vars, source, fn, workspaces, builder.func_attrs)
 
 
 class Macro:

@@ -393,6 +393,38 @@ def use_swizzle(panel_size, order="row", enable=True):
         _emit("T.use_swizzle", "use_swizzle", [], [], {"panel_size": panel_size, "order": order})
 
 
+@intrinsic("T.annotate_pass_configs")
+def annotate_pass_configs(configs):
+    """Pass configs of the function (tilelang.PassConfigKey -> value), as if given to
+    tilelang.compile / @tilelang.jit, which override them key by key. Written at the top
+    of the function, outside the T.Kernel blocks; recorded in func.attrs."""
+    if not isinstance(configs, dict):
+        raise ArgError("configs", f"T.annotate_pass_configs: configs must be a dict of pass-config keys, got "
+                       f"{type(configs).__name__}")
+    target = builder.current("T.annotate_pass_configs")
+    if target.blocks:
+        raise ArgError(None, "T.annotate_pass_configs belongs at the top of the function, outside `with T.Kernel`")
+    merged = dict(target.func_attrs.get("tilelang_pass_configs", {}))
+    merged.update(configs)
+    target.func_attrs["tilelang_pass_configs"] = merged
+
+
+@intrinsic("T.annotate_compile_flags")
+def annotate_compile_flags(flags):
+    """Compiler flags of the function, as if given to tilelang.compile(compile_flags=...):
+    `--use_fast_math` turns on fast math; NVRTC's other options are fixed by the target.
+    Written at the top of the function; recorded in func.attrs."""
+    if isinstance(flags, str):
+        flags = [flags]
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(f, str) for f in flags):
+        raise ArgError("flags", f"T.annotate_compile_flags: flags must be a list of strings, got {flags!r}")
+    target = builder.current("T.annotate_compile_flags")
+    if target.blocks:
+        raise ArgError(None, "T.annotate_compile_flags belongs at the top of the function, outside `with T.Kernel`")
+    known = list(target.func_attrs.get("tilelang_compile_flags", []))
+    target.func_attrs["tilelang_compile_flags"] = known + list(flags)
+
+
 @intrinsic("T.print")
 def print(obj, msg=""):  # noqa: A001 - TileLang's name
     """Device printf of a scalar, or of every element of a buffer. The IR has no string

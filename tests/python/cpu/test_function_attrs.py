@@ -1,0 +1,92 @@
+"""TileLang's function attributes: a prim_func whose parameters are declared in its body
+(`def f(A):` then `A: T.Tensor(...)`), T.empty outputs it returns (func.attrs
+["tilelang_out_idx"]), T.annotate_pass_configs and T.annotate_compile_flags (func.attrs,
+merged under what tegula.compile is given); out_idx given both ways is an error."""
+import pytest
+import torch
+
+import tegula
+import tegula.language as T
+import tegula.testing as tt
+from tegula.transform import PassConfigKey
+
+
+def _doubling(rows, cols):
+    @T.prim_func
+    def kernel(A):
+        A: T.Tensor[[rows, cols], T.float32]
+        T.annotate_pass_configs({PassConfigKey.TL_ENABLE_FAST_MATH: True})
+        T.annotate_compile_flags(["--use_fast_math"])
+        B = T.empty([rows, cols], T.float32)
+        with T.Kernel(T.ceildiv(rows, 16), threads=128) as bx:
+            for i, j in T.Parallel(16, cols):
+                if bx * 16 + i < rows:
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * 2.0 + 1.0
+        return B
+
+    return kernel
+
+
+def test_attributes_of_the_function():
+    kernel = _doubling(64, 32)
+    assert kernel.attrs["tilelang_out_idx"] == [-1]
+    assert kernel.attrs["tilelang_pass_configs"] == {PassConfigKey.TL_ENABLE_FAST_MATH: True}
+    assert kernel.attrs["tilelang_compile_flags"] == ["--use_fast_math"]
+    compiled = tegula.compile(kernel, target="sm_90a")
+    assert compiled.options.get("fast_math") is True
+    assert [p.name for p in compiled.params] == ["A", "B"] and compiled.num_inputs == 1
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+@pytest.mark.parametrize("rows,cols", [(64, 32), (50, 24)])
+def test_body_declared_function_agrees_with_torch(run, rows, cols):
+    compiled = tegula.compile(_doubling(rows, cols), target="sm_90a")
+    a = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows))
+    torch.testing.assert_close(run(compiled, a), a * 2 + 1)
+
+
+def test_out_idx_given_both_ways_is_a_conflict():
+    with pytest.raises(ValueError, match="Out index conflict"):
+        tegula.compile(_doubling(64, 32), out_idx=[-1], target="sm_90a")
+
+
+def test_declared_parameters_with_out_idx_of_the_call():
+    @T.prim_func
+    def kernel(A, B):
+        T.annotate_pass_configs({"tl.disable_wgmma": True})
+        A: T.Tensor[[32, 32], T.float32]
+        B: T.Tensor[[32, 32], T.float32]
+        with T.Kernel(1, threads=32):
+            for i in T.serial(32):
+                for j in T.serial(32):
+                    B[i, j] = A[i, j] + 1.0
+
+    assert "tilelang_out_idx" not in kernel.attrs
+    compiled = tegula.compile(kernel, out_idx=[-1], target="sm_90a",
+                              pass_configs={"tl.disable_wgmma": False})
+    assert compiled.options.get("disable_wgmma") is False  # the call's configs win
+    a = torch.randn(32, 32)
+    torch.testing.assert_close(tt.reference(compiled, a), a + 1)
+
+
+def test_an_undeclared_parameter_is_an_error_at_the_line():
+    with pytest.raises(tegula.TegulaCompileError, match="parameter 'B' is never declared"):
+        @T.prim_func
+        def kernel(A, B):
+            A: T.Tensor[[32], T.float32]
+            with T.Kernel(1, threads=32):
+                for i in T.serial(32):
+                    A[i] = 1.0
+
+
+def test_other_compile_flags_warn_that_they_are_ignored():
+    @T.prim_func
+    def kernel(A):
+        A: T.Tensor[[32], T.float32]
+        T.annotate_compile_flags(["-lineinfo"])
+        with T.Kernel(1, threads=32):
+            for i in T.serial(32):
+                A[i] = 1.0
+
+    with pytest.warns(UserWarning, match="-lineinfo"):
+        tegula.compile(kernel, target="sm_90a")
