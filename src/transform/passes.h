@@ -40,6 +40,7 @@ ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq);
 // The same over a loop: inside its body, and at its end when an iteration writes shared
 // memory the next may touch.
 ir::Stmt place_barriers_in_loop(const ir::Stmt& loop);
+void inline_loop_lets(ir::Kernel& k, PassContext& ctx);
 void plan_bulk_copies(ir::Kernel& k, PassContext& ctx);
 // tma_copy(dst, src, map, rows, cols[, mbarrier]) statements, which plan_bulk_copies makes
 // and pipeline_loops / warp_specialize hand to the producer: whether s is one, the bytes

@@ -20,6 +20,7 @@ const Step kPipeline[] = {
     {"simplify", simplify},
     {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
+    {"inline_loop_lets", inline_loop_lets},
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
     {"resolve_views", resolve_views},

@@ -25,10 +25,9 @@
 // direct statements of its body and qualify, whose other statements neither copy into
 // shared memory from global nor write a buffer those copies fill, and whose gemms run on
 // wgmma; statements before the loop may not touch a buffer the producer fills early.
-// Lets of block-invariant values (reading only global tensors the kernel never writes)
-// on the way to the loop are lifted to the top of the body, and a loop body's leading lets
-// of memory-free values are substituted into it, so varlen attention's
-// `kv_start = cu_seqlens_k[b]` and `actual_k = k + start` do not hide the loop's copies.
+// Lets of block-invariant values (let_values.h) on the way to the loop are lifted to the
+// top of the body, so varlen attention's `kv_start = cu_seqlens_k[b]` does not hide the
+// loop (its body's leading lets are inline_loop_lets').
 // tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
 #include <map>
 #include <set>
@@ -36,6 +35,7 @@
 #include "ir/functor.h"
 #include "ops/region.h"
 #include "ops/tile_op.h"
+#include "transform/let_values.h"
 #include "transform/passes.h"
 
 namespace tegula::transform {
@@ -87,16 +87,6 @@ void touched(const Stmt& s, std::set<const BufferNode*>* reads, std::set<const B
   });
 }
 
-// Whether a let's value is the same wherever in the block it is computed: it reads only
-// global tensors the kernel never writes (offsets such as cu_seqlens[b]).
-bool block_invariant(const Expr& value, const std::set<const BufferNode*>& written) {
-  bool ok = true;
-  post_order(make_evaluate(value), nullptr, [&](const Expr& x) {
-    if (auto* ld = x.as<BufferLoadNode>()) ok &= ld->buffer->scope == Scope::Global && !written.count(ld->buffer.get());
-  });
-  return ok;
-}
-
 // Flattens s into top-level statements, lifting the block-invariant lets along the way
 // (in order: a lifted value may use an earlier one); a let that is not stays a statement
 // with its body.
@@ -110,17 +100,6 @@ void lift_lets(const Stmt& s, const std::set<const BufferNode*>& written, std::v
   } else {
     top->push_back(s);
   }
-}
-
-// A loop body's leading lets of values that read no memory (actual_k = k + start) are
-// substituted into it, so its copies are statements of the body.
-Stmt inline_pure_lets(const Stmt& s) {
-  auto* let = s.as<LetStmtNode>();
-  if (!let) return s;
-  bool pure = true;
-  post_order(make_evaluate(let->value), nullptr, [&](const Expr& x) { pure &= !x.as<BufferLoadNode>(); });
-  if (!pure) return s;
-  return inline_pure_lets(substitute(let->body, {{let->var, let->value}}));
 }
 
 struct Planner {
@@ -211,11 +190,9 @@ struct Planner {
     // Kernel-level lets of values fixed for the whole block (cu_seqlens[b], ends computed
     // from them) are lifted to the top of the body, so the loop and the copies ahead of it
     // become statements of one list; the producer and the consumer both see them.
-    std::set<const BufferNode*> all_r, all_w;
-    touched(k.body, &all_r, &all_w);
     std::vector<std::pair<Expr, Expr>> lets;
     std::vector<Stmt> top;
-    lift_lets(k.body, all_w, &lets, &top);
+    lift_lets(k.body, written_buffers(k.body), &lets, &top);
     int loop_at = -1, loops = 0;
     post_order(k.body, [&](const Stmt& s) {
       auto* f = s.as<ForNode>();
@@ -228,7 +205,7 @@ struct Planner {
     if (loops != 1 || loop_at < 0) return;
     auto* loop = top[loop_at].as<ForNode>();
     if (loop->num_stages < 1 || !producer_computable(loop->min) || !producer_computable(loop->extent)) return;
-    std::vector<Stmt> body = flat(inline_pure_lets(loop->body));
+    std::vector<Stmt> body = flat(loop->body);  // its leading lets: inline_loop_lets
     std::set<const BufferNode*> filled;
     std::vector<Stmt> new_body;
     for (const Stmt& s : body) {

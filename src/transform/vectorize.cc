@@ -153,7 +153,8 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   std::vector<Stmt> out;
   // Inside T.Pipelined, a plain 16-byte global->shared copy becomes cp.async, which the
   // pipeline_loops pass then overlaps with the loop's compute.
-  if (n.async && dst->scope == Scope::Shared && nloads == 1 && load_kind[0] == 1 &&
+  // (Loads in the source's indices, a paged cache's block table, are the thread's own.)
+  if (n.async && dst->scope == Scope::Shared && nloads >= 1 && load_kind[0] == 1 &&
       loads[0].loads[0]->buffer->scope == Scope::Global && loads[0].loads[0]->buffer->dtype == dst->dtype &&
       stores[0]->value.get() == static_cast<const ExprNode*>(loads[0].loads[0]) &&
       load_width[0] * dst->dtype.bytes() == 16 && store_width * dst->dtype.bytes() == 16) {

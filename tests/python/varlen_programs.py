@@ -50,3 +50,35 @@ def varlen_tile_scores(lens, D, block=64, first=0):
 
 def cu_seqlens(lens):
     return torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+
+
+def paged_scores(B, pages, page, D, total_pages, block=64, reverse=False):
+    """S[b] = sum over the sequence's pages p of Q[b] KV[table[b, p] * page : +page]^T, the
+    page's rows found through a block table in a let of the pipelined loop's body (a paged
+    KV cache, as TileLang's paged MLA decode reads it); reverse walks the pages backwards."""
+
+    @T.prim_func
+    def main(Q: T.Tensor((B, block, D), "float16"), KV: T.Tensor((total_pages * page, D), "float16"),
+             table: T.Tensor((B, pages), "int32"), S: T.Tensor((B, block, page), "float32")):
+        with T.Kernel(B, threads=128) as b:
+            Q_s = T.alloc_shared((block, D), "float16")
+            K_s = T.alloc_shared((page, D), "float16")
+            acc = T.alloc_fragment((block, page), "float32")
+            T.copy(Q[b, :, :], Q_s)
+            T.clear(acc)
+            for kr in T.Pipelined(pages, num_stages=2):
+                k = pages - 1 - kr if reverse else kr
+                start = table[b, k] * page
+                T.copy(KV[start: start + page, :], K_s)
+                T.gemm(Q_s, K_s, acc, transpose_B=True)
+            T.copy(acc, S[b, :, :])
+
+    def ref(Q, KV, table):
+        out = torch.zeros(B, block, page, dtype=torch.float64)
+        for b in range(B):
+            for p in range(pages):
+                t = int(table[b, p])
+                out[b] += Q[b].double() @ KV[t * page: (t + 1) * page].double().T
+        return out
+
+    return main, ref

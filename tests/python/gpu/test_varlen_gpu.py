@@ -22,3 +22,17 @@ def test_varlen_against_torch(lens, D, first):
     S = torch.full([int(d) for d in k.params[-1].shape], float("nan"), device="cuda")
     k(Q.cuda(), K.cuda(), cu.cuda(), S)
     torch.testing.assert_close(S.double().cpu(), ref(Q, K, cu), rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("B,pages,page,D,total,reverse", [(3, 4, 64, 64, 16, False), (2, 5, 64, 128, 12, True),
+                                                          (64, 16, 64, 128, 2048, True)])
+def test_paged_against_torch(B, pages, page, D, total, reverse):
+    prog, ref = vp.paged_scores(B, pages, page, D, total, reverse=reverse)
+    k = tegula.compile(prog)
+    g = torch.Generator().manual_seed(B * pages + D)
+    Q = torch.randn(B, 64, D, generator=g).half()
+    KV = torch.randn(total * page, D, generator=g).half()
+    table = torch.stack([torch.randperm(total, generator=g)[:pages] for _ in range(B)]).int()
+    S = torch.full((B, 64, page), float("nan"), device="cuda")
+    k(Q.cuda(), KV.cuda(), table.cuda(), S)
+    torch.testing.assert_close(S.double().cpu(), ref(Q, KV, table), rtol=1e-3, atol=1e-2)
