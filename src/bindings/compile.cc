@@ -217,6 +217,8 @@ struct LoweredKernel {
     l.threads = k.threads;
     l.smem_bytes = int(k.smem_bytes);
     l.rules.fold = codegen::folds_grid(k);
+    l.cooperative = codegen::launches_cooperatively(k);
+    l.cluster_dims = k.cluster_dims;
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
     for (auto& m : k.tensor_maps) {
       TensorMapSpec t;

@@ -25,7 +25,8 @@
 // direct statements of its body and qualify, whose other statements neither copy into
 // shared memory from global nor write a buffer those copies fill, and whose gemms run on
 // wgmma; statements before the loop may not touch a buffer the producer fills early.
-// tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
+// A kernel with a grid or cluster barrier is never warp specialised (its producer would
+// not reach the barrier). tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
 #include <map>
 #include <set>
 
@@ -81,6 +82,16 @@ void touched(const Stmt& s, std::set<const BufferNode*>* reads, std::set<const B
   }, [&](const Expr& x) {
     if (auto* ld = x.as<BufferLoadNode>()) reads->insert(ld->buffer.get());
   });
+}
+
+// T.sync_grid or a cluster barrier (language/cluster.py).
+bool has_wide_barrier(const Stmt& body) {
+  bool found = false;
+  post_order(body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    found = found || (c && (c->op == "sync_grid" || c->op.rfind("cluster_", 0) == 0));
+  });
+  return found;
 }
 
 struct Planner {
@@ -161,6 +172,9 @@ struct Planner {
   void run() {
     if (ctx.target.arch != "sm_90a" || ctx.options.disable_tma || ctx.options.disable_warp_specialized) return;
     if (!ops::kernel_uses_wgmma(k, ctx)) return;
+    // A grid or cluster barrier is met by every thread of the block, which the producer
+    // warpgroup of a warp-specialised kernel never reaches.
+    if (has_wide_barrier(k.body)) return;
     post_order(k.body, [&](const Stmt& s) {
       auto* op = s.as<TileOpNode>();
       if (!op || op->op != "gemm") return;

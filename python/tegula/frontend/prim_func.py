@@ -163,6 +163,7 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
                 [b.buf for b in allocs],
                 body,
                 {},
+                list(frame.cluster_dims or ()),
             ))
         except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's
             raise parser.convert(fn_node, err) from None
