@@ -92,6 +92,8 @@ class Program {
   void launch(const std::vector<py::object>& args, int64_t stream);
   const std::vector<ParamSpec>& params() const { return params_; }
   int num_outputs() const { return num_outputs_; }
+  size_t num_kernels() const { return kernels_.size(); }
+  const Launch& launch_spec(size_t i) const { return kernels_.at(i).launch; }
 
   // The program as bytes a later process can load() and launch without lowering anything
   // (program_io.cc); "" when a grid extent is an expression save() cannot write.

@@ -212,7 +212,12 @@ void run_blocks(const int64_t* grid, const std::vector<int64_t>& cluster_dims, C
                 const std::function<void(const BlockTicket&, const int64_t* block)>& body) {
   const int64_t c[3] = {cluster_dims.empty() ? 1 : cluster_dims[0], cluster_dims.empty() ? 1 : cluster_dims[1],
                         cluster_dims.empty() ? 1 : cluster_dims[2]};
-  const int64_t clusters[3] = {(grid[0] + c[0] - 1) / c[0], (grid[1] + c[1] - 1) / c[1], (grid[2] + c[2] - 1) / c[2]};
+  if (grid[0] % c[0] || grid[1] % c[1] || grid[2] % c[2]) {  // the launcher refuses it too (program.cc)
+    throw BarrierError("cluster_dims=(" + std::to_string(c[0]) + ", " + std::to_string(c[1]) + ", " +
+                       std::to_string(c[2]) + ") must divide the grid, but the grid is (" + std::to_string(grid[0]) +
+                       ", " + std::to_string(grid[1]) + ", " + std::to_string(grid[2]) + ")");
+  }
+  const int64_t clusters[3] = {grid[0] / c[0], grid[1] / c[1], grid[2] / c[2]};
   auto cluster_index = [&](const Block& b) {
     return int((b[2] / c[2] * clusters[1] + b[1] / c[1]) * clusters[0] + b[0] / c[0]);
   };
@@ -240,9 +245,9 @@ void run_blocks(const int64_t* grid, const std::vector<int64_t>& cluster_dims, C
     for (int64_t cy = 0; cy < clusters[1]; ++cy) {
       for (int64_t cx = 0; cx < clusters[0]; ++cx) {
         std::vector<Block> members;
-        for (int64_t z = cz * c[2]; z < std::min(grid[2], (cz + 1) * c[2]); ++z) {
-          for (int64_t y = cy * c[1]; y < std::min(grid[1], (cy + 1) * c[1]); ++y) {
-            for (int64_t x = cx * c[0]; x < std::min(grid[0], (cx + 1) * c[0]); ++x) members.push_back({x, y, z});
+        for (int64_t z = cz * c[2]; z < (cz + 1) * c[2]; ++z) {
+          for (int64_t y = cy * c[1]; y < (cy + 1) * c[1]; ++y) {
+            for (int64_t x = cx * c[0]; x < (cx + 1) * c[0]; ++x) members.push_back({x, y, z});
           }
         }
         if (mode == CoRun::Cluster) {

@@ -61,8 +61,9 @@ class BlockTicket {
 };
 
 // Runs body once per block of `grid` (3 extents; blocks x fastest), grouped as `mode` says
-// with clusters of `cluster_dims` (empty: clusters of one block). The first exception a
-// block throws stops the run (the blocks waiting are unwound) and is rethrown here.
+// with clusters of `cluster_dims` (empty: clusters of one block), which must divide the
+// grid (BarrierError otherwise, as the launcher refuses such a launch). The first
+// exception a block throws stops the run (the blocks waiting are unwound) and is rethrown.
 void run_blocks(const int64_t* grid, const std::vector<int64_t>& cluster_dims, CoRun mode,
                 const std::function<void(const BlockTicket&, const int64_t* block)>& body);
 

@@ -25,6 +25,7 @@ class KernelFrame:
         self.thread_var = thread_var
         self.threads = threads
         self.cluster_dims = cluster_dims  # (x, y, z) of a thread block cluster, or None
+        self.node = None  # the T.Kernel(...) call, once parsed
 
 
 class Builder:
