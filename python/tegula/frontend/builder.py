@@ -46,6 +46,7 @@ class Builder:
         # (a scheduled T.Pipelined body reads what its statements are: pipeline_schedule).
         self.trace: list | None = None
         self.parallel = 0  # T.Parallel loops around the statement being parsed
+        self.pipelined = 0  # T.Pipelined loops around it
         self.parallel_body: int | None = None  # id() of the innermost T.Parallel loop's body block
         self.barriers: dict[int, object] = {}  # id() -> barrier statement emitted in a T.Parallel body
         self.loop_bodies: set = set()  # ids of the blocks that are loop bodies (of any kind)

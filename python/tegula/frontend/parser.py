@@ -373,6 +373,7 @@ class Parser(Evaluator):
         num_stages = spec.num_stages
         parallel = spec.kind == "parallel"
         self.builder.parallel += parallel
+        self.builder.pipelined += spec.kind == "pipelined"
         outer_parallel_body = self.builder.parallel_body
         if parallel:
             self.builder.parallel_body = id(self.builder.blocks[-1])
@@ -382,6 +383,7 @@ class Parser(Evaluator):
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
         finally:
             self.builder.parallel -= parallel
+            self.builder.pipelined -= spec.kind == "pipelined"
             self.builder.parallel_body = outer_parallel_body
             self.scopes.pop()
             if traced:

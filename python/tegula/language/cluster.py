@@ -34,6 +34,10 @@ def _statement(fn: str, name: str) -> None:
     the arrive halves too: each thread arrives once."""
     frame = builder.current(fn)
     frame.require_kernel(fn)
+    if frame.pipelined:
+        raise ArgError(None, f"{fn} inside a T.Pipelined loop: the pipeline loads later iterations' tiles before "
+                       "this iteration's barrier, so they could miss what other blocks write before it; loop with "
+                       "T.serial instead")
     frame.emit_barrier(ir().evaluate(call(name, [], "int32").expr), fn)
 
 

@@ -289,3 +289,38 @@ def test_cluster_kernel_needs_cluster_dims():
         return f
 
     assert "cluster_dims" in compile_error(program)
+
+
+def test_wide_barrier_in_a_pipelined_loop_is_refused():
+    def program():
+        @T.prim_func
+        def f(A: T.Tensor((4, 64), "float32"), B: T.Tensor((4, 64), "float32")):
+            with T.Kernel(4, threads=64) as bx:
+                s = T.alloc_shared((64,), "float32")
+                for k in T.Pipelined(4, num_stages=2):
+                    T.copy(A[k, :], s)
+                    T.sync_grid()
+                    for i in T.Parallel(64):
+                        B[bx, i] = s[i]
+        return f
+
+    assert "T.sync_grid inside a T.Pipelined loop" in compile_error(program)
+
+
+def test_cluster_grid_of_a_call_must_divide():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def f(A: T.Tensor((n,), "float32")):
+        with T.ClusterKernel(T.ceildiv(n, 64), threads=64, cluster_dims=2) as bx:
+            for i in T.Parallel(64):
+                A[bx * 64 + i] = T.block_rank_in_cluster()
+
+    kernel = tegula.compile(f, target="sm_90a")
+    a = torch.zeros(256)
+    tt.simulate(kernel, a)
+    assert a.view(4, 64)[:, 0].tolist() == [0, 1, 0, 1]
+    with pytest.raises(tegula.TegulaCompileError, match="must divide the grid, but the grid is \\(3, 1, 1\\)"):
+        tt.reference(kernel, torch.zeros(192))
+    with pytest.raises(tt.SimulationError, match="must divide the grid"):
+        tt.simulate(kernel, torch.zeros(192))
