@@ -217,6 +217,8 @@ struct LoweredKernel {
     l.threads = k.threads;
     l.smem_bytes = int(k.smem_bytes);
     l.rules.fold = codegen::folds_grid(k);
+    l.cooperative = codegen::launches_cooperatively(k);
+    l.cluster_dims = k.cluster_dims;
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
     for (auto& m : k.tensor_maps) {
       TensorMapSpec t;
@@ -384,7 +386,22 @@ void init_compile(py::module_& m) {
           if (s.is_tensor) d[py::str(s.name)] = std::max(s.align_bytes, s.dtype.bytes());
         }
         return d;
-      }, "The base-address alignment each tensor argument needs, in bytes (the launcher checks it).");
+      }, "The base-address alignment each tensor argument needs, in bytes (the launcher checks it).")
+      .def_property_readonly("launches", [](const Program& p) {
+        py::list out;
+        for (size_t i = 0; i < p.num_kernels(); ++i) {
+          const Launch& l = p.launch_spec(i);
+          py::dict d;
+          d["entry"] = l.entry;
+          d["threads"] = l.threads;
+          d["smem_bytes"] = l.smem_bytes;
+          d["cooperative"] = l.cooperative;
+          d["cluster_dims"] = l.cluster_dims;
+          out.append(d);
+        }
+        return out;
+      }, "Per kernel, in launch order, how it is launched: entry, threads, smem_bytes, cooperative (T.sync_grid: "
+         "cuLaunchCooperativeKernel) and cluster_dims ([] without clusters).");
 
   py::class_<LoweredKernel, std::shared_ptr<LoweredKernel>>(m, "Lowered")
       .def_property_readonly("source", [](const LoweredKernel& l) { return l.source.code; })

@@ -161,7 +161,8 @@ py::object expr_const(const Expr& e) {
 std::shared_ptr<ir::Kernel> build_kernel(const std::string& name, const py::list& params,
                                          std::vector<Expr> dynamic_vars, std::vector<Expr> grid,
                                          std::vector<Expr> block_vars, const py::object& thread_var, int threads,
-                                         const std::vector<BufferHandle>& allocs, const Stmt& body) {
+                                         const std::vector<BufferHandle>& allocs, const Stmt& body,
+                                         const std::vector<int64_t>& cluster_dims) {
   auto k = std::make_shared<ir::Kernel>();
   k->name = name;
   k->loc = current_loc();
@@ -189,6 +190,11 @@ std::shared_ptr<ir::Kernel> build_kernel(const std::string& name, const py::list
     require_var(k->thread_var, "the thread index");
   }
   k->threads = threads;
+  if (!cluster_dims.empty() && cluster_dims.size() != 3) fail("cluster_dims has 3 extents (x, y, z)");
+  for (int64_t d : cluster_dims) {
+    if (d <= 0) fail("cluster_dims must be positive, got " + std::to_string(d));
+  }
+  k->cluster_dims = cluster_dims;
   for (const BufferHandle& b : allocs) (b.node->view_of ? k->views : k->allocs).push_back(b.node);
   k->body = body;
   return k;
@@ -233,6 +239,7 @@ void bind_classes(py::module_& m) {
   py::class_<ir::Kernel, std::shared_ptr<ir::Kernel>>(m, "Kernel", py::dynamic_attr())
       .def_property_readonly("name", [](const ir::Kernel& k) { return k.name; })
       .def_property_readonly("threads", [](const ir::Kernel& k) { return k.threads; })
+      .def_property_readonly("cluster_dims", [](const ir::Kernel& k) { return k.cluster_dims; })
       .def_property_readonly("grid", [](const ir::Kernel& k) { return k.grid; })
       // Before lowering the only stage is the frontend's output, "input".
       .def("stages", [](const ir::Kernel&) { return std::vector<std::string>{"input"}; })
@@ -377,13 +384,15 @@ void init_ir_builder(py::module_& m) {
 
   m.def("kernel", [](const std::string& name, const py::list& params, std::vector<Expr> dynamic_vars,
                      std::vector<Expr> grid, std::vector<Expr> block_vars, const py::object& thread_var, int threads,
-                     const std::vector<BufferHandle>& allocs, const Stmt& body, const py::dict& attrs) {
+                     const std::vector<BufferHandle>& allocs, const Stmt& body, const py::dict& attrs,
+                     const std::vector<int64_t>& cluster_dims) {
     py::object k = py::cast(build_kernel(name, params, std::move(dynamic_vars), std::move(grid), std::move(block_vars),
-                                         thread_var, threads, allocs, body));
+                                         thread_var, threads, allocs, body, cluster_dims));
     k.attr("attrs") = attrs;
     return k;
   }, py::arg("name"), py::arg("params"), py::arg("dynamic_vars"), py::arg("grid"), py::arg("block_vars"),
-     py::arg("thread_var"), py::arg("threads"), py::arg("allocs"), py::arg("body"), py::arg("attrs") = py::dict());
+     py::arg("thread_var"), py::arg("threads"), py::arg("allocs"), py::arg("body"), py::arg("attrs") = py::dict(),
+     py::arg("cluster_dims") = std::vector<int64_t>{});
 }
 
 }  // namespace tegula::bindings

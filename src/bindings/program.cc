@@ -319,6 +319,11 @@ const Program::Loaded& Program::loaded_for(Kernel& k, int device) {
   l.device = device;
   l.module = std::make_unique<runtime::Module>(k.launch.image, device);
   l.fn = l.module->function(k.launch.entry, k.launch.smem_bytes);
+  if (k.launch.cooperative) {
+    l.blocks_per_sm = l.fn.max_active_blocks_per_sm(k.launch.threads, k.launch.smem_bytes);
+    l.sms = runtime::device_sm_count(device);
+    l.resident_blocks = l.blocks_per_sm * l.sms;
+  }
   k.loaded.push_back(std::move(l));
   return k.loaded.back();
 }
@@ -441,12 +446,7 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
 runtime::Dim3 Program::launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const {
   auto too_large = [&](const std::string& what) {
     Text os;
-    os << kernel_name_ << ": the launch needs " << what;
-    if (num_dynamic_ > 0) {
-      os << " (with";
-      for (int v = 0; v < num_dynamic_; ++v) os << " " << dynamic_vars_[v].as<ir::VarNode>()->name << "=" << dyn[v];
-      os << ")";
-    }
+    os << kernel_name_ << ": the launch needs " << what << dynamic_sizes_text(dyn);
     os << ", more than a CUDA grid holds; use larger tiles or split the problem";
     throw ArgumentError(os.str());
   };
@@ -465,6 +465,41 @@ runtime::Dim3 Program::launch_grid(const Kernel& k, const int64_t* ext, const in
   int64_t yz = ext[1] * ext[2];
   int64_t gy = std::min(yz, kMaxGridYZ);
   return runtime::Dim3{unsigned(ext[0]), unsigned(gy), unsigned((yz + gy - 1) / gy)};
+}
+
+// " (with n=1000 m=64)" when the program has dynamic sizes, else "".
+std::string Program::dynamic_sizes_text(const int64_t* dyn) const {
+  if (num_dynamic_ == 0) return "";
+  Text os;
+  os << " (with";
+  for (int v = 0; v < num_dynamic_; ++v) os << " " << dynamic_vars_[v].as<ir::VarNode>()->name << "=" << dyn[v];
+  os << ")";
+  return os.str();
+}
+
+// A cluster is a cluster_dims tile of the grid: the launch fails unless each divides.
+void Program::check_clusters(const Kernel& k, const int64_t* ext, const int64_t* dyn) const {
+  const auto& c = k.launch.cluster_dims;
+  if (c.empty() || (ext[0] % c[0] == 0 && ext[1] % c[1] == 0 && ext[2] % c[2] == 0)) return;
+  Text os;
+  os << kernel_name_ << ": cluster_dims=(" << c[0] << ", " << c[1] << ", " << c[2]
+     << ") must divide the grid, but this call's grid is (" << ext[0] << ", " << ext[1] << ", " << ext[2] << ")"
+     << dynamic_sizes_text(dyn) << "; pick sizes whose grid extents are multiples of the cluster's";
+  throw ArgumentError(os.str());
+}
+
+// A grid barrier waits for every block: all of them must be resident at once, which
+// cuLaunchCooperativeKernel refuses with a bare error code past the limit.
+void Program::check_cooperative(const Kernel& k, const Loaded& l, runtime::Dim3 grid, const int64_t* dyn) const {
+  int64_t blocks = int64_t(grid.x) * grid.y * grid.z;
+  if (blocks <= l.resident_blocks) return;
+  Text os;
+  os << kernel_name_ << ": T.sync_grid needs every block of the grid resident on the GPU at once, but the grid ("
+     << grid.x << ", " << grid.y << ", " << grid.z << ") has " << blocks << " blocks" << dynamic_sizes_text(dyn)
+     << " and this GPU holds at most " << l.resident_blocks << " (" << l.blocks_per_sm << " per SM x " << l.sms
+     << " SMs) of " << k.launch.threads << " threads and " << k.launch.smem_bytes
+     << " bytes of shared memory: launch at most that many blocks (e.g. one per SM, each looping over the work)";
+  throw ArgumentError(os.str());
 }
 
 void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream) {
@@ -511,14 +546,18 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
       }
     }
     for (size_t d = 0; d < k.launch.grid.size(); ++d) skip[ki] = skip[ki] || ext[d] <= 0;  // an empty tensor
-    if (!skip[ki]) grids[ki] = launch_grid(k, ext, dyn);
+    if (skip[ki]) continue;
+    check_clusters(k, ext, dyn);
+    grids[ki] = launch_grid(k, ext, dyn);
+    if (k.launch.cooperative) check_cooperative(k, loaded_for(k, device), grids[ki], dyn);
   }
   for (size_t ki = 0; ki < kernels_.size(); ++ki) {
     if (skip[ki]) continue;
     Kernel& k = kernels_[ki];
     const Loaded& l = loaded_for(k, device);
+    const runtime::Dim3 block{unsigned(k.launch.threads), 1, 1};
     if (k.launch.tensor_maps.empty()) {
-      l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, argv);
+      l.fn.launch(grids[ki], block, k.launch.smem_bytes, s, argv, k.launch.cooperative);
       continue;
     }
     // The tensor maps follow the shared arguments, each by the address of its 128 bytes.
@@ -529,7 +568,7 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
     void* kargv[kMaxArgs];
     for (size_t i = 0; i < n; ++i) kargv[i] = argv[i];
     for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) kargv[n + i] = maps[i];
-    l.fn.launch(grids[ki], runtime::Dim3{unsigned(k.launch.threads), 1, 1}, k.launch.smem_bytes, s, kargv);
+    l.fn.launch(grids[ki], block, k.launch.smem_bytes, s, kargv, k.launch.cooperative);
   }
 }
 

@@ -70,6 +70,10 @@ struct Launch {
   int threads = 0, smem_bytes = 0;
   GridRules rules;
   std::vector<TensorMapSpec> tensor_maps;  // passed after the dynamic sizes, in order
+  // T.sync_grid: launched cooperatively, a grid of at most the blocks the GPU holds at once.
+  bool cooperative = false;
+  // Thread block clusters (compiled into the kernel): each must divide its grid extent.
+  std::vector<int64_t> cluster_dims;
 };
 
 // A compiled prim_func: one kernel per `with T.Kernel` block, launched in order on one
@@ -88,6 +92,8 @@ class Program {
   void launch(const std::vector<py::object>& args, int64_t stream);
   const std::vector<ParamSpec>& params() const { return params_; }
   int num_outputs() const { return num_outputs_; }
+  size_t num_kernels() const { return kernels_.size(); }
+  const Launch& launch_spec(size_t i) const { return kernels_.at(i).launch; }
 
   // The program as bytes a later process can load() and launch without lowering anything
   // (program_io.cc); "" when a grid extent is an expression save() cannot write.
@@ -99,6 +105,8 @@ class Program {
     int device = -1;
     std::unique_ptr<runtime::Module> module;
     runtime::Function fn;
+    // A cooperative kernel's most blocks at once on this device: per SM times the SMs.
+    int64_t resident_blocks = 0, blocks_per_sm = 0, sms = 0;
   };
   // Encoded tensor maps of recent calls, per map of a kernel: encoding costs about a
   // microsecond, a hit a compare of the pointer and the sizes.
@@ -125,6 +133,10 @@ class Program {
   void check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
   runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
+  // The launch-wide checks of a grid barrier and of clusters (program.cc).
+  void check_cooperative(const Kernel& k, const Loaded& l, runtime::Dim3 grid, const int64_t* dyn) const;
+  void check_clusters(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
+  std::string dynamic_sizes_text(const int64_t* dyn) const;
   void encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]);
 
   std::string kernel_name_;

@@ -2,7 +2,8 @@
 // without parsing or lowering (the JIT's persistent index, tegula/jit_index.py, stores them).
 //
 // What a launch needs and nothing else: the parameter specs, the dynamic variables, and per
-// kernel its entry, image, grid, block, shared memory, grid rules and tensor maps. A grid
+// kernel its entry, image, grid, block, shared memory, grid rules, cooperative launch and
+// cluster shape, and tensor maps. A grid
 // extent is an expression over the dynamic sizes and the scalar parameters; it is written
 // as a small prefix tree whose variables are indices into those two lists; so is a
 // workspace dimension computed from the dynamic sizes. A program whose grid uses any other
@@ -21,7 +22,7 @@ namespace tegula::bindings {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'G', 'L', 'P', 'R', 'O', 'G', 0};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 struct Writer {
   std::string out;
@@ -213,6 +214,9 @@ std::string Program::save() const {
     w.i64(l.threads);
     w.i64(l.smem_bytes);
     w.i64(l.rules.fold);
+    w.i64(l.cooperative);
+    w.i64(int64_t(l.cluster_dims.size()));
+    for (int64_t d : l.cluster_dims) w.i64(d);
     w.i64(int64_t(l.rules.dyn_multiple.size()));
     for (int m : l.rules.dyn_multiple) w.i64(m);
     w.i64(int64_t(l.tensor_maps.size()));
@@ -270,6 +274,9 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     l.threads = r.small(1, 1 << 16);
     l.smem_bytes = r.small(0, 1 << 30);
     l.rules.fold = r.small(0, 1);
+    l.cooperative = r.small(0, 1);
+    int nc = r.small(0, 3);
+    for (int i = 0; i < nc; ++i) l.cluster_dims.push_back(r.small(1, 1 << 16));
     int nm = r.small(0, kMaxArgs);
     for (int i = 0; i < nm; ++i) l.rules.dyn_multiple.push_back(r.small(1, 1 << 30));
     int nt = r.small(0, 64);

@@ -23,6 +23,10 @@ constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 20);
 // block indices from a folded launch grid (program.cc: launch_grid).
 bool folds_grid(const ir::Kernel& k);
 
+// Whether the kernel has a grid barrier (T.sync_grid): it is then launched cooperatively
+// (every block resident at once), and includes <cooperative_groups.h>.
+bool launches_cooperatively(const ir::Kernel& k);
+
 // Registers of a warp-specialised kernel (k.consumer_threads > 0): with one consumer
 // warpgroup, two blocks share an SM when their shared memory allows (the cp.async form
 // of such a kernel runs two as well); each block's 64K / blocks registers go 24 per

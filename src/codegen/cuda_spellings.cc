@@ -44,6 +44,13 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"max_value", {"tegula::max_value", true}}, {"min_value", {"tegula::min_value", true}},
       {"sigmoid", {"tegula::sigmoid", false}}, {"tanh", {"tegula::tanh", false}},
       {"sin", {"tegula::sin", false}},         {"cos", {"tegula::cos", false}},
+      // A grid barrier: CUDA's own (the kernel includes <cooperative_groups.h> and is launched
+      // cooperatively); cluster.h: the cluster barrier and rank.
+      {"sync_grid", {"cooperative_groups::this_grid().sync", false}},
+      {"cluster_arrive", {"tegula::cluster_arrive", false}},
+      {"cluster_arrive_relaxed", {"tegula::cluster_arrive_relaxed", false}},
+      {"cluster_wait", {"tegula::cluster_wait", false}}, {"cluster_sync", {"tegula::cluster_sync", false}},
+      {"block_rank_in_cluster", {"tegula::block_rank_in_cluster", false}},
       // warp.h: NaN-ignoring max / min, warp reductions and votes, programmatic dependent launch.
       {"max_num", {"tegula::max_num", false}}, {"min_num", {"tegula::min_num", false}},
       {"warp_reduce_sum", {"tegula::warp_reduce_sum", false}}, {"warp_reduce_max", {"tegula::warp_reduce_max", false}},

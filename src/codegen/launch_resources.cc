@@ -1,6 +1,7 @@
 // What a lowered kernel asks of the machine when it launches, decided where the printer
 // and the launcher read it alike: the registers of a warp-specialised kernel's roles, the
-// widest wgmma's register need, a thread's register limit, and whether the grid folds.
+// widest wgmma's register need, a thread's register limit, whether the grid folds, and
+// whether it is launched cooperatively.
 #include <algorithm>
 
 #include "codegen/cuda_printer.h"
@@ -46,7 +47,18 @@ WsRegisters ws_registers(const Kernel& k) {
   return r;
 }
 
+bool launches_cooperatively(const Kernel& k) {
+  bool found = false;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    found = found || (c && c->op == "sync_grid");
+  });
+  return found;
+}
+
 bool folds_grid(const Kernel& k) {
+  // A cluster is a tile of the launch grid itself: its blocks are never refolded.
+  if (!k.cluster_dims.empty()) return false;
   // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.
   Analyzer an;
   for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, kIndex32Limit - 1});

@@ -5,6 +5,7 @@
 // (reference_ops.cc). Allocated buffers start as NaN in every block, so a read of an
 // unwritten element shows in the outputs. Arithmetic has the generated CUDA's meaning
 // (eval_binary / eval_intrinsic), every result rounded to its expression's dtype.
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -143,6 +144,7 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
     case NodeKind::Call: {
       auto* c = e.as<CallNode>();
       DataType t = c->dtype;
+      if (ExprFn fn = block_call(c)) return fn;
       if (c->op == "reinterpret" || wide_access(c)) {
         VecFn v = vexpr(e, loc);
         return [v](Frame& f) {
@@ -338,6 +340,35 @@ StmtFn Compiler::reducer_update(const CallNode* call, const SourceLoc& loc) {
   };
 }
 
+// The calls that relate the block to the others of its grid or cluster: the barriers
+// wait for them (block_scheduler.h), the rank is the block's place in its cluster.
+ExprFn Compiler::block_call(const CallNode* c) {
+  if (c->op == "block_rank_in_cluster") {
+    std::array<int, 3> slot = {-1, -1, -1};
+    for (size_t d = 0; d < k_.block_vars.size(); ++d) slot[d] = var_slot(k_.block_vars[d].get());
+    std::vector<int64_t> dims = k_.cluster_dims;
+    return [slot, dims](Frame& f) {
+      int64_t b[3] = {0, 0, 0};
+      for (int d = 0; d < 3; ++d) b[d] = slot[d] >= 0 ? int64_t(f.vars[slot[d]]) : 0;
+      return double(rank_in_cluster(dims, b));
+    };
+  }
+  const std::string& op = c->op;
+  if (op == "sync_grid") {
+    return [](Frame& f) {
+      f.ticket->sync_grid();
+      return 0.0;
+    };
+  }
+  if (op.rfind("cluster_", 0) != 0) return nullptr;
+  bool arrives = op != "cluster_wait", waits = op != "cluster_arrive" && op != "cluster_arrive_relaxed";
+  return [arrives, waits](Frame& f) {
+    if (arrives) f.ticket->cluster_arrive();
+    if (waits) f.ticket->cluster_wait();
+    return 0.0;
+  };
+}
+
 // A branch on the thread index: each side runs once, as the tile code of the threads that
 // take it (TileLang's meaning; transform/scope_thread_guards.cc), when any thread does.
 // Which threads do is known for every thread from the thread conjuncts; the uniform rest
@@ -460,6 +491,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     b.data = storage[i].data();
   }
   // A view reads its root's elements in row-major order under its own shape.
+  std::vector<std::pair<int, int>> view_roots;  // (view's slot, its root's)
   for (size_t i = 0; i < k.views.size(); ++i) {
     const Buffer& v = k.views[i];
     Buffer root = v;
@@ -468,6 +500,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     user_assert(!r.map, v->loc) << "'" << v->name << "' is a view of '" << root->name
                                 << "', whose elements are stored in the order of a T.Layout: a view of it is not supported";
     Buf& b = f.bufs[c.buffer_slot(v, v->loc)];
+    view_roots.push_back({c.buffer_slot(v, v->loc), c.buffer_slot(root, v->loc)});
     b.node = v.get();
     b.data = r.data;
     b.global = r.global;
@@ -484,15 +517,25 @@ void run_reference(const Kernel& k, CallArgs& args) {
   for (size_t d = 0; d < grid.size(); ++d) extent[d] = to_int(grid[d](f), k.loc, "the grid's extent");
   int slot[3] = {-1, -1, -1};
   for (size_t d = 0; d < k.block_vars.size(); ++d) slot[d] = c.var_slot(k.block_vars[d].get());
-  for (int64_t z = 0; z < extent[2]; ++z) {
-    for (int64_t y = 0; y < extent[1]; ++y) {
-      for (int64_t x = 0; x < extent[0]; ++x) {
-        int64_t at[3] = {x, y, z};
-        for (size_t d = 0; d < grid.size(); ++d) f.vars[slot[d]] = double(at[d]);
-        for (auto& s : storage) std::fill(s.begin(), s.end(), kNaN);
-        body(f);
-      }
-    }
+  auto run_block = [&](Frame& fb, std::vector<std::vector<double>>& own, const BlockTicket& t, const int64_t* at) {
+    for (size_t d = 0; d < grid.size(); ++d) fb.vars[slot[d]] = double(at[d]);
+    for (auto& s : own) std::fill(s.begin(), s.end(), kNaN);
+    fb.ticket = &t;
+    body(fb);
+  };
+  CoRun mode = co_run_of(k);
+  try {
+    run_blocks(extent, k.cluster_dims, mode, [&](const BlockTicket& t, const int64_t* at) {
+      if (mode == CoRun::None) return run_block(f, storage, t, at);
+      // Blocks that meet at barriers run interleaved: each its own frame and buffers.
+      Frame fb = f;
+      std::vector<std::vector<double>> own = storage;
+      for (size_t i = 0; i < k.allocs.size(); ++i) fb.bufs[c.buffer_slot(k.allocs[i], k.allocs[i]->loc)].data = own[i].data();
+      for (auto& [view, root] : view_roots) fb.bufs[view].data = fb.bufs[root].data;
+      run_block(fb, own, t, at);
+    });
+  } catch (const BarrierError& e) {
+    user_error(k.loc) << e.what();
   }
 }
 

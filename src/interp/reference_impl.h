@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "interp/block_scheduler.h"
 #include "interp/interp.h"
 #include "ir/thread_guard.h"
 #include "support/error.h"
@@ -29,6 +30,7 @@ struct Buf {
 struct Frame {
   std::vector<double> vars;
   std::vector<Buf> bufs;
+  const BlockTicket* ticket = nullptr;  // how the block meets the others at grid and cluster barriers
 };
 
 using ExprFn = std::function<double(Frame&)>;
@@ -88,6 +90,8 @@ class Compiler {
 
  private:
   ExprFn binary(const ir::BinaryNode* b, const SourceLoc& at);
+  // T.sync_grid, the cluster barrier and T.block_rank_in_cluster; null for other calls.
+  ExprFn block_call(const ir::CallNode* c);
   StmtFn reducer_update(const ir::CallNode* call, const SourceLoc& loc);
   ExprFn load(const ir::BufferLoadNode* l, const SourceLoc& at);
   StmtFn store(const ir::BufferStoreNode* s);

@@ -90,16 +90,44 @@ std::vector<std::string> Machine::run() {
         cannot("shared buffers that share storage ('" + prev->name + "' and '" + ranges[i].second->name + "')");
       }
     }
-    for (int64_t z = 0; z < grid[2]; ++z) {
-      for (int64_t y = 0; y < grid[1]; ++y) {
-        for (int64_t x = 0; x < grid[0]; ++x) run_block({x, y, z});
-      }
+    CoRun mode = co_run_of(k_);
+    if (mode == CoRun::None) {
+      run_blocks(grid.data(), k_.cluster_dims, mode, [&](const BlockTicket& t, const int64_t* b) {
+        ticket_ = &t;
+        run_block({b[0], b[1], b[2]});
+      });
+    } else {
+      run_co_scheduled(grid.data(), mode);
     }
   } catch (const Abort&) {
     if (!stopped_) throw;
     if (errors_.size() >= kMaxReports) errors_.push_back("(stopped after " + std::to_string(kMaxReports) + " reports)");
+  } catch (const BarrierError& e) {
+    errors_.push_back(e.what());
   }
   return errors_;
+}
+
+void Machine::run_co_scheduled(const int64_t* grid, CoRun mode) {
+  run_blocks(grid, k_.cluster_dims, mode, [&](const BlockTicket& t, const int64_t* b) {
+    Machine m(k_, layouts_, args_);
+    m.ticket_ = &t;
+    // One block runs at a time, so the reports of the blocks merge here unguarded.
+    auto merge = [&] {
+      errors_.insert(errors_.end(), m.errors_.begin(), m.errors_.end());
+      if (m.stopped_ || errors_.size() >= kMaxReports) {
+        stopped_ = true;
+        throw Abort{};
+      }
+    };
+    try {
+      m.run_block({b[0], b[1], b[2]});
+    } catch (const Abort&) {
+      merge();
+      throw;
+    }
+    merge();
+  });
 }
 
 // blockIdx -> the block variables, as the printer computes them (T.use_swizzle
@@ -133,6 +161,7 @@ void Machine::bind_block_vars(const std::vector<int64_t>& bi) {
 }
 
 void Machine::run_block(const std::vector<int64_t>& bi) {
+  for (int d = 0; d < 3; ++d) block_index_[d] = bi[d];
   vars_.clear();
   var_undef_.clear();
   for (auto& [var, x] : scalars_) vars_[var].assign(threads_, x);

@@ -83,6 +83,9 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     ++epoch_;
     return {1, std::vector<double>(n, r)};
   }
+  if (f == "block_rank_in_cluster") {
+    return {1, std::vector<double>(n, double(rank_in_cluster(k_.cluster_dims, block_index_)))};
+  }
   if (f == "assume") {
     // The compiler dropped the checks this implies: a thread where it fails reads or writes
     // past what the program meant.
@@ -598,9 +601,29 @@ static void retire_wgmma(Machine& m) {
 
 // ------------------------------------------------------------------ statements
 
+// T.sync_grid and the cluster barrier: every thread of the block reaches them (CUDA's
+// grid sync and barrier.cluster.*.aligned); a wait also orders the block's own threads.
+void Machine::wide_barrier(const CallNode* op, const Threads& ts) {
+  const std::string& f = op->op;
+  if (int(ts.size()) != threads_) {
+    error("T." + f + " reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads (" +
+          thread_name(ts[0]) + " among them)");
+  }
+  bool arrives = f != "cluster_wait", waits = f != "cluster_arrive" && f != "cluster_arrive_relaxed";
+  if (f == "sync_grid") {
+    ticket_->sync_grid();
+  } else {
+    if (arrives) ticket_->cluster_arrive();
+    if (waits) ticket_->cluster_wait();
+  }
+  if (waits) ++epoch_;
+}
+
 bool Machine::call_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
-  if (auto w = wide_access(op); w && w->store) {
+  if (f == "sync_grid" || f.rfind("cluster_", 0) == 0) {
+    wide_barrier(op, ts);
+  } else if (auto w = wide_access(op); w && w->store) {
     wide_store(op, ts);
   } else if (f == "cp_async") {
     issue_async_copy(*this, op, ts);

@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "interp/block_scheduler.h"
 #include "interp/simt.h"
 
 namespace tegula::interp::simt {
@@ -155,8 +156,15 @@ class Machine {
   std::vector<Rng> rng_;  // per thread of the block
   Vals rng_call(const ir::CallNode* op, const Threads& ts);
   std::map<std::pair<const ir::CallNode*, int>, layout::FragmentPtr> mma_layouts_;  // per call: C, A
+  // The block running: its blockIdx, and how it meets the other blocks at a grid or cluster
+  // barrier (block_scheduler.h).
+  int64_t block_index_[3] = {0, 0, 0};
+  const BlockTicket* ticket_ = nullptr;
+  void wide_barrier(const ir::CallNode* op, const Threads& ts);  // simt_calls.cc
 
  private:
+  // Blocks that meet at grid or cluster barriers: each on a Machine of its own.
+  void run_co_scheduled(const int64_t* grid, CoRun mode);
   void run_block(const std::vector<int64_t>& block_index);
   void bind_block_vars(const std::vector<int64_t>& block_index);
   Vals load(const ir::BufferLoadNode* op, const Threads& ts);

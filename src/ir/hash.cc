@@ -59,6 +59,8 @@ class CanonicalWriter {
     }
     exprs(k.grid);
     emit(static_cast<uint64_t>(k.threads));
+    emit(k.cluster_dims.size());
+    for (int64_t d : k.cluster_dims) emit(static_cast<uint64_t>(d));
     emit(k.allocs.size());
     for (const Buffer& b : k.allocs) buffer(b);
     emit(k.views.size());

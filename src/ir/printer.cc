@@ -276,6 +276,10 @@ void print_header(Printer& p, const Kernel& k) {
   std::string threads = "threads " + std::to_string(k.threads);
   if (k.thread_var) threads += " -> " + p.var_name(k.thread_var);
   p.line(1, threads);
+  if (!k.cluster_dims.empty()) {
+    p.line(1, "cluster (" + std::to_string(k.cluster_dims[0]) + ", " + std::to_string(k.cluster_dims[1]) + ", " +
+                  std::to_string(k.cluster_dims[2]) + ")");
+  }
   for (const Buffer& b : k.allocs) {
     p.line(1, "alloc " + p.buffer_name(b) + ": " + scope_name(b->scope) + " " + p.buffer_type(b));
   }

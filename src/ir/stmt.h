@@ -145,6 +145,9 @@ struct Kernel {
   std::vector<Expr> block_vars;    // bx, by, bz
   Expr thread_var;                 // threadIdx.x
   int threads = 128;
+  // T.ClusterKernel / T.Kernel(cluster_dims=): the blocks run in clusters of x * y * z
+  // (sm_90+); empty without clusters.
+  std::vector<int64_t> cluster_dims;
   std::vector<Buffer> allocs;      // shared / fragment / local buffers, in declaration order
   std::vector<Buffer> views;       // views of parameters and allocations (gone after resolve_views)
   Stmt body;

@@ -48,6 +48,9 @@ struct DriverApi {
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                            void**, void**);
+  CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      CUstream, void**);
+  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   // CUDA 12+; null on an older driver (bulk tensor copies then cannot launch).
   CUresult (*TensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const uint32_t*,
                                    const uint32_t*, int, int, int, int) = nullptr;
@@ -89,6 +92,8 @@ DriverState load_driver() {
     lib.bind(api->ModuleGetFunction, "cuModuleGetFunction");
     lib.bind(api->FuncSetAttribute, "cuFuncSetAttribute");
     lib.bind(api->LaunchKernel, "cuLaunchKernel");
+    lib.bind(api->LaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    lib.bind(api->OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     api->TensorMapEncodeTiled = reinterpret_cast<decltype(api->TensorMapEncodeTiled)>(lib.find("cuTensorMapEncodeTiled"));
     CUresult rc = api->Init(0);
     if (rc != kSuccess) throw CudaError("cuInit failed: " + describe(*api, rc));
@@ -200,18 +205,34 @@ void Function::set_max_dynamic_smem(int bytes) const {
   if (rc != kSuccess) throw_error(rc, "cuFuncSetAttribute", "MAX_DYNAMIC_SHARED_SIZE_BYTES=" + std::to_string(bytes));
 }
 
-void Function::launch(Dim3 grid, Dim3 block, int smem_bytes, void* stream, void** args) const {
-  if (!handle_) throw CudaError("cuLaunchKernel: launching an empty Function");
+void Function::launch(Dim3 grid, Dim3 block, int smem_bytes, void* stream, void** args, bool cooperative) const {
+  const char* call = cooperative ? "cuLaunchCooperativeKernel" : "cuLaunchKernel";
+  if (!handle_) throw CudaError(std::string(call) + ": launching an empty Function");
   // A non-empty Function exists only once the driver loaded, so state().api is set.
-  CUresult rc =
-      state().api->LaunchKernel(static_cast<CUfunction>(handle_), grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                static_cast<unsigned>(smem_bytes), static_cast<CUstream>(stream), args, nullptr);
+  const DriverApi& api = *state().api;
+  auto fn = static_cast<CUfunction>(handle_);
+  auto st = static_cast<CUstream>(stream);
+  CUresult rc = cooperative ? api.LaunchCooperativeKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                                          static_cast<unsigned>(smem_bytes), st, args)
+                            : api.LaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                               static_cast<unsigned>(smem_bytes), st, args, nullptr);
   if (rc != kSuccess) {
-    throw_error(rc, "cuLaunchKernel",
+    throw_error(rc, call,
                 "grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
                     ") block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," +
                     std::to_string(block.z) + ") smem " + std::to_string(smem_bytes));
   }
+}
+
+int Function::max_active_blocks_per_sm(int threads, int smem_bytes) const {
+  int blocks = 0;
+  CUresult rc = driver().OccupancyMaxActiveBlocksPerMultiprocessor(&blocks, static_cast<CUfunction>(handle_), threads,
+                                                                     static_cast<size_t>(smem_bytes));
+  if (rc != kSuccess) {
+    throw_error(rc, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                std::to_string(threads) + " threads, smem " + std::to_string(smem_bytes));
+  }
+  return blocks;
 }
 
 void encode_tensor_map(void* out, int dtype, int rank, void* addr, const uint64_t* dims, const uint64_t* strides,

@@ -44,7 +44,12 @@ class Function {
   void set_max_dynamic_smem(int bytes) const;
   // args: one pointer per kernel parameter, to that parameter's value. stream: a CUstream (0 =
   // the legacy default stream). Allocates nothing and builds no strings unless the launch fails.
-  void launch(Dim3 grid, Dim3 block, int smem_bytes, void* stream, void** args) const;
+  // cooperative: cuLaunchCooperativeKernel, which guarantees every block is resident at once
+  // (a grid barrier needs it) and fails when they cannot be.
+  void launch(Dim3 grid, Dim3 block, int smem_bytes, void* stream, void** args, bool cooperative = false) const;
+  // How many blocks of `threads` threads and `smem_bytes` of dynamic shared memory one SM
+  // holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+  int max_active_blocks_per_sm(int threads, int smem_bytes) const;
 
  private:
   friend class Module;

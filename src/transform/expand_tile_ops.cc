@@ -1,6 +1,7 @@
 // Pass: expand_tile_ops, and read_annotations.
 //
-// read_annotations expects the frontend's IR; it records T.use_swizzle on the kernel,
+// read_annotations expects the frontend's IR; it refuses thread block clusters (and their
+// barrier and rank) on a target before sm_90, records T.use_swizzle on the kernel,
 // T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
 // buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), and a
 // global tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every
@@ -33,6 +34,13 @@ class Expander : public ir::IRMutator {
 
 void read_annotations(ir::Kernel& k, PassContext& ctx) {
   k.global_layouts = ir::index_maps(k);
+  auto dims = [&] {
+    return "(" + std::to_string(k.cluster_dims[0]) + ", " + std::to_string(k.cluster_dims[1]) + ", " +
+           std::to_string(k.cluster_dims[2]) + ")";
+  };
+  user_assert(k.cluster_dims.empty() || ctx.target.sm >= 90, k.loc)
+      << "T.ClusterKernel: cluster_dims=" << dims() << " needs thread block clusters, which sm_90 and newer have; "
+      << "the target is " << ctx.target.arch;
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     auto* op = s.as<ir::TileOpNode>();
     if (op && op->op == "annotate_layout") {
@@ -54,10 +62,19 @@ void read_annotations(ir::Kernel& k, PassContext& ctx) {
       return;
     }
     if (!op || op->op != "use_swizzle") return;
+    // Panels reorder blocks across the grid; a cluster is a fixed tile of the launch grid.
+    user_assert(k.cluster_dims.empty(), op->loc)
+        << "T.use_swizzle: not supported in a kernel with cluster_dims=" << dims()
+        << " (a panel would split the clusters); remove one of them";
     if (op->attr_int("enable", 1)) {
       k.panel_size = int(op->attr_int("panel_size", 8));
       k.swizzle_row_major = op->attr_str("order", "row") == "row";
     }
+  }, [&](const ir::Expr& e) {
+    auto* c = e.as<ir::CallNode>();
+    bool cluster_call = c && (c->op.rfind("cluster_", 0) == 0 || c->op == "block_rank_in_cluster");
+    user_assert(!cluster_call || ctx.target.sm >= 90, c ? c->loc : k.loc)
+        << "T." << (c ? c->op : "") << ": thread block clusters need sm_90 or newer; the target is " << ctx.target.arch;
   });
 }
 

@@ -28,7 +28,8 @@
 // Lets of block-invariant values (let_values.h) on the way to the loop are lifted to the
 // top of the body, so varlen attention's `kv_start = cu_seqlens_k[b]` does not hide the
 // loop (its body's leading lets are inline_loop_lets').
-// tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
+// A kernel with a grid or cluster barrier is never warp specialised (its producer would
+// not reach the barrier). tl.disable_tma_lower or tl.disable_warp_specialized keep today's path.
 #include <map>
 #include <set>
 
@@ -100,6 +101,16 @@ void lift_lets(const Stmt& s, const std::set<const BufferNode*>& written, std::v
   } else {
     top->push_back(s);
   }
+}
+
+// T.sync_grid or a cluster barrier (language/cluster.py).
+bool has_wide_barrier(const Stmt& body) {
+  bool found = false;
+  post_order(body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    found = found || (c && (c->op == "sync_grid" || c->op.rfind("cluster_", 0) == 0));
+  });
+  return found;
 }
 
 struct Planner {
@@ -180,6 +191,9 @@ struct Planner {
   void run() {
     if (ctx.target.arch != "sm_90a" || ctx.options.disable_tma || ctx.options.disable_warp_specialized) return;
     if (!ops::kernel_uses_wgmma(k, ctx)) return;
+    // A grid or cluster barrier is met by every thread of the block, which the producer
+    // warpgroup of a warp-specialised kernel never reaches.
+    if (has_wide_barrier(k.body)) return;
     post_order(k.body, [&](const Stmt& s) {
       auto* op = s.as<TileOpNode>();
       if (!op || op->op != "gemm") return;

@@ -21,6 +21,7 @@
 //   gemm.h     the block GEMM on mma.sync that T.gemm lowers to; the operand swizzle
 //   wgmma.h    the block GEMM on wgmma (sm_90a); panelled operand layouts
 //   tma.h      bulk tensor copies and the mbarriers of warp-specialised pipelines (sm_90a)
+//   cluster.h  the cluster barrier and a block's rank in its cluster (sm_90+)
 #pragma once
 
 #include "tegula/config.h"
@@ -41,3 +42,4 @@
 #include "tegula/gemm.h"
 #include "tegula/wgmma.h"
 #include "tegula/tma.h"
+#include "tegula/cluster.h"

@@ -18,11 +18,14 @@ from .values import BufferValue, PrimExpr, ir, to_expr
 class KernelFrame:
     """What `with T.Kernel(...) as (bx, by)` declared."""
 
-    def __init__(self, grid: list, block_vars: list[PrimExpr], thread_var: PrimExpr, threads: int):
+    def __init__(self, grid: list, block_vars: list[PrimExpr], thread_var: PrimExpr, threads: int,
+                 cluster_dims: tuple | None = None):
         self.grid = grid
         self.block_vars = block_vars
         self.thread_var = thread_var
         self.threads = threads
+        self.cluster_dims = cluster_dims  # (x, y, z) of a thread block cluster, or None
+        self.node = None  # the T.Kernel(...) call, once parsed
 
 
 class Builder:
@@ -43,6 +46,9 @@ class Builder:
         # (a scheduled T.Pipelined body reads what its statements are: pipeline_schedule).
         self.trace: list | None = None
         self.parallel = 0  # T.Parallel loops around the statement being parsed
+        self.pipelined = 0  # T.Pipelined loops around it
+        self.parallel_body: int | None = None  # id() of the innermost T.Parallel loop's body block
+        self.barriers: dict[int, object] = {}  # id() -> barrier statement emitted in a T.Parallel body
         self.loop_bodies: set = set()  # ids of the blocks that are loop bodies (of any kind)
         self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)
         # T.annotate_pass_configs / T.annotate_compile_flags: the function's attributes.
@@ -56,6 +62,40 @@ class Builder:
             self.blocks[-1].append(stmt)
             if self.trace is not None:
                 self.trace.append((len(self.blocks), stmt, self.call))
+
+    def emit_barrier(self, stmt, what: str) -> None:
+        """A barrier (T.sync_threads, T.sync_grid, a cluster barrier). T.Parallel's
+        iterations run at once, one per thread, so a barrier in its body is where all of
+        them meet: the loop is split there (split_at_barriers), which needs the barrier to
+        be a statement of the loop body itself."""
+        if self.parallel:
+            if not self.blocks or id(self.blocks[-1]) != self.parallel_body:
+                raise ArgError(None, f"{what} inside a T.Parallel loop must be a statement of the loop body itself, "
+                               "not inside an `if`, an inner serial loop or after a value the body assigned (the loop "
+                               "is split at the barrier: keep such a value in a fragment)")
+            self.barriers[id(stmt)] = stmt
+        self.emit(stmt)
+
+    def split_at_barriers(self) -> list | None:
+        """The innermost block (a T.Parallel body) cut at its barriers, popped: a list of
+        ("body", stmt) and ("barrier", stmt) in order; None, and nothing popped, when it
+        holds no barrier."""
+        stmts = self.blocks[-1]
+        if not any(id(s) in self.barriers for s in stmts):
+            return None
+        self.blocks.pop()
+        parts, run = [], []
+        for s in stmts:
+            if id(s) not in self.barriers:
+                run.append(s)
+                continue
+            if run:
+                parts.append(("body", run[0] if len(run) == 1 else ir().seq(run)))
+            parts.append(("barrier", s))
+            run = []
+        if run:
+            parts.append(("body", run[0] if len(run) == 1 else ir().seq(run)))
+        return parts
 
     def push(self) -> None:
         self.blocks.append([])

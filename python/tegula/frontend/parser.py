@@ -375,23 +375,46 @@ class Parser(Evaluator):
         num_stages = spec.num_stages
         parallel = spec.kind == "parallel"
         self.builder.parallel += parallel
+        self.builder.pipelined += spec.kind == "pipelined"
+        outer_parallel_body = self.builder.parallel_body
+        if parallel:
+            self.builder.parallel_body = id(self.builder.blocks[-1])
         try:
             self.parse_block(stmt.body)
             if schedule is not None:
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
         finally:
             self.builder.parallel -= parallel
+            self.builder.pipelined -= spec.kind == "pipelined"
+            self.builder.parallel_body = outer_parallel_body
             self.scopes.pop()
             if traced:
                 self.builder.trace = None
+
+        def nest(body):
+            for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
+                low = start if step == 1 else 0
+                body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
+                                     num_stages)
+            return body
+
+        # A barrier in a T.Parallel body: the iterations before it all finish first, so the
+        # loop becomes one loop per stretch between barriers.
+        parts = self.builder.split_at_barriers() if parallel else None
+        if parts is not None:
+            for kind, part in parts:
+                if kind == "body":
+                    self.builder.emit(nest(part))
+                    continue
+                try:
+                    self.builder.emit_barrier(part, "a barrier")
+                except ArgError as err:
+                    raise self.error(stmt, err.message) from None
+            return None
         body = self.builder.pop_optional()
         if body is None:
             return None
-        for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
-            low = start if step == 1 else 0
-            body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
-                                 num_stages)
-        self.builder.emit(body)
+        self.builder.emit(nest(body))
         return None
 
     def _persistent(self, stmt, spec):
@@ -457,7 +480,8 @@ class Parser(Evaluator):
         names = default if target is None else self._loop_names(target, len(spec.grid))
         block_vars = [PrimExpr.var(name) for name in names]
         thread_var = PrimExpr.var("tx")
-        self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads)
+        self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads, spec.cluster_dims)
+        self.builder.kernel.node = item.context_expr  # where errors about the kernel as a whole point
         self.scopes.append({})
         for name, var in zip(names, block_vars):
             if item.optional_vars is not None:

@@ -180,6 +180,7 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
     kernels = []
     many = len(builder.kernels) > 1
     for index, (frame, body, allocs) in enumerate(builder.kernels):
+        parser.set_loc(frame.node if frame.node is not None else fn_node)  # the kernel's own errors point here
         try:
             kernels.append(parser._ir.kernel(
                 f"{fn.__name__}_kernel{index}" if many else fn.__name__,
@@ -192,6 +193,7 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
                 [b.buf for b in allocs],
                 body,
                 {},
+                list(frame.cluster_dims or ()),
             ))
         except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's
             raise parser.convert(fn_node, err) from None

@@ -9,6 +9,7 @@
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, T.Kernel, allocations
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
+  cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
@@ -23,6 +24,9 @@ from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Paralle
                        max, max_value, min, min_value, parallel, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
                        unroll)
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
+from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
+                      cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
+                      get_cluster_ids, get_cluster_size, sync_grid)
 from .eager_ops import const, empty
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, pdl_sync,

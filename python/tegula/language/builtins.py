@@ -321,38 +321,79 @@ def parallel(start, stop=None, annotations=None):
 # ---- the kernel ----
 
 class KernelSpec:
-    """What T.Kernel returns to the parser: the grid extents and the threads per block."""
+    """What T.Kernel returns to the parser: the grid extents, the threads per block and
+    the thread block cluster shape ((x, y, z), or None without clusters)."""
 
-    def __init__(self, grid: list, threads: int):
+    def __init__(self, grid: list, threads: int, cluster_dims: tuple | None = None):
         self.grid = grid
         self.threads = threads
+        self.cluster_dims = cluster_dims
+
+
+# Blocks per cluster that every sm_90 GPU can launch (the portable cluster size).
+MAX_CLUSTER_SIZE = 8
+
+
+def _cluster_dims(cluster_dims, grid: list, fn: str) -> tuple | None:
+    """cluster_dims as (x, y, z): an int n is (n, 1, 1), a shorter list is padded with 1s;
+    (1, 1, 1) is no cluster (None). Each must divide its grid extent where that is known."""
+    if cluster_dims is None:
+        return None
+    dims = list(cluster_dims) if isinstance(cluster_dims, (list, tuple)) else [cluster_dims]
+    if not 1 <= len(dims) <= 3:
+        raise ArgError("cluster_dims", f"{fn}: cluster_dims must be an int or 1 to 3 ints, got {cluster_dims!r}")
+    for index, d in enumerate(dims):
+        if isinstance(d, PrimExpr) and d.expr.const is not None and is_int(d.expr.dtype):
+            d = dims[index] = int(d.expr.const)
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0:
+            raise ArgError("cluster_dims", f"{fn}: cluster_dims must be positive constant ints, got {cluster_dims!r}",
+                           index if isinstance(cluster_dims, (list, tuple)) else None)
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if dims == (1, 1, 1):
+        return None
+    if math.prod(dims) > MAX_CLUSTER_SIZE:
+        raise ArgError("cluster_dims", f"{fn}: a cluster holds at most {MAX_CLUSTER_SIZE} blocks (the portable "
+                       f"cluster size), got cluster_dims={dims} = {math.prod(dims)} blocks")
+    for axis, d in enumerate(dims):
+        extent = grid[axis] if axis < len(grid) else 1
+        if isinstance(extent, numbers.Integral) and extent % d:
+            raise ArgError("cluster_dims", f"{fn}: cluster_dims={dims} must divide the grid, but grid dimension "
+                           f"{axis} is {extent}, not a multiple of {d}")
+    return dims
 
 
 @intrinsic("T.Kernel")
-def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - TileLang's name
+def Kernel(*blocks, threads=None, is_cpu=False, prelude=None, cluster_dims=None):  # noqa: N802 - TileLang's name
     """`with T.Kernel(gx[, gy[, gz]], threads=n) as bx` (or `as (bx, by[, bz])`): a kernel
     launched over a grid of 1 to 3 dimensions with n threads per block (1..1024, default
-    128); the names bound are the block indices."""
+    128); the names bound are the block indices. cluster_dims=(cx, cy, cz) (or an int, for
+    (cx, 1, 1)) launches the blocks in thread block clusters of that shape (sm_90+; see
+    T.ClusterKernel)."""
+    return kernel_spec("T.Kernel", blocks, threads, is_cpu, prelude, cluster_dims)
+
+
+def kernel_spec(fn: str, blocks: tuple, threads, is_cpu, prelude, cluster_dims) -> KernelSpec:
+    """T.Kernel's and T.ClusterKernel's arguments checked; `fn` names the call in errors."""
     if not 1 <= len(blocks) <= 3:
-        raise ArgError(None, f"T.Kernel takes 1 to 3 grid dimensions, got {len(blocks)}")
-    grid = [_extent(b, "T.Kernel", i) for i, b in enumerate(blocks)]
+        raise ArgError(None, f"{fn} takes 1 to 3 grid dimensions, got {len(blocks)}")
+    grid = [_extent(b, fn, i) for i, b in enumerate(blocks)]
     for index, extent in enumerate(grid):
         if isinstance(extent, numbers.Integral) and extent <= 0:
-            raise ArgError(index, f"T.Kernel: grid extents must be positive, got {extent} in grid dimension {index}")
+            raise ArgError(index, f"{fn}: grid extents must be positive, got {extent} in grid dimension {index}")
     if threads is None:
         threads = 128  # TileLang's default
     if isinstance(threads, (list, tuple)):
         if len(threads) != 1:
-            raise ArgError("threads", f"T.Kernel: threads must be an int or a list of one int "
+            raise ArgError("threads", f"{fn}: threads must be an int or a list of one int "
                            f"(multi-dimensional thread blocks are not supported), got {threads!r}")
         threads = threads[0]
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= 1024:
-        raise ArgError("threads", f"T.Kernel: threads must be an int in 1..1024, got {threads!r}")
+        raise ArgError("threads", f"{fn}: threads must be an int in 1..1024, got {threads!r}")
     if is_cpu:
-        raise ArgError("is_cpu", "T.Kernel: CPU kernels are not supported by Tegula")
+        raise ArgError("is_cpu", f"{fn}: CPU kernels are not supported by Tegula")
     if prelude is not None:
-        raise ArgError("prelude", "T.Kernel: prelude source is not supported by Tegula")
-    return KernelSpec(grid, int(threads))
+        raise ArgError("prelude", f"{fn}: prelude source is not supported by Tegula")
+    return KernelSpec(grid, int(threads), _cluster_dims(cluster_dims, grid, fn))
 
 
 @intrinsic("T.get_thread_binding")
@@ -407,7 +448,7 @@ def sync_threads(barrier_id=None, arrive_count=None):
     left out): `bar.sync id, n`."""
     frame = builder.current("T.sync_threads")
     if barrier_id is None and arrive_count is None:
-        frame.emit(ir().sync())
+        frame.emit_barrier(ir().sync(), "T.sync_threads")
         return
     kernel = frame.require_kernel("T.sync_threads")
     barrier = _barrier_int(0 if barrier_id is None else barrier_id, "barrier_id")
@@ -417,7 +458,8 @@ def sync_threads(barrier_id=None, arrive_count=None):
     if threads <= 0 or threads % 32 or threads > kernel.threads:
         raise ArgError("arrive_count", f"T.sync_threads: arrive_count must be a positive multiple of 32 up to the "
                        f"block's {kernel.threads} threads, got {threads}")
-    frame.emit(ir().sync(barrier, threads) if (barrier, threads) != (0, kernel.threads) else ir().sync())
+    frame.emit_barrier(ir().sync(barrier, threads) if (barrier, threads) != (0, kernel.threads) else ir().sync(),
+                       "T.sync_threads")
 
 
 # ---- allocations ----

@@ -32,6 +32,9 @@ Coverage (fuzz_gen.py draws each with some probability):
     operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
   * scalar arguments (int32, float32) and T.dynamic sizes; 1-D and 2-D grids of several
     blocks;
+  * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
+    (T.cluster_sync, or T.cluster_arrive ... T.cluster_wait), each block reading another's
+    writes, the barrier between loops or inside a T.Parallel body;
   * invalid programs: constant indices out of bounds of shared/fragment/local buffers,
     copies/reductions/gemms of mismatched shapes, bitwise operators on floats, a
     T.Kernel grid that the `as` names do not match or that is not positive.

@@ -64,9 +64,9 @@ def smem_program(rows):
     return big_smem
 
 
-def _def_line():
+def _kernel_line():
     lines, first = inspect.getsourcelines(smem_program)
-    return first + next(i for i, line in enumerate(lines) if "def big_smem" in line)
+    return first + next(i for i, line in enumerate(lines) if "with T.Kernel" in line)
 
 
 @pytest.mark.parametrize("target", sorted(SMEM_LIMIT))
@@ -76,7 +76,7 @@ def test_shared_memory_past_the_target_limit_is_a_compile_error_at_the_kernel(ta
     with pytest.raises(tegula.TegulaCompileError) as info:
         tegula.compile(smem_program(rows_over), target=target)
     err = info.value
-    assert err.line == _def_line(), str(err)
+    assert err.line == _kernel_line(), str(err)
     text = str(err)
     assert f"s: {rows_over * 4 * KIB} bytes" in text, text
     assert f"t: {16 * KIB} bytes" in text, text
