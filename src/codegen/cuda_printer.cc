@@ -42,6 +42,10 @@ class Printer {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads;
     if (k_.consumer_threads) os_ << ", " << ws_registers(k_).blocks_per_sm;
     os_ << ") " << out.entry << "(";
+    // A kernel that waits for the kernel before it (T.pdl_sync) may start while that one
+    // still writes its inputs: no __restrict__, which would let the compiler read them
+    // through the non-coherent cache.
+    bool restrict_params = !calls("pdl_sync");
     bool first = true;
     auto sep = [&] {
       if (!first) os_ << ", ";
@@ -51,8 +55,8 @@ class Printer {
       sep();
       if (p.buffer) {
         // A 4-bit type's tensor is its bytes, two elements each (packed_load / packed_store).
-        os_ << (p.buffer->dtype.is_packed() ? "unsigned char" : cuda_type(p.buffer->dtype)) << "* __restrict__ "
-            << name(p.buffer);
+        os_ << (p.buffer->dtype.is_packed() ? "unsigned char" : cuda_type(p.buffer->dtype))
+            << (restrict_params ? "* __restrict__ " : "* ") << name(p.buffer);
       } else {
         os_ << cuda_type(p.var.dtype()) << " " << name(p.var);
       }
@@ -71,6 +75,7 @@ class Printer {
     print_block_indices();
     std::string rng_state = rng_state_type();
     if (!rng_state.empty()) line() << rng_state << " tegula_rng;\n";  // T.rng_init's generator, per thread
+    if (calls("match_all_sync")) line() << "int tegula_match_all;  // __match_all_sync's predicate, unused\n";
     if (k_.smem_bytes > 0) {
       line() << "extern __shared__ __align__(" << (k_.smem_panelled.empty() ? 128 : 1024)
              << ") unsigned char tegula_smem[];\n";
@@ -277,6 +282,15 @@ class Printer {
     // numbers; TileLang's other generators give other numbers of the same distributions.
     return generator < 0 ? "" : "tegula::Philox";
   }
+  // Whether the kernel calls `op` anywhere.
+  bool calls(const std::string& op) const {
+    bool found = false;
+    post_order(k_.body, [](const Stmt&) {}, [&](const Expr& e) {
+      if (auto* c = e.as<CallNode>(); c && c->op == op) found = true;
+    });
+    return found;
+  }
+
   std::string rng_call(const CallNode* c) {
     if (c->op == "rng_init") {
       return "tegula_rng.init(" + expr(c->args[0]) + ", " + expr(c->args[1]) + ", " + expr(c->args[2]) + ")";
@@ -563,13 +577,37 @@ class Printer {
       for (char ch : msg) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
       return "print(\"" + quoted + "\", " + expr(c->args.at(0)) + ")";
     }
+    if (c->op == "ffs") {
+      // CUDA's __ffs reads an int, __ffsll a long long.
+      bool wide = c->args.at(0).dtype().bits == 64;
+      return std::string(wide ? "__ffsll((long long)(" : "__ffs((int)(") + expr(c->args[0]) + "))";
+    }
+    if (c->op == "match_all_sync") {
+      // CUDA's third argument receives whether all matched, which the result (the mask or 0)
+      // says already.
+      return "__match_all_sync(" + expr(c->args.at(0)) + ", " + expr(c->args.at(1)) + ", &tegula_match_all)";
+    }
+    if (c->op == "ldg") {
+      // A read-only load of a global element; anywhere else (a vector's register, once the
+      // vectoriser has loaded it) the plain value.
+      // A load masked at the tensor's edge is (in bounds ? x[i] : 0).
+      const Expr& a = c->args.at(0);
+      auto* masked = a.as<SelectNode>();
+      auto* ld = (masked ? masked->t : a).as<BufferLoadNode>();
+      if (!ld || ld->buffer->scope != Scope::Global || ld->dtype.lanes != 1) return expr(a);
+      std::string read = "__ldg(&(" + access(ld->buffer, ld->indices, 1, true) + "))";
+      return masked ? "(" + expr(masked->cond) + " ? " + read + " : " + expr(masked->f) + ")" : read;
+    }
     auto it = call_table().find(c->op);
     user_assert(it != call_table().end(), c->loc) << "unknown intrinsic '" << c->op << "'";
-    std::string s = it->second.name;
-    if (it->second.typed) s += "<" + cuda_type(c->dtype) + ">";
+    const CallSpelling& sp = it->second;
+    std::string s = sp.name;
+    if (sp.typed) s += "<" + cuda_type(c->dtype) + ">";
     s += "(";
+    if (sp.leading) s += std::string(sp.leading) + (c->args.empty() ? "" : ", ");
     for (size_t i = 0; i < c->args.size(); ++i) s += (i ? ", " : "") + expr(c->args[i]);
-    return s + ")";
+    s += ")";
+    return sp.widened ? "((" + std::string(sp.widened) + ")" + s + ")" : s;
   }
 
   void stmt(const Stmt& s) {

@@ -44,22 +44,27 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"max_value", {"tegula::max_value", true}}, {"min_value", {"tegula::min_value", true}},
       {"sigmoid", {"tegula::sigmoid", false}}, {"tanh", {"tegula::tanh", false}},
       {"sin", {"tegula::sin", false}},         {"cos", {"tegula::cos", false}},
-      // warp.h: NaN-ignoring max / min, warp reductions and votes, programmatic dependent launch.
+      // warp.h: NaN-ignoring max / min, warp reductions and shuffles.
       {"max_num", {"tegula::max_num", false}}, {"min_num", {"tegula::min_num", false}},
       {"warp_reduce_sum", {"tegula::warp_reduce_sum", false}}, {"warp_reduce_max", {"tegula::warp_reduce_max", false}},
       {"warp_reduce_min", {"tegula::warp_reduce_min", false}},
       {"warp_reduce_bitand", {"tegula::warp_reduce_bitand", false}},
       {"warp_reduce_bitor", {"tegula::warp_reduce_bitor", false}},
-      {"any_sync", {"tegula::any_sync", false}}, {"all_sync", {"tegula::all_sync", false}},
-      {"ballot_sync", {"tegula::ballot_sync", false}}, {"ballot", {"tegula::ballot", false}},
-      {"activemask", {"tegula::activemask", false}},
-      {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
-      {"assume", {"__builtin_assume", false}},
       {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
       {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
-      {"sync_warp", {"tegula::sync_warp", false}}, {"ffs", {"tegula::ffs", false}},
+      {"sync_warp", {"tegula::sync_warp", false}},
+      // CUDA's own: warp votes (a ballot is a uint64 here, TileLang's type: the upper 32 bits
+      // zero), warp match, bit search, block votes, programmatic dependent launch (warp.h
+      // defines the last two where NVRTC does not).
+      {"any_sync", {"__any_sync"}}, {"all_sync", {"__all_sync"}},
+      {"ballot_sync", {"__ballot_sync", false, "unsigned long long"}},
+      {"ballot", {"__ballot_sync", false, "unsigned long long", "0xffffffffu"}},
+      {"activemask", {"__activemask", false, "unsigned long long"}},
+      {"match_any_sync", {"__match_any_sync"}}, {"fns", {"__fns"}},
       {"syncthreads_count", {"__syncthreads_count", false}}, {"syncthreads_and", {"__syncthreads_and", false}},
       {"syncthreads_or", {"__syncthreads_or", false}},
+      {"pdl_trigger", {"cudaTriggerProgrammaticLaunchCompletion"}}, {"pdl_sync", {"cudaGridDependencySynchronize"}},
+      {"assume", {"__builtin_assume", false}},
   };
   return t;
 }
