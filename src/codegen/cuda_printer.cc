@@ -7,6 +7,7 @@
 // the rest); a load or store of lanes > 1 is one vector access through tegula::Vec.
 #include "codegen/cuda_printer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -80,14 +81,28 @@ class Printer {
       line() << "extern __shared__ __align__(" << (k_.smem_panelled.empty() ? 128 : 1024)
              << ") unsigned char tegula_smem[];\n";
     }
+    // A register array read or written as a vector is aligned to the widest such access.
+    std::map<const BufferNode*, int64_t> vector_bytes;
+    auto note_vector = [&](const Buffer& b, int lanes) {
+      if (b->scope != Scope::Local || lanes < 2) return;
+      int64_t bytes = int64_t(b->dtype.bytes()) * lanes,& align = vector_bytes[b.get()];
+      align = std::max(align, std::min<int64_t>(bytes & -bytes, 16));
+    };
+    post_order(k_.body, [&](const Stmt& s) {
+      if (auto* st = s.as<BufferStoreNode>()) note_vector(st->buffer, st->value.dtype().lanes);
+    }, [&](const Expr& e) {
+      if (auto* ld = e.as<BufferLoadNode>()) note_vector(ld->buffer, ld->dtype.lanes);
+    });
     for (auto& b : k_.allocs) {
       if (b->scope == Scope::Shared) {
         line() << cuda_type(b->dtype) << "* " << name(b) << " = reinterpret_cast<" << cuda_type(b->dtype)
                << "*>(tegula_smem + " << k_.smem_offset.at(b.get()) << ");\n";
       } else if (b->scope == Scope::Local) {
         int64_t n = b->num_elements_const();
+        int64_t align = b->dtype.bytes() * n % 16 == 0 ? 16 : vector_bytes.count(b.get()) ? vector_bytes[b.get()] : 0;
         line() << cuda_type(b->dtype) << " " << name(b) << "[" << n << "]"
-               << (b->dtype.bytes() * n % 16 == 0 ? " __attribute__((aligned(16)))" : "") << ";\n";
+               << (align > b->dtype.bytes() ? " __attribute__((aligned(" + std::to_string(align) + ")))" : "")
+               << ";\n";
       }
     }
     stmt(k_.body);
@@ -359,6 +374,19 @@ class Printer {
     std::string vt = native ? memory_vector_type(b->dtype, lanes)
                             : "Vec<" + cuda_type(b->dtype) + ", " + std::to_string(lanes) + ">";
     return std::string("*reinterpret_cast<") + (read ? "const " : "") + vt + "*>(&" + elem + ")";
+  }
+
+  // r[c:+2] = Tx2(s[d:+2]) (pack_casts.cc): one of CUDA's conversions of a pair, each side
+  // by its storage type: *reinterpret_cast<__half2*>(&r[c]) = __float22half2_rn(...).
+  // Empty for any other store.
+  std::string pair_conversion_text(const BufferStoreNode* st) {
+    auto* cast = st->value.as<CastNode>();
+    auto* src = cast ? cast->value.as<BufferLoadNode>() : nullptr;
+    PairConversion pc;
+    if (!src || cast->dtype.lanes != 2 || !pair_conversion(src->dtype.element(), cast->dtype.element(), &pc)) return "";
+    return "*reinterpret_cast<" + std::string(pc.to_type) + "*>(&" + access(st->buffer, st->indices, 1, false) +
+           ") = " + pc.open + "*reinterpret_cast<const " + pc.from_type + "*>(&" +
+           access(src->buffer, src->indices, 1, true) + ")" + pc.close;
   }
 
   std::string literal_float(double v, DataType t) {
@@ -640,6 +668,10 @@ class Printer {
         auto* st = s.as<BufferStoreNode>();
         proxy_dirty_ |= k_.uses_wgmma && k_.smem_panelled.count(st->buffer.get());
         int lanes = st->value.dtype().lanes;
+        if (std::string pair = pair_conversion_text(st); !pair.empty()) {
+          line() << pair << ";\n";
+          break;
+        }
         auto* copy = st->value.as<BufferLoadNode>();
         if (lanes > 1 && copy && copy->buffer->dtype == st->buffer->dtype) {  // a vector copy
           line() << access(st->buffer, st->indices, lanes, false, true) << " = "

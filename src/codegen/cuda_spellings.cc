@@ -69,4 +69,28 @@ const std::map<std::string, CallSpelling>& call_table() {
   return t;
 }
 
+bool pair_conversion(DataType from, DataType to, PairConversion* out) {
+  DataType f32 = DataType::f32(), f16 = DataType::f16(), bf16 = DataType::bf16();
+  // cuda_fp8.h names the 8-bit format by an argument; conversions to it saturate as ours do.
+  auto fp8 = [](DataType t) { return std::string(t.code == DataType::Float8E4M3 ? "__NV_E4M3" : "__NV_E5M2"); };
+  if (from == f32 && to == f16) *out = {"__half2", "float2", "__float22half2_rn(", ")"};
+  else if (from == f16 && to == f32) *out = {"float2", "__half2", "__half22float2(", ")"};
+  else if (from == f32 && to == bf16) *out = {"__nv_bfloat162", "float2", "__float22bfloat162_rn(", ")"};
+  else if (from == bf16 && to == f32) *out = {"float2", "__nv_bfloat162", "__bfloat1622float2(", ")"};
+  else if (from == f32 && to.is_float8()) {
+    *out = {"__nv_fp8x2_storage_t", "float2", "__nv_cvt_float2_to_fp8x2(", ", __NV_SATFINITE, " + fp8(to) + ")"};
+  } else if (from == f16 && to.is_float8()) {
+    *out = {"__nv_fp8x2_storage_t", "__half2_raw", "__nv_cvt_halfraw2_to_fp8x2(", ", __NV_SATFINITE, " + fp8(to) + ")"};
+  } else if (from.is_float8() && to == f16) {
+    *out = {"__half2_raw", "__nv_fp8x2_storage_t", "__nv_cvt_fp8x2_to_halfraw2(", ", " + fp8(from) + ")"};
+  } else if (from.is_float8() && to == f32) {
+    // Through half2, exactly: every 8-bit float is a float16.
+    *out = {"float2", "__nv_fp8x2_storage_t", "__half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(",
+            ", " + fp8(from) + ")))"};
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace tegula::codegen

@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include "ir/dtype.h"
+
 namespace tegula::codegen {
 
 struct CallSpelling {
@@ -18,5 +20,16 @@ struct CallSpelling {
 
 // Call name ("exp", "infinity", "warp_reduce_sum", ...) -> its spelling.
 const std::map<std::string, CallSpelling>& call_table();
+
+// A conversion of two lanes at once (transform/pack_casts.cc makes them):
+//   *reinterpret_cast<to_type*>(&r[c]) = open *reinterpret_cast<const from_type*>(&s[d]) close;
+// e.g. __half2 = __float22half2_rn(float2).
+struct PairConversion {
+  const char* to_type;
+  const char* from_type;
+  std::string open, close;
+};
+// False when CUDA has no such conversion.
+bool pair_conversion(ir::DataType from, ir::DataType to, PairConversion* out);
 
 }  // namespace tegula::codegen
