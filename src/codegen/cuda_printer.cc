@@ -7,6 +7,7 @@
 // the rest); a load or store of lanes > 1 is one vector access through tegula::Vec.
 #include "codegen/cuda_printer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -48,6 +49,10 @@ class Printer {
           << ") ";
     }
     os_ << out.entry << "(";
+    // A kernel that waits for the kernel before it (T.pdl_sync) may start while that one
+    // still writes its inputs: no __restrict__, which would let the compiler read them
+    // through the non-coherent cache.
+    bool restrict_params = !calls("pdl_sync");
     bool first = true;
     auto sep = [&] {
       if (!first) os_ << ", ";
@@ -57,8 +62,8 @@ class Printer {
       sep();
       if (p.buffer) {
         // A 4-bit type's tensor is its bytes, two elements each (packed_load / packed_store).
-        os_ << (p.buffer->dtype.is_packed() ? "unsigned char" : cuda_type(p.buffer->dtype)) << "* __restrict__ "
-            << name(p.buffer);
+        os_ << (p.buffer->dtype.is_packed() ? "unsigned char" : cuda_type(p.buffer->dtype))
+            << (restrict_params ? "* __restrict__ " : "* ") << name(p.buffer);
       } else {
         os_ << cuda_type(p.var.dtype()) << " " << name(p.var);
       }
@@ -77,18 +82,33 @@ class Printer {
     print_block_indices();
     std::string rng_state = rng_state_type();
     if (!rng_state.empty()) line() << rng_state << " tegula_rng;\n";  // T.rng_init's generator, per thread
+    if (calls("match_all_sync")) line() << "int tegula_match_all;  // __match_all_sync's predicate, unused\n";
     if (k_.smem_bytes > 0) {
       line() << "extern __shared__ __align__(" << (k_.smem_panelled.empty() ? 128 : 1024)
              << ") unsigned char tegula_smem[];\n";
     }
+    // A register array read or written as a vector is aligned to the widest such access.
+    std::map<const BufferNode*, int64_t> vector_bytes;
+    auto note_vector = [&](const Buffer& b, int lanes) {
+      if (b->scope != Scope::Local || lanes < 2) return;
+      int64_t bytes = int64_t(b->dtype.bytes()) * lanes,& align = vector_bytes[b.get()];
+      align = std::max(align, std::min<int64_t>(bytes & -bytes, 16));
+    };
+    post_order(k_.body, [&](const Stmt& s) {
+      if (auto* st = s.as<BufferStoreNode>()) note_vector(st->buffer, st->value.dtype().lanes);
+    }, [&](const Expr& e) {
+      if (auto* ld = e.as<BufferLoadNode>()) note_vector(ld->buffer, ld->dtype.lanes);
+    });
     for (auto& b : k_.allocs) {
       if (b->scope == Scope::Shared) {
         line() << cuda_type(b->dtype) << "* " << name(b) << " = reinterpret_cast<" << cuda_type(b->dtype)
                << "*>(tegula_smem + " << k_.smem_offset.at(b.get()) << ");\n";
       } else if (b->scope == Scope::Local) {
         int64_t n = b->num_elements_const();
+        int64_t align = b->dtype.bytes() * n % 16 == 0 ? 16 : vector_bytes.count(b.get()) ? vector_bytes[b.get()] : 0;
         line() << cuda_type(b->dtype) << " " << name(b) << "[" << n << "]"
-               << (b->dtype.bytes() * n % 16 == 0 ? " __attribute__((aligned(16)))" : "") << ";\n";
+               << (align > b->dtype.bytes() ? " __attribute__((aligned(" + std::to_string(align) + ")))" : "")
+               << ";\n";
       }
     }
     stmt(k_.body);
@@ -289,6 +309,15 @@ class Printer {
     // numbers; TileLang's other generators give other numbers of the same distributions.
     return generator < 0 ? "" : "tegula::Philox";
   }
+  // Whether the kernel calls `op` anywhere.
+  bool calls(const std::string& op) const {
+    bool found = false;
+    post_order(k_.body, [](const Stmt&) {}, [&](const Expr& e) {
+      if (auto* c = e.as<CallNode>(); c && c->op == op) found = true;
+    });
+    return found;
+  }
+
   std::string rng_call(const CallNode* c) {
     if (c->op == "rng_init") {
       return "tegula_rng.init(" + expr(c->args[0]) + ", " + expr(c->args[1]) + ", " + expr(c->args[2]) + ")";
@@ -363,6 +392,19 @@ class Printer {
     std::string vt = native ? memory_vector_type(b->dtype, lanes)
                             : "Vec<" + cuda_type(b->dtype) + ", " + std::to_string(lanes) + ">";
     return std::string("*reinterpret_cast<") + (read ? "const " : "") + vt + "*>(&" + elem + ")";
+  }
+
+  // r[c:+2] = Tx2(s[d:+2]) (pack_casts.cc): one of CUDA's conversions of a pair, each side
+  // by its storage type: *reinterpret_cast<__half2*>(&r[c]) = __float22half2_rn(...).
+  // Empty for any other store.
+  std::string pair_conversion_text(const BufferStoreNode* st) {
+    auto* cast = st->value.as<CastNode>();
+    auto* src = cast ? cast->value.as<BufferLoadNode>() : nullptr;
+    PairConversion pc;
+    if (!src || cast->dtype.lanes != 2 || !pair_conversion(src->dtype.element(), cast->dtype.element(), &pc)) return "";
+    return "*reinterpret_cast<" + std::string(pc.to_type) + "*>(&" + access(st->buffer, st->indices, 1, false) +
+           ") = " + pc.open + "*reinterpret_cast<const " + pc.from_type + "*>(&" +
+           access(src->buffer, src->indices, 1, true) + ")" + pc.close;
   }
 
   std::string literal_float(double v, DataType t) {
@@ -586,13 +628,37 @@ class Printer {
       for (char ch : msg) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
       return "print(\"" + quoted + "\", " + expr(c->args.at(0)) + ")";
     }
+    if (c->op == "ffs") {
+      // CUDA's __ffs reads an int, __ffsll a long long.
+      bool wide = c->args.at(0).dtype().bits == 64;
+      return std::string(wide ? "__ffsll((long long)(" : "__ffs((int)(") + expr(c->args[0]) + "))";
+    }
+    if (c->op == "match_all_sync") {
+      // CUDA's third argument receives whether all matched, which the result (the mask or 0)
+      // says already.
+      return "__match_all_sync(" + expr(c->args.at(0)) + ", " + expr(c->args.at(1)) + ", &tegula_match_all)";
+    }
+    if (c->op == "ldg") {
+      // A read-only load of a global element; anywhere else (a vector's register, once the
+      // vectoriser has loaded it) the plain value.
+      // A load masked at the tensor's edge is (in bounds ? x[i] : 0).
+      const Expr& a = c->args.at(0);
+      auto* masked = a.as<SelectNode>();
+      auto* ld = (masked ? masked->t : a).as<BufferLoadNode>();
+      if (!ld || ld->buffer->scope != Scope::Global || ld->dtype.lanes != 1) return expr(a);
+      std::string read = "__ldg(&(" + access(ld->buffer, ld->indices, 1, true) + "))";
+      return masked ? "(" + expr(masked->cond) + " ? " + read + " : " + expr(masked->f) + ")" : read;
+    }
     auto it = call_table().find(c->op);
     user_assert(it != call_table().end(), c->loc) << "unknown intrinsic '" << c->op << "'";
-    std::string s = it->second.name;
-    if (it->second.typed) s += "<" + cuda_type(c->dtype) + ">";
+    const CallSpelling& sp = it->second;
+    std::string s = sp.name;
+    if (sp.typed) s += "<" + cuda_type(c->dtype) + ">";
     s += "(";
+    if (sp.leading) s += std::string(sp.leading) + (c->args.empty() ? "" : ", ");
     for (size_t i = 0; i < c->args.size(); ++i) s += (i ? ", " : "") + expr(c->args[i]);
-    return s + ")";
+    s += ")";
+    return sp.widened ? "((" + std::string(sp.widened) + ")" + s + ")" : s;
   }
 
   void stmt(const Stmt& s) {
@@ -625,6 +691,10 @@ class Printer {
         auto* st = s.as<BufferStoreNode>();
         proxy_dirty_ |= k_.uses_wgmma && k_.smem_panelled.count(st->buffer.get());
         int lanes = st->value.dtype().lanes;
+        if (std::string pair = pair_conversion_text(st); !pair.empty()) {
+          line() << pair << ";\n";
+          break;
+        }
         auto* copy = st->value.as<BufferLoadNode>();
         if (lanes > 1 && copy && copy->buffer->dtype == st->buffer->dtype) {  // a vector copy
           line() << access(st->buffer, st->indices, lanes, false, true) << " = "

@@ -51,24 +51,53 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"cluster_arrive_relaxed", {"tegula::cluster_arrive_relaxed", false}},
       {"cluster_wait", {"tegula::cluster_wait", false}}, {"cluster_sync", {"tegula::cluster_sync", false}},
       {"block_rank_in_cluster", {"tegula::block_rank_in_cluster", false}},
-      // warp.h: NaN-ignoring max / min, warp reductions and votes, programmatic dependent launch.
+      // warp.h: NaN-ignoring max / min, warp reductions and shuffles.
       {"max_num", {"tegula::max_num", false}}, {"min_num", {"tegula::min_num", false}},
       {"warp_reduce_sum", {"tegula::warp_reduce_sum", false}}, {"warp_reduce_max", {"tegula::warp_reduce_max", false}},
       {"warp_reduce_min", {"tegula::warp_reduce_min", false}},
       {"warp_reduce_bitand", {"tegula::warp_reduce_bitand", false}},
       {"warp_reduce_bitor", {"tegula::warp_reduce_bitor", false}},
-      {"any_sync", {"tegula::any_sync", false}}, {"all_sync", {"tegula::all_sync", false}},
-      {"ballot_sync", {"tegula::ballot_sync", false}}, {"ballot", {"tegula::ballot", false}},
-      {"activemask", {"tegula::activemask", false}},
-      {"pdl_trigger", {"tegula::pdl_trigger", false}}, {"pdl_sync", {"tegula::pdl_sync", false}},
-      {"assume", {"__builtin_assume", false}},
       {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
       {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
-      {"sync_warp", {"tegula::sync_warp", false}}, {"ffs", {"tegula::ffs", false}},
+      {"sync_warp", {"tegula::sync_warp", false}},
+      // CUDA's own: warp votes (a ballot is a uint64 here, TileLang's type: the upper 32 bits
+      // zero), warp match, bit search, block votes, programmatic dependent launch (warp.h
+      // defines the last two where NVRTC does not).
+      {"any_sync", {"__any_sync"}}, {"all_sync", {"__all_sync"}},
+      {"ballot_sync", {"__ballot_sync", false, "unsigned long long"}},
+      {"ballot", {"__ballot_sync", false, "unsigned long long", "0xffffffffu"}},
+      {"activemask", {"__activemask", false, "unsigned long long"}},
+      {"match_any_sync", {"__match_any_sync"}}, {"fns", {"__fns"}},
       {"syncthreads_count", {"__syncthreads_count", false}}, {"syncthreads_and", {"__syncthreads_and", false}},
       {"syncthreads_or", {"__syncthreads_or", false}},
+      {"pdl_trigger", {"cudaTriggerProgrammaticLaunchCompletion"}}, {"pdl_sync", {"cudaGridDependencySynchronize"}},
+      {"assume", {"__builtin_assume", false}},
   };
   return t;
+}
+
+bool pair_conversion(DataType from, DataType to, PairConversion* out) {
+  DataType f32 = DataType::f32(), f16 = DataType::f16(), bf16 = DataType::bf16();
+  // cuda_fp8.h names the 8-bit format by an argument; conversions to it saturate as ours do.
+  auto fp8 = [](DataType t) { return std::string(t.code == DataType::Float8E4M3 ? "__NV_E4M3" : "__NV_E5M2"); };
+  if (from == f32 && to == f16) *out = {"__half2", "float2", "__float22half2_rn(", ")"};
+  else if (from == f16 && to == f32) *out = {"float2", "__half2", "__half22float2(", ")"};
+  else if (from == f32 && to == bf16) *out = {"__nv_bfloat162", "float2", "__float22bfloat162_rn(", ")"};
+  else if (from == bf16 && to == f32) *out = {"float2", "__nv_bfloat162", "__bfloat1622float2(", ")"};
+  else if (from == f32 && to.is_float8()) {
+    *out = {"__nv_fp8x2_storage_t", "float2", "__nv_cvt_float2_to_fp8x2(", ", __NV_SATFINITE, " + fp8(to) + ")"};
+  } else if (from == f16 && to.is_float8()) {
+    *out = {"__nv_fp8x2_storage_t", "__half2_raw", "__nv_cvt_halfraw2_to_fp8x2(", ", __NV_SATFINITE, " + fp8(to) + ")"};
+  } else if (from.is_float8() && to == f16) {
+    *out = {"__half2_raw", "__nv_fp8x2_storage_t", "__nv_cvt_fp8x2_to_halfraw2(", ", " + fp8(from) + ")"};
+  } else if (from.is_float8() && to == f32) {
+    // Through half2, exactly: every 8-bit float is a float16.
+    *out = {"float2", "__nv_fp8x2_storage_t", "__half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(",
+            ", " + fp8(from) + ")))"};
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tegula::codegen

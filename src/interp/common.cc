@@ -224,6 +224,25 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
       }
     }
   }
+  else if (name == "fns") {
+    // CUDA's __fns(mask, base, offset): the offset-th set bit from base, 0xffffffff if none.
+    uint32_t mask = uint32_t(int64_t(x));
+    int64_t pos = int64_t(arg(1)), offset = int64_t(arg(2));
+    r = 4294967295.0;
+    if (offset == 0) {
+      if (pos >= 0 && pos < 32 && ((mask >> pos) & 1)) r = double(pos);
+    } else {
+      int64_t count = std::llabs(offset) - 1, step = offset > 0 ? 1 : -1;
+      for (; pos >= 0 && pos < 32; pos += step) {
+        if (!((mask >> pos) & 1)) continue;
+        if (count-- == 0) {
+          r = double(pos);
+          break;
+        }
+      }
+    }
+  }
+  else if (name == "ldg") r = x;  // a read-only load: the element
   else if (name == "assume") r = 0;  // T.assume: a hint (the simulator checks it holds)
   else if (name == "infinity") r = inf;
   else if (name == ir::kThreadScope) r = x - arg(1);  // the thread's index in its scope

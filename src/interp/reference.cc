@@ -159,6 +159,7 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       // A warp's lanes together: a tile program has one logical thread per block.
       user_assert(c->op.rfind("warp_reduce_", 0) != 0 && c->op != "any_sync" && c->op != "all_sync" &&
                       c->op != "ballot_sync" && c->op != "ballot" && c->op != "activemask" &&
+                      c->op != "match_any_sync" && c->op != "match_all_sync" &&
                       c->op.rfind("shfl_", 0) != 0 && c->op != "sync_warp" && c->op.rfind("syncthreads_", 0) != 0,
                   at)
           << "the reference cannot run '" << c->op << "': it combines the values of several threads (a warp's "

@@ -1,5 +1,6 @@
 // The reference interpreter's values of several lanes: T.reinterpret, the explicit-width
-// loads and stores (ir/wide_access.h), stores of a vector into a slice, vector lets.
+// loads and stores (ir/wide_access.h), stores of a vector into a slice, vector lets, casts
+// of a vector lane by lane.
 //
 // A vector is `lanes` doubles, each holding what its element type holds. An access that
 // runs past a global tensor's edge, even in part, is masked whole (a load gives 0, a store
@@ -23,9 +24,10 @@ struct Elements {
     Buf& b = f.bufs[slot];
     int64_t at[kMaxRank];
     for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
-    int64_t first = at[idx.size() - 1];
+    size_t along = vector_dim(*b.node);
+    int64_t first = at[along];
     for (int l = 0; l < lanes; ++l) {
-      at[idx.size() - 1] = first + l;
+      at[along] = first + l;
       out[l] = element(b, at, loc);
       if (!out[l]) return false;
     }
@@ -82,6 +84,16 @@ VecFn Compiler::vexpr(const Expr& e, const SourceLoc& at) {
       double* p[32];
       bool inside = el.resolve(f, p);
       for (int i = 0; i < el.lanes; ++i) out[i] = inside ? *p[i] : 0.0;
+    };
+  }
+  if (auto* c = e.as<CastNode>(); c && lanes > 1) {
+    // Lane by lane, as a scalar cast (the lowered code's pair conversions, pack_casts.cc).
+    DataType from = c->value.dtype().element(), to = c->dtype.element();
+    VecFn v = vexpr(c->value, loc);
+    return [v, from, to, lanes](Frame& f, double* out) {
+      double in[32];
+      v(f, in);
+      for (int l = 0; l < lanes; ++l) out[l] = cast_to_dtype(from, to, in[l]);
     };
   }
   if (auto* s = e.as<SelectNode>(); s && lanes > 1) {

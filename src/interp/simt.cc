@@ -303,15 +303,24 @@ std::vector<Vals> Machine::eval_indices(const std::vector<Expr>& idx, const Thre
   return out;
 }
 
+// The distance between a vector's neighbouring lanes in the storage (row-major in the
+// buffer's shape): 1, or a T.StridedTensor's row for a vector along another dimension.
+int64_t Machine::lane_step(const Storage* st) const {
+  int64_t step = 1;
+  for (size_t d = vector_dim(*st->buf) + 1; d < st->shape.size(); ++d) step *= st->shape[d];
+  return step;
+}
+
 int64_t Machine::flat_index(Storage* st, const std::vector<Vals>& idx, size_t i, int lanes, int t) {
   if (idx.size() != st->shape.size()) {
     cannot("an access to '" + st->buf->name + "' with " + std::to_string(idx.size()) + " indices for " +
            std::to_string(st->shape.size()) + " dimensions");
   }
   int64_t flat = 0;
+  size_t along = vector_dim(*st->buf);
   for (size_t d = 0; d < idx.size(); ++d) {
     int64_t x = int64_t(idx[d].at(i)), n = st->shape[d];
-    int64_t last = d + 1 == idx.size() ? x + lanes - 1 : x;
+    int64_t last = d == along ? x + lanes - 1 : x;
     if (x < 0 || last >= n) {
       error(thread_name(t) + ": " + st->buf->name + " index " + std::to_string(x) +
             (lanes > 1 ? " (" + std::to_string(lanes) + " lanes)" : std::string()) + " out of bounds in dimension " +
@@ -335,13 +344,14 @@ Vals Machine::load(const BufferLoadNode* op, const Threads& ts) {
   Storage* st = storage(op->buffer);
   std::vector<Vals> idx = eval_indices(op->indices, ts);
   int lanes = op->dtype.lanes;
+  int64_t step = lane_step(st);
   Vals out{lanes, std::vector<double>(ts.size() * lanes, 0.0)};
   for (size_t i = 0; i < ts.size(); ++i) {
     int64_t flat = flat_index(st, idx, i, lanes, ts[i]);
     if (flat < 0) continue;
     for (int l = 0; l < lanes; ++l) {
       bool undef = false;
-      out.v[i * lanes + l] = read_element(st, flat + l, ts[i], &undef);
+      out.v[i * lanes + l] = read_element(st, flat + l * step, ts[i], &undef);
       if (undef) out.set_undef(i * lanes + l);
     }
   }
@@ -472,11 +482,12 @@ void Machine::store(const BufferStoreNode* op, const Threads& ts) {
   int lanes = op->value.dtype().lanes;
   std::vector<int64_t> flats(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) flats[i] = flat_index(st, idx, i, lanes, ts[i]);
+  int64_t step = lane_step(st);
   for (size_t i = 0; i < ts.size(); ++i) {
     if (flats[i] < 0) continue;
     for (int l = 0; l < lanes; ++l) {
       int lv = v.lanes == 1 ? 0 : l;
-      write_element(st, flats[i] + l, ts[i], v.at(i, lv), v.undef_at(i, lv));
+      write_element(st, flats[i] + l * step, ts[i], v.at(i, lv), v.undef_at(i, lv));
     }
   }
 }

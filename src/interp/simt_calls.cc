@@ -63,7 +63,7 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
   }
   if (f.rfind("warp_reduce_", 0) == 0 || f == "any_sync" || f == "all_sync" || f == "ballot_sync" || f == "ballot" ||
       f == "activemask" || f == "shfl_idx" || f == "shfl_up" || f == "shfl_down" || f == "shfl_bfly" ||
-      f == "sync_warp") {
+      f == "sync_warp" || f == "match_any_sync" || f == "match_all_sync") {
     return warp_call(op, ts);
   }
   if (f == "reinterpret" || wide_access(op)) return bits_call(op, ts);
@@ -111,15 +111,16 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
 
 // A call the lanes of a warp make together: warp_reduce_<op>(v) over all 32 lanes, the
 // votes any_sync / all_sync / ballot_sync(mask, predicate) over the lanes of mask, ballot
-// over all 32, activemask, the shuffles shfl_idx / up / down / bfly(mask, v, lane, width)
-// and sync_warp(mask). Every lane named must be active (CUDA leaves the rest
+// over all 32, activemask, the matches match_any_sync / match_all_sync(mask, value), the
+// shuffles shfl_idx / up / down / bfly(mask, v, lane, width) and sync_warp(mask). Every lane named must be active (CUDA leaves the rest
 // undefined): reported. A reduction runs the device library's butterfly (warp.h), each
 // step rounded to the value's dtype, so sums match the GPU's order.
 Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   size_t n = ts.size();
   bool reduce = f.rfind("warp_reduce_", 0) == 0, shuffle = f.rfind("shfl_", 0) == 0;
-  bool voting = f == "any_sync" || f == "all_sync" || f == "ballot_sync";
+  bool matching = f == "match_any_sync" || f == "match_all_sync";
+  bool voting = f == "any_sync" || f == "all_sync" || f == "ballot_sync" || matching;
   bool masked = voting || shuffle || f == "sync_warp";
   Vals mask = masked ? eval(op->args.at(0), ts) : Vals{1, std::vector<double>(n, 4294967295.0)};
   if (masked) require_defined(mask, ts, "names lanes with");
@@ -193,6 +194,17 @@ Vals Machine::warp_call(const CallNode* op, const Threads& ts) {
       }
       out.v[i] = lane[ts[i] & 31];
       if (undef) out.set_undef(i);
+      continue;
+    }
+    if (matching) {
+      // CUDA compares the values' bits: -0.0 and 0.0 differ; NaN (one pattern here) matches NaN.
+      auto same = [](double a, double b) { return std::isnan(a) ? std::isnan(b) : a == b && std::signbit(a) == std::signbit(b); };
+      double mine = v.at(i);
+      uint32_t peers = 0;
+      for (int l = 0; l < 32; ++l) {
+        if ((m >> l) & 1) peers |= uint32_t(same(v.at(pos[base + l]), mine)) << l;
+      }
+      out.v[i] = f == "match_any_sync" ? double(peers) : peers == m ? double(m) : 0.0;
       continue;
     }
     uint64_t bits = 0;

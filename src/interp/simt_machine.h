@@ -106,6 +106,7 @@ class Machine {
   // The flat element index of an access of `lanes` elements by the i-th thread of ts, or -1
   // (and a report) when out of bounds.
   int64_t flat_index(Storage* st, const std::vector<Vals>& idx, size_t i, int lanes, int t);
+  int64_t lane_step(const Storage* st) const;
   std::vector<Vals> eval_indices(const std::vector<ir::Expr>& idx, const Threads& ts);
   void track(Storage* st, int64_t flat, int t, bool write);
   // Every read of shared memory or registers goes through here: flags and in-flight checks.

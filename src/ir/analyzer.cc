@@ -106,7 +106,17 @@ int64_t Analyzer::known_divisor(const Expr& e) const {
   }
   if (auto* s = e.as<SelectNode>()) return std::gcd(known_divisor(s->t), known_divisor(s->f));
   if (auto* c = e.as<CastNode>()) return c->value.dtype().is_int() ? known_divisor(c->value) : 1;
+  if (e.as<VarNode>()) {
+    auto it = divisors_.find(e.get());
+    return it == divisors_.end() ? 1 : it->second;
+  }
   return 1;
+}
+
+void Analyzer::set_divisor(const Expr& var, int64_t d) {
+  if (d <= 1) return;
+  int64_t& known = divisors_[var.get()];
+  known = known ? std::lcm(known, d) : d;
 }
 
 bool Analyzer::can_prove(const Expr& cond) const {

@@ -23,6 +23,8 @@ class Analyzer {
   void bind(const Expr& var, int64_t lo, int64_t hi_exclusive);
   void bind(const Expr& var, Interval iv);
   bool has_bound(const Expr& var) const;
+  // Declares var a multiple of d (T.assume(n % d == 0)); known_divisor reads it.
+  void set_divisor(const Expr& var, int64_t d);
 
   Interval bound(const Expr& e) const;
   // The largest d known to divide every value of e (0 means e == 0).
@@ -34,6 +36,7 @@ class Analyzer {
 
  private:
   std::unordered_map<const ExprNode*, Interval> ranges_;
+  std::unordered_map<const ExprNode*, int64_t> divisors_;
 };
 
 // Numeric evaluation with the given variable values; false when e reads memory or a

@@ -177,4 +177,18 @@ bool is_const_int(const Expr& e, int64_t v) {
   return p && *p == v;
 }
 
+size_t vector_dim(const BufferNode& b) {
+  size_t last = b.shape.size() - 1;
+  if (b.strides.empty()) return last;
+  auto unit = [&](size_t d) {
+    const int64_t* v = as_const_int(b.strides[d]);
+    return v && *v == 1;
+  };
+  if (unit(last)) return last;
+  for (size_t d = 0; d < b.strides.size(); ++d) {
+    if (unit(d)) return d;
+  }
+  return last;
+}
+
 }  // namespace tegula::ir

@@ -172,6 +172,11 @@ Expr floormod(Expr a, Expr b);
 Expr operator+(Expr a, int64_t b);
 Expr operator*(Expr a, int64_t b);
 
+// The dimension a vector access (lanes > 1) of b moves along, one element a lane: the last,
+// or for a T.StridedTensor whose last stride is not 1 the dimension of constant stride 1
+// (neighbours there are neighbours in memory; the CUDA printer addresses by strides).
+size_t vector_dim(const BufferNode& b);
+
 // The value of an integer constant, or nullptr.
 const int64_t* as_const_int(const Expr& e);
 bool is_const_int(const Expr& e, int64_t v);

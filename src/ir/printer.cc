@@ -197,10 +197,15 @@ class Printer {
   Text print_Cast(const CastNode* op) { return {op->dtype.name() + "(" + operand(op->value, kLowest) + ")", kAtom}; }
   Text print_Call(const CallNode* op) { return {op->op + "(" + list(op->args) + ")", kAtom}; }
   Text print_BufferLoad(const BufferLoadNode* op) { return {access(op->buffer, op->indices, op->dtype.lanes), kAtom}; }
-  // A[i, j]; a vector of n lanes shows its last index as a slice: A[i, j:+8].
+  // A[i, j]; a vector of n lanes shows the index it moves along (ir::vector_dim: the last,
+  // but for some T.StridedTensors) as a slice: A[i, j:+8].
   std::string access(const Buffer& b, const std::vector<Expr>& indices, int lanes) {
-    std::string s = list(indices);
-    if (lanes > 1) s += ":+" + std::to_string(lanes);
+    if (lanes < 2) return buffer_name(b) + "[" + list(indices) + "]";
+    size_t along = vector_dim(*b);
+    std::string s;
+    for (size_t d = 0; d < indices.size(); ++d) {
+      s += (d ? ", " : "") + operand(indices[d], kLowest) + (d == along ? ":+" + std::to_string(lanes) : "");
+    }
     return buffer_name(b) + "[" + s + "]";
   }
 

@@ -184,7 +184,8 @@ class Verifier : public IRVisitor {
                std::to_string(indices.size()) + " indices",
            text);
     }
-    for (size_t d = 0; d < indices.size(); ++d) in_range(b, d, indices[d], d + 1 == indices.size() ? lanes : 1, text);
+    size_t along = vector_dim(*b);
+    for (size_t d = 0; d < indices.size(); ++d) in_range(b, d, indices[d], d == along ? lanes : 1, text);
   }
 
   void region(const BufferRegion& r) {

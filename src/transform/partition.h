@@ -1,4 +1,4 @@
-// Shared by partition_loops.cc, vectorize.cc and facts.cc.
+// Shared by partition_loops.cc, vectorize.cc, vectorize_loops.cc and facts.cc.
 #pragma once
 #include "ir/analyzer.h"
 #include "ir/thread_guard.h"
@@ -58,6 +58,15 @@ ir::Expr mask_loads(const ir::Analyzer& an, Facts* facts, const ir::Expr& value)
 // The indices of an access with the global loads inside them masked (the access itself
 // is left to the caller, which tests it against the masked indices).
 std::vector<ir::Expr> mask_index_loads(const ir::Analyzer& an, Facts* facts, const std::vector<ir::Expr>& idx);
+
+// Global or shared: memory a vector access can move.
+bool is_memory(const ir::Buffer& b);
+// Whether neighbours along the last index are neighbours in memory, so that a vector can
+// cover them: not under a T.Layout, not packed two to a byte, and a T.StridedTensor only
+// when its last stride is 1.
+bool vectorizable(const ir::Kernel& k, const ir::Buffer& b);
+// The element offset of b[idx] from b's start: row-major, or by a T.StridedTensor's strides.
+ir::Expr flat_offset(const ir::Buffer& b, const std::vector<ir::Expr>& idx);
 
 // One vectorised copy of the body for slots [g, g+vec), or null when the accesses are not
 // contiguous and aligned enough (the caller then emits the slots one by one).

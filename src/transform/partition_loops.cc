@@ -274,6 +274,20 @@ class MaskGlobal : public IRMutator {
     if (cond.same_as(op->cond) && t.same_as(op->t) && f.same_as(op->f)) return self;
     return make_select(cond, t, f, op->loc);
   }
+  // A loop inside a nest's body (a T.serial or T.vectorized loop per element): its range
+  // joins the facts, and within it the facts decide the guards, so that `j` of
+  // `for j in T.vectorized(8)` needs no test against 0 and 8.
+  Stmt mutate_For(const Stmt& self, const ForNode* op) override {
+    if (!facts_) return IRMutator::mutate_For(self, op);
+    size_t mark = facts_->mark();
+    facts_->bind_loop(op->var, op->min, op->extent);
+    bool saved = by_facts_;
+    by_facts_ = true;
+    Stmt out = IRMutator::mutate_For(self, op);
+    by_facts_ = saved;
+    facts_->restore(mark);
+    return out;
+  }
   Expr mutate_Binary(const Expr& self, const BinaryNode* op) override {
     if (op->op != BinaryOp::And || op->dtype.lanes != 1) return IRMutator::mutate_Binary(self, op);
     Expr a = mutate(op->a);
@@ -306,7 +320,8 @@ class MaskGlobal : public IRMutator {
   Expr wide_guard(const BufferLoadNode* a) {
     Expr first = guard(a->buffer, a->indices);
     std::vector<Expr> last = a->indices;
-    last.back() = an_.simplify(last.back() + make_int(a->dtype.lanes - 1));
+    Expr& along = last[vector_dim(*a->buffer)];
+    along = an_.simplify(along + make_int(a->dtype.lanes - 1));
     Expr end = a->dtype.lanes > 1 ? guard(a->buffer, last) : Expr();
     if (!first) return end;
     return end ? (first && end) : first;

@@ -31,6 +31,11 @@ void infer_layout(ir::Kernel& k, PassContext& ctx);
 void partition_loops(ir::Kernel& k, PassContext& ctx);
 void lower_tile_ops(ir::Kernel& k, PassContext& ctx);
 void lower_fragments(ir::Kernel& k, PassContext& ctx);
+void vectorize_loops(ir::Kernel& k, PassContext& ctx);
+void pack_casts(ir::Kernel& k, PassContext& ctx);
+// Whether pack_casts turns two conversions from -> to into one of a pair on target sm_<sm>
+// (the printer spells each such pair, codegen/cuda_spellings.h).
+bool converts_pairs(ir::DataType from, ir::DataType to, int sm);
 void pipeline_loops(ir::Kernel& k, PassContext& ctx);
 void plan_storage(ir::Kernel& k, PassContext& ctx);
 void insert_barriers(ir::Kernel& k, PassContext& ctx);

@@ -29,6 +29,8 @@ const Step kPipeline[] = {
     {"lower_fragments", lower_fragments},
     {"partition_loops", partition_loops},
     {"lower_tile_ops", lower_tile_ops},
+    {"vectorize_loops", vectorize_loops},
+    {"pack_casts", pack_casts},
     {"pipeline_loops", pipeline_loops},
     {"warp_specialize", warp_specialize},
     {"plan_storage", plan_storage},

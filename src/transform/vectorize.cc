@@ -21,13 +21,8 @@ namespace tegula::transform {
 
 using namespace ir;
 
-namespace {
-
 bool is_memory(const Buffer& b) { return b->scope == Scope::Global || b->scope == Scope::Shared; }
 
-// Whether neighbours along the last index are neighbours in memory, so that a vector can
-// cover them: not under a T.Layout, not packed two to a byte, and a T.StridedTensor only
-// when its last stride is 1 (aligned_width then reads the other strides).
 bool vectorizable(const Kernel& k, const Buffer& b) {
   if (k.global_layouts.count(b.get())) return false;
   if (b->scope == Scope::Global && b->dtype.is_packed()) return false;
@@ -35,6 +30,21 @@ bool vectorizable(const Kernel& k, const Buffer& b) {
   const int64_t* last = as_const_int(b->strides.back());
   return last && *last == 1;
 }
+
+Expr flat_offset(const Buffer& b, const std::vector<Expr>& idx) {
+  Expr flat;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (!b->strides.empty()) {  // T.StridedTensor: a dynamic stride has no known divisor
+      Expr term = make_binary(BinaryOp::Mul, idx[d], b->strides[d]);
+      flat = flat ? flat + term : term;
+    } else {
+      flat = flat ? make_binary(BinaryOp::Mul, flat, b->shape[d]) + idx[d] : idx[d];
+    }
+  }
+  return flat;
+}
+
+namespace {
 
 class MemoryLoads : public IRVisitor {
  public:
@@ -80,16 +90,8 @@ int classify(const Analyzer& an, const std::vector<std::vector<Expr>>& idx) {
 // Widest w (a power of two, at most `limit`) for which accesses at idx are aligned.
 int aligned_width(const Analyzer& an, const Buffer& b, const std::vector<Expr>& idx, int limit, int dyn_align) {
   int w = std::min(limit, std::max(1, 16 / b->dtype.bytes()));
-  Expr flat;
+  Expr flat = flat_offset(b, idx);
   int64_t last_div = 1;
-  for (size_t d = 0; d < idx.size(); ++d) {
-    if (!b->strides.empty()) {  // T.StridedTensor: a dynamic stride has no known divisor
-      Expr term = make_binary(BinaryOp::Mul, idx[d], b->strides[d]);
-      flat = flat ? flat + term : term;
-    } else {
-      flat = flat ? make_binary(BinaryOp::Mul, flat, b->shape[d]) + idx[d] : idx[d];
-    }
-  }
   const int64_t* last = as_const_int(b->shape.back());
   last_div = last ? *last : dyn_align;
   int64_t div = an.known_divisor(an.simplify(flat));

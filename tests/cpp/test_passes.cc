@@ -104,6 +104,8 @@ const Stage kStages[] = {
     {"lower_fragments", transform::lower_fragments},
     {"partition_loops", transform::partition_loops},
     {"lower_tile_ops", transform::lower_tile_ops},
+    {"vectorize_loops", transform::vectorize_loops},
+    {"pack_casts", transform::pack_casts},
     {"pipeline_loops", transform::pipeline_loops},
     {"warp_specialize", transform::warp_specialize},
     {"plan_storage", transform::plan_storage},

@@ -12,7 +12,7 @@
 //   fast_math.h  exp2_fast and the other single-instruction approximations
 //   limits.h   infinity, ninfinity, max_value, min_value
 //   reduce.h   warp shuffles and warp_reduce with SumOp, MaxOp, MinOp, AbsSumOp, AbsMaxOp
-//   warp.h     warp_reduce_sum / _max / ..., warp votes, pdl_trigger / pdl_sync, max_num / min_num
+//   warp.h     warp_reduce_sum / _max / ..., shuffles, the PDL functions NVRTC lacks, max_num / min_num
 //   random.h   Philox, the per-thread generator of T.rng_* (curand's Philox numbers)
 //   atomic.h   atomic_add
 //   print.h    print for T.print

@@ -1,5 +1,7 @@
-// The intrinsics a thread calls by name (TileLang's T.warp_reduce_*, T.any_sync, T.ballot,
-// T.pdl_*), and the NaN-ignoring max and min of T.reduce_max(..., nan_propagate=False).
+// The intrinsics a thread calls by name that CUDA has no function for (TileLang's
+// T.warp_reduce_*, T.shfl_*), the programmatic-dependent-launch functions NVRTC lacks, and
+// the NaN-ignoring max and min of T.reduce_max(..., nan_propagate=False). Warp votes and
+// matches (T.any_sync, T.ballot, T.match_any_sync, ...) are printed as CUDA's own.
 //
 // Every warp call here names the full warp (mask 0xffffffff) unless it takes a mask: all
 // 32 lanes must reach it, as TileLang's do.
@@ -57,16 +59,6 @@ TEGULA_WARP_REDUCE(warp_reduce_bitand, T(v & o))
 TEGULA_WARP_REDUCE(warp_reduce_bitor, T(v | o))
 #undef TEGULA_WARP_REDUCE
 
-// Warp votes over the lanes of `mask` (each of which must reach the call).
-TEGULA_DEVICE int any_sync(unsigned mask, int predicate) { return __any_sync(mask, predicate); }
-TEGULA_DEVICE int all_sync(unsigned mask, int predicate) { return __all_sync(mask, predicate); }
-// Bit l set when lane l's predicate is non-zero; 64 bits, as TileLang's (the upper 32 zero).
-TEGULA_DEVICE unsigned long long ballot_sync(unsigned mask, int predicate) {
-  return __ballot_sync(mask, predicate);
-}
-TEGULA_DEVICE unsigned long long ballot(int predicate) { return __ballot_sync(0xffffffffu, predicate); }
-TEGULA_DEVICE unsigned long long activemask() { return __activemask(); }
-
 // TileLang's T.shfl_sync / shfl_up / shfl_down / shfl_xor: value from another lane of
 // this one's group of `width` lanes (a power of two up to 32), any trivially copyable T as
 // 32-bit words; an up / down / xor partner outside the group gives the lane its own value.
@@ -87,28 +79,24 @@ TEGULA_WARP_SHUFFLE(shfl_bfly, __shfl_xor_sync)
 #undef TEGULA_WARP_SHUFFLE
 
 TEGULA_DEVICE void sync_warp(unsigned mask) { __syncwarp(mask); }
-// The one-based position of the lowest set bit, 0 for 0 (CUDA's __ffs, __ffsll).
-template <typename T>
-TEGULA_DEVICE int ffs(T x) {
-  if constexpr (sizeof(T) == 8) {
-    return __ffsll((long long)x);
-  } else {
-    return __ffs((int)x);
-  }
-}
 
-// Programmatic dependent launch (sm_90+): let the next kernel on the stream start its
-// prologue, and wait for the previous kernel's results. Where the launch did not ask for
-// programmatic serialisation, both are no-ops; before sm_90 they are left out.
-TEGULA_DEVICE void pdl_trigger() {
+}  // namespace tegula
+
+// Programmatic dependent launch (sm_90+), under the CUDA runtime's names, which the
+// generated code calls: cudaTriggerProgrammaticLaunchCompletion lets the next kernel on the
+// stream start its prologue, cudaGridDependencySynchronize waits for the previous kernel's
+// results. nvcc declares both (cuda_device_runtime_api.h); NVRTC does not, so they are
+// defined here for it. Where the launch did not ask for programmatic serialisation both
+// are no-ops; before sm_90 they are left out.
+#if defined(__CUDACC_RTC__) && !defined(__CUDA_DEVICE_RUNTIME_API_H__)
+static __device__ __forceinline__ void cudaTriggerProgrammaticLaunchCompletion() {
 #if TEGULA_ARCH >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-TEGULA_DEVICE void pdl_sync() {
+static __device__ __forceinline__ void cudaGridDependencySynchronize() {
 #if TEGULA_ARCH >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-
-}  // namespace tegula
+#endif

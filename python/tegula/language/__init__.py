@@ -28,9 +28,9 @@ from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, clus
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)
 from .eager_ops import const, empty
-from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs,
-                         get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, pdl_sync,
-                         pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
+from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
+                         get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
+                         match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view

@@ -216,11 +216,9 @@ def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, anno
 
 @intrinsic("T.vectorized")
 def vectorized(start, stop=None, annotations=None):
-    """TileLang's vectorised loop: an unrolled loop here (memory accesses are vectorised
-    by the compiler itself)."""
-    # Tegula vectorises memory accesses itself (16-byte accesses where alignment allows),
-    # so TileLang's vectorized loop is an unrolled one here.
-    return _range("unrolled", "T.vectorized", start, stop, None)
+    """TileLang's vectorised loop: its iterations run as vector accesses of up to 16 bytes
+    where each access is contiguous or invariant and aligned; otherwise an unrolled loop."""
+    return _range("vectorized", "T.vectorized", start, stop, None)
 
 
 # TileLang's capitalised aliases, which name the loops as tile-level ones.

@@ -4,7 +4,8 @@ buffer region, read-only loads (`T.__ldg`), `T.assume`, programmatic dependent l
 (`T.pdl_trigger` / `T.pdl_sync`), random numbers (`T.rng_init`, `T.rng_rand`, curand's).
 
 A warp call is one IR call (`warp_reduce_sum(v)`, `any_sync(mask, predicate)`) that the
-printer spells as the device library's (kernels/include/tegula/warp.h); every lane the
+printer spells as CUDA's own intrinsic where one exists (`__any_sync`, `__match_any_sync`,
+...) and as the device library's otherwise (kernels/include/tegula/warp.h); every lane the
 call names must reach it, as in CUDA.
 """
 from __future__ import annotations
@@ -169,6 +170,48 @@ def _ffs(value):
 __ffs = intrinsic("T.__ffs")(_ffs)
 
 
+def _fns(mask, base, offset):
+    """T.__fns(mask, base, offset): CUDA's __fns, the position of the offset-th set bit of the
+    32-bit `mask` counted from bit `base` (towards the high bits for a positive offset, the
+    low bits for a negative one; offset 0: `base` itself if its bit is set); 0xFFFFFFFF
+    when there is none. Example: __fns(0b1010_0000, 0, 2) == 7."""
+    m = _value(mask, "T.__fns", "mask")
+    b = _value(base, "T.__fns", "base")
+    o = _value(offset, "T.__fns", "offset")
+    for arg, v in (("mask", m), ("base", b), ("offset", o)):
+        if not is_int(v.expr.dtype):
+            raise ArgError(arg, f"T.__fns: '{arg}' must be an integer, got {v.expr.dtype}")
+    return call("fns", [cast_value(m, "uint32"), cast_value(b, "uint32"), cast_value(o, "int32")], "uint32")
+
+
+__fns = intrinsic("T.__fns")(_fns)
+
+
+# ---- warp match ----
+
+_MATCH_TYPES = ("int32", "uint32", "int64", "uint64", "float32", "float64")
+
+
+def _match(name: str, what: str):
+    fn_name = f"T.{name}"
+
+    @intrinsic(fn_name)
+    def fn(value, mask=_FULL_MASK):
+        v = _value(value, fn_name, "value")
+        if str(v.expr.dtype) not in _MATCH_TYPES:
+            raise ArgError("value", f"{fn_name}: the value must be a 32- or 64-bit integer or float "
+                                    f"({', '.join(_MATCH_TYPES)}), got {v.expr.dtype}")
+        return call(name, [_mask(mask, fn_name), v], "uint32")
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{fn_name}(value, mask=0xFFFFFFFF): {what} (`__{name}`, sm_70+); every lane of `mask` must call it."
+    return fn
+
+
+match_any_sync = _match("match_any_sync", "a uint32 mask of the lanes of `mask` whose `value` equals this lane's")
+match_all_sync = _match("match_all_sync", "`mask` (a uint32) when every lane of `mask` holds the same `value`, else 0")
+
+
 # ---- block votes ----
 
 def _block_vote(name: str, what: str):
@@ -290,7 +333,7 @@ def _ldg(load_or_buf, index=None):
     if isinstance(load_or_buf, LoadValue):
         if index is not None:
             raise ArgError("index", "T.__ldg: give either an element (x[i]) or a buffer and an index")
-        return load_or_buf
+        return _read_only(load_or_buf)
     region = region_of(load_or_buf)
     if region is None or isinstance(load_or_buf, PrimExpr):
         raise ArgError("load_or_buf", f"T.__ldg expects an element (x[i]) or a buffer, got {load_or_buf!r}")
@@ -302,7 +345,20 @@ def _ldg(load_or_buf, index=None):
         index = index[0]
     if region.buffer.ndim != 1:
         raise ArgError("load_or_buf", f"T.__ldg(buffer, index): '{region.buffer.name}' must be 1-D")
-    return region.buffer[index]
+    return _read_only(region.buffer[index])
+
+
+# The element types CUDA's __ldg reads; others (bool, the 8- and 4-bit floats) load plainly.
+_LDG_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
+              "float32", "float64")
+
+
+def _read_only(load: LoadValue):
+    """An element of a global tensor read through the read-only data cache: an `ldg` call
+    around the load (printed `__ldg(&x[i])`); any other element is the plain load."""
+    if load.buffer.scope != "global" or str(load.expr.dtype) not in _LDG_TYPES:
+        return load
+    return PrimExpr(ir().call("ldg", [load.expr], str(load.expr.dtype)), True, load.dyn)
 
 
 __ldg = intrinsic("T.__ldg")(_ldg)

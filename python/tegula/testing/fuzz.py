@@ -30,6 +30,9 @@ Coverage (fuzz_gen.py draws each with some probability):
     exact in any order);
   * T.gemm with fp16/bf16 operands and an fp32 accumulator, 32..64-wide tiles, either
     operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
+  * conversions among float32/float16/bfloat16/float8_e4m3fn/float8_e5m2 by a T.copy of
+    global tensors, between fragments in T.Parallel loops and in T.vectorized loops, with
+    values past the 8-bit floats' range, on sm_80, sm_89 and sm_90a (pairs of conversions);
   * scalar arguments (int32, float32) and T.dynamic sizes; 1-D and 2-D grids of several
     blocks;
   * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
@@ -63,6 +66,10 @@ def _draw(arg: Arg, gen: torch.Generator) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype)
     if kind == "ints":  # small integers: exact in every dtype and in any order of summation
         return torch.randint(-8, 9, shape, generator=gen).to(dtype)
+    if kind == "wide":  # magnitudes 2^-20 .. 2^15.9, either sign: past the 8-bit floats' range, inside float16's
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+        return (sign * torch.exp2(-20.0 + 35.9 * u)).to(dtype)
     if dtype.is_floating_point:
         u = torch.rand(shape, generator=gen, dtype=torch.float64)
         lo, hi = (0.5, 2.0) if kind == "positive" else (-1.0, 1.0)

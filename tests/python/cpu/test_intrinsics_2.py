@@ -1,7 +1,8 @@
 """TileLang's thread intrinsics and reduction options without a GPU: T.assume, T.Select,
 T.align_up, T.sigmoid / T.tanh, T.clamp(min_val=, max_val=), T.__ldg, T.reduce_max /
 reduce_min(nan_propagate=), T.any_of / T.all_of, warp votes and T.warp_reduce_*,
-T.sync_threads(id, n), T.pdl_trigger / T.pdl_sync. Each program compiles with NVRTC for
+T.match_any_sync / T.match_all_sync, T.__fns, T.sync_threads(id, n), T.pdl_trigger /
+T.pdl_sync. Each program compiles with NVRTC for
 sm_80 and sm_90a, and the reference (where it can model the program) and the simulator
 agree with torch on fresh random inputs, outputs poisoned."""
 import math
@@ -261,7 +262,7 @@ def vote_program(target):
 def test_warp_votes(target):
     k = vote_program(target)
     src = compiles(k)
-    assert "ballot_sync(" in src and "any_sync(" in src
+    assert "((unsigned long long)__ballot_sync(" in src and "__any_sync(" in src and "tegula::any_sync" not in src
     x = torch.randint(-3, 8, (64,), dtype=torch.int32)
     x[32:64] = torch.randint(1, 8, (32,), dtype=torch.int32)  # warp 1: every predicate true
     out = tt.simulate(k, x)
@@ -276,6 +277,83 @@ def test_warp_votes(target):
         assert torch.all(out[3, seg] == nonzero)
         assert torch.all(out[4, seg] == 0xFFFFFFFF)
         assert torch.all((out[5, seg] != 0) == bool((part > 5).any()))
+
+
+def match_program(target, dtype):
+    @tegula.jit(out_idx=[-1], target=target)
+    def program():
+        @T.prim_func
+        def f(X: T.Tensor((64,), dtype), Y: T.Tensor((4, 64), "int64")):
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                Y[0, tx] = T.match_any_sync(X[tx])
+                Y[1, tx] = T.match_all_sync(X[tx])
+                if tx % 32 >= 8:  # a masked match: its callers are the mask's lanes
+                    Y[2, tx] = T.match_any_sync(X[tx], 0xFFFFFF00)
+                else:
+                    Y[2, tx] = 5
+                T.sync_warp()
+                # the (tx % 5 + 1)-th set bit of the lanes holding X > 0, from bit tx % 7
+                Y[3, tx] = T.__fns(T.cast(T.ballot_sync(X[tx] > 0), "uint32"), tx % 7, tx % 5 - 2)
+        return f
+    return program()
+
+
+def expected_matches(x):
+    """What match_program writes, lane by lane, from CUDA's definitions."""
+    y = torch.zeros(4, 64, dtype=torch.int64)
+    for w in range(2):
+        part = [x[32 * w + l].item() for l in range(32)]
+        for l in range(32):
+            t = 32 * w + l
+            peers = sum(1 << o for o in range(32) if part[o] == part[l])
+            y[0, t] = peers
+            y[1, t] = 0xFFFFFFFF if len(set(part)) == 1 else 0
+            y[2, t] = peers & 0xFFFFFF00 if l >= 8 else 5
+            mask = sum(1 << o for o in range(32) if part[o] > 0)
+            base, offset = t % 7, t % 5 - 2
+            found = 0xFFFFFFFF
+            if offset == 0:
+                found = base if mask >> base & 1 else found
+            else:
+                pos, count = base, abs(offset) - 1
+                while 0 <= pos < 32:
+                    if mask >> pos & 1:
+                        if count == 0:
+                            found = pos
+                            break
+                        count -= 1
+                    pos += 1 if offset > 0 else -1
+            y[3, t] = found
+    return y
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "float32", "int64", "float64"])
+def test_warp_match_and_fns(target, dtype):
+    k = match_program(target, dtype)
+    src = compiles(k)
+    assert "__match_any_sync(4294967295u, " in src and "__match_all_sync(4294967295u, " in src
+    assert "&tegula_match_all)" in src and "__fns(" in src
+    x = torch.randint(0, 3, (64,)).to(getattr(torch, dtype))
+    x[32:64] = 2  # warp 1: every lane the same value
+    torch.testing.assert_close(tt.simulate(k, x), expected_matches(x), rtol=0, atol=0)
+
+
+def test_warp_match_refuses_a_16_bit_value():
+    with pytest.raises(tegula.TegulaCompileError, match="32- or 64-bit integer or float"):
+        @T.prim_func
+        def f(X: T.Tensor((32,), "float16"), Y: T.Tensor((32,), "int32")):
+            with T.Kernel(1, threads=32):
+                tx = T.get_thread_binding()
+                Y[tx] = T.match_any_sync(X[tx])
+
+        tegula.compile(f, target="sm_80")
+
+
+def test_ldg_reads_through_the_read_only_cache():
+    src = scalar_names(300, "sm_80").get_kernel_source()
+    assert "__ldg(&(X[" in src
 
 
 def test_a_warp_call_with_lanes_missing_is_reported():
@@ -330,7 +408,10 @@ def test_named_barriers_and_pdl(target):
     k = barrier_program(target)
     src = compiles(k)
     assert "barrier_sync(3, 128)" in src and "barrier_sync(1, 128)" in src
-    assert "pdl_sync()" in src and "pdl_trigger()" in src
+    # CUDA's own names (warp.h defines them for NVRTC); no __restrict__ where the kernel
+    # waits on the one before it.
+    assert "cudaGridDependencySynchronize()" in src and "cudaTriggerProgrammaticLaunchCompletion()" in src
+    assert "__restrict__" not in src
     x = torch.randn(128)
     for out in both(k, x):
         torch.testing.assert_close(out, x.flip(0) * 2, rtol=0, atol=0)
@@ -531,7 +612,7 @@ def expected_shuffles(x):
 def test_shuffles_sync_warp_ffs(target):
     k = shuffle_program(target)
     src = compiles(k)
-    assert "shfl_idx(" in src and "sync_warp(" in src and "ffs(" in src
+    assert "shfl_idx(" in src and "sync_warp(" in src and "__ffs((int)(" in src and "__ffsll((long long)(" in src
     x = torch.randn(64).half()
     torch.testing.assert_close(tt.simulate(k, x).double(), expected_shuffles(x), rtol=0, atol=0)
 

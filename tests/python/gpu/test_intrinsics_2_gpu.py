@@ -1,7 +1,7 @@
 """The programs of tests/python/cpu/test_intrinsics_2.py run on the GPU, against torch:
 T.Select / T.sigmoid / T.tanh / T.clamp / T.align_up / T.__ldg / T.assume, reduce_max /
 reduce_min / reduce_absmax with nan_propagate, T.any_of / T.all_of, T.warp_reduce_*,
-warp votes, named barriers and T.pdl_trigger / T.pdl_sync."""
+warp votes and matches, T.__fns, named barriers and T.pdl_trigger / T.pdl_sync."""
 import importlib.util
 import math
 import os
@@ -99,6 +99,14 @@ def test_warp_votes():
         assert torch.all(out[3, seg] == nonzero)
         assert torch.all(out[4, seg] == 0xFFFFFFFF)
         assert torch.all((out[5, seg] != 0) == bool((part > 5).any()))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "int64", "float64"])
+def test_warp_match_and_fns(dtype):
+    k = progs.match_program("auto", dtype)
+    x = torch.randint(0, 3, (64,)).to(getattr(torch, dtype))
+    x[32:64] = 2
+    torch.testing.assert_close(k(x.cuda()).cpu(), progs.expected_matches(x), rtol=0, atol=0)
 
 
 def test_named_barriers_and_pdl():

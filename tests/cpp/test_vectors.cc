@@ -1,0 +1,241 @@
+// Vector instructions: pack_casts pairs neighbouring conversions (and only those whose
+// lanes are neighbours, whose order does not matter, and that the target converts two at
+// a time); every pair it can make has a CUDA spelling; the reference and the simulator
+// convert a pair exactly as two single conversions, NaN, infinities, overflow and 8-bit
+// saturation included; vectorize_loops turns a T.vectorized copy into vector accesses and
+// keeps a loop whose iterations read each other's results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/cuda_printer.h"
+#include "codegen/cuda_spellings.h"
+#include "interp/interp.h"
+#include "interp/simt.h"
+#include "ir/functor.h"
+#include "ir/printer.h"
+#include "transform/passes.h"
+
+namespace tegula {
+namespace {
+
+using namespace ir;
+
+Expr c(int64_t v) { return make_int(v); }
+
+Kernel bare(const std::string& name, std::vector<Param> params, std::vector<Buffer> allocs, Stmt body,
+           int threads = 32) {
+  Kernel k;
+  k.name = name;
+  k.params = std::move(params);
+  k.grid = {c(1)};
+  k.block_vars = {make_var("bx")};
+  k.thread_var = make_var("tx");
+  k.threads = threads;
+  k.allocs = std::move(allocs);
+  k.body = std::move(body);
+  return k;
+}
+
+transform::PassContext context(int sm) {
+  transform::PassContext ctx;
+  ctx.target = transform::Target::parse("sm_" + std::to_string(sm));
+  return ctx;
+}
+
+// The stores of a kernel's body in order, each as (lanes of its value, its first index).
+std::vector<std::pair<int, int64_t>> stores_into(const Kernel& k, const Buffer& b) {
+  std::vector<std::pair<int, int64_t>> out;
+  post_order(k.body, [&](const Stmt& s) {
+    auto* st = s.as<BufferStoreNode>();
+    if (st && st->buffer == b) out.push_back({st->value.dtype().lanes, *as_const_int(st->indices[0])});
+  });
+  return out;
+}
+
+// The lanes of each store into global b, in order.
+std::vector<int> stores_into_global(const Kernel& k, const Buffer& b) {
+  std::vector<int> out;
+  post_order(k.body, [&](const Stmt& s) {
+    auto* st = s.as<BufferStoreNode>();
+    if (st && st->buffer == b) out.push_back(st->value.dtype().lanes);
+  });
+  return out;
+}
+
+// r[i] = T(s[i]) for each i of `which`, in order.
+Kernel conversions(DataType from, DataType to, const std::vector<int64_t>& which, Buffer* r_out) {
+  Buffer s = make_buffer("s", Scope::Local, from, {c(8)});
+  Buffer r = make_buffer("r", Scope::Local, to, {c(8)});
+  std::vector<Stmt> body;
+  for (int64_t i : which) body.push_back(make_store(r, {c(i)}, make_cast(to, make_load(s, {c(i)}))));
+  *r_out = r;
+  return bare("conv", {}, {s, r}, make_seq(body));
+}
+
+TEST(PackCasts, NeighbouringConversionsPairAndAnOddOneStaysAlone) {
+  Buffer r;
+  Kernel k = conversions(DataType::f32(), DataType::f16(), {0, 1, 2, 3, 4}, &r);
+  auto ctx = context(90);
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{2, 0}, {2, 2}, {1, 4}})) << to_string(k);
+  std::string code = codegen::print_cuda(k, ctx.target).code;
+  EXPECT_NE(code.find("*reinterpret_cast<__half2*>(&r[2]) = __float22half2_rn(*reinterpret_cast<const float2*>(&s[2]));"),
+            std::string::npos) << code;
+  EXPECT_NE(code.find("r[4] = cast<half_t>(s[4]);"), std::string::npos) << code;
+  EXPECT_NE(code.find("half_t r[8] __attribute__((aligned(16)));"), std::string::npos) << code;
+}
+
+TEST(PackCasts, OnlyAlignedNeighboursOfTypesTheTargetConvertsInPairsPair) {
+  Buffer r;
+  // r[1], r[2]: not a pair's first element.
+  Kernel k = conversions(DataType::f32(), DataType::f16(), {1, 2}, &r);
+  auto ctx = context(90);
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{1, 1}, {1, 2}}));
+  // r[2], r[0]: not neighbours in order.
+  k = conversions(DataType::f32(), DataType::f16(), {2, 0}, &r);
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{1, 2}, {1, 0}}));
+  // 8-bit floats: from sm_89 only.
+  DataType e4m3{DataType::Float8E4M3, 8, 1};
+  for (int sm : {80, 89}) {
+    k = conversions(DataType::f32(), e4m3, {0, 1}, &r);
+    auto cx = context(sm);
+    transform::pack_casts(k, cx);
+    EXPECT_EQ(stores_into(k, r).front().first, sm >= 89 ? 2 : 1) << sm;
+  }
+  // float32 -> int32 has no pair instruction.
+  k = conversions(DataType::f32(), DataType::i32(), {0, 1}, &r);
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r).front().first, 1);
+  // Disabled with the vectoriser.
+  k = conversions(DataType::f32(), DataType::f16(), {0, 1}, &r);
+  ctx.options.disable_vectorize = true;
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r).front().first, 1);
+}
+
+TEST(PackCasts, ComputedValuesPairThroughRegistersUnlessTheSecondReadsTheFirst) {
+  Buffer s = make_buffer("s", Scope::Local, DataType::f32(), {c(2)});
+  Buffer r = make_buffer("r", Scope::Local, DataType::f16(), {c(2)});
+  auto twice = [&](int64_t i) { return make_load(s, {c(i)}) * make_float(2.0); };
+  Kernel k = bare("conv", {}, {s, r},
+                  make_seq({make_store(r, {c(0)}, make_cast(DataType::f16(), twice(0))),
+                            make_store(r, {c(1)}, make_cast(DataType::f16(), twice(1)))}));
+  auto ctx = context(80);
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{2, 0}})) << to_string(k);
+  ASSERT_EQ(k.allocs.size(), 3u);  // the pair of float registers the values go through
+  // r[1] = T(r[0] + s[1]): reads the first conversion's result.
+  Expr chained = make_cast(DataType::f32(), make_load(r, {c(0)})) + make_load(s, {c(1)});
+  k = bare("conv", {}, {s, r},
+           make_seq({make_store(r, {c(0)}, make_cast(DataType::f16(), twice(0))),
+                     make_store(r, {c(1)}, make_cast(DataType::f16(), chained))}));
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{1, 0}, {1, 1}})) << to_string(k);
+}
+
+TEST(PackCasts, EveryPairThePassMakesHasACudaSpelling) {
+  std::vector<DataType> types = {DataType::f32(), DataType::f16(), DataType::bf16(), {DataType::Float, 64, 1},
+                                 {DataType::Float8E4M3, 8, 1}, {DataType::Float8E5M2, 8, 1},
+                                 {DataType::Float8E8M0, 8, 1}, DataType::i32(), {DataType::Int, 8, 1}};
+  int pairs = 0;
+  for (int sm : {80, 89, 90, 100}) {
+    for (DataType from : types) {
+      for (DataType to : types) {
+        if (!transform::converts_pairs(from, to, sm)) continue;
+        codegen::PairConversion pc;
+        EXPECT_TRUE(codegen::pair_conversion(from, to, &pc)) << from.name() << " -> " << to.name();
+        ++pairs;
+      }
+    }
+  }
+  EXPECT_EQ(pairs, 4 + 12 * 3);  // f32 <-> f16 / bf16 everywhere; the 8-bit pairs from sm_89
+}
+
+// X -> s (float32 registers) -> r[0:+2], r[2:+2], ... = T(s[..:+2]) -> Y, run by the
+// reference and the simulator, against a scalar conversion of each element.
+void expect_pairs_convert_as_singles(DataType to) {
+  const int64_t n = 16;
+  Buffer X = make_buffer("X", Scope::Global, DataType::f32(), {c(n)});
+  Buffer Y = make_buffer("Y", Scope::Global, to, {c(n)});
+  Buffer s = make_buffer("s", Scope::Local, DataType::f32(), {c(n)});
+  Buffer r = make_buffer("r", Scope::Local, to, {c(n)});
+  std::vector<Stmt> body;
+  for (int64_t i = 0; i < n; ++i) body.push_back(make_store(s, {c(i)}, make_load(X, {c(i)})));
+  for (int64_t i = 0; i < n; i += 2) {
+    body.push_back(make_store(r, {c(i)}, make_cast(to.with_lanes(2), make_load(s, {c(i)}, {}, 2))));
+  }
+  for (int64_t i = 0; i < n; ++i) body.push_back(make_store(Y, {c(i)}, make_load(r, {c(i)})));
+  Kernel k = bare("pairs", {{X, {}}, {Y, {}}}, {s, r}, make_seq(body), 1);
+  double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x = {0.0, -0.0, nan, inf, -inf, 1e9, -70000.0, 65520.0,
+                           448.0, 464.0, 465.0, 0.1, -3.14159, 1.0 / 1024, 1e-7, 57344.0};
+  for (auto run : {0, 1}) {
+    std::vector<double> y(n, -12345.0);
+    interp::CallArgs args{{&x, &y}, {{n}, {n}}, {0, 0}};
+    if (run == 0) {
+      interp::run_reference(k, args);
+    } else {
+      auto errors = interp::simulate_kernel(k, {}, args);
+      ASSERT_TRUE(errors.empty()) << errors.front();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double want = interp::cast_to_dtype(DataType::f32(), to, x[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[i])) << to.name() << " " << i << (run ? " simulate" : " reference");
+      } else {
+        EXPECT_EQ(y[i], want) << to.name() << " element " << i << " (" << x[i] << ")" << (run ? " simulate" : " reference");
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(want)) << i;
+      }
+    }
+  }
+}
+
+TEST(PairConversions, InterpretersConvertEachLaneAsAlone) {
+  expect_pairs_convert_as_singles(DataType::f16());
+  expect_pairs_convert_as_singles(DataType::bf16());
+  expect_pairs_convert_as_singles({DataType::Float8E4M3, 8, 1});
+  expect_pairs_convert_as_singles({DataType::Float8E5M2, 8, 1});
+}
+
+// for i in T.vectorized(8): B[tx * 8 + i] = A[tx * 8 + i] (+ B[tx * 8 + i - shift] when shift).
+Kernel vectorized_copy(int shift, Buffer* B_out) {
+  Buffer A = make_buffer("A", Scope::Global, DataType::f32(), {c(128)});
+  Buffer B = make_buffer("B", Scope::Global, DataType::f32(), {c(128)});
+  Expr i = make_var("i");
+  Kernel k = bare("vcopy", {{A, {}}, {B, {}}}, {}, Stmt(), 16);
+  Expr at = k.thread_var * 8 + i;
+  Expr value = make_load(A, {at});
+  if (shift) value = value + make_load(B, {at + make_int(-shift)});
+  k.body = make_for(i, c(shift), c(8 - shift), ForKind::Vectorized, make_store(B, {at}, value));
+  *B_out = B;
+  return k;
+}
+
+TEST(VectorizeLoops, ACopyBecomesVectorsAndADependentLoopStaysALoop) {
+  Buffer B;
+  Kernel k = vectorized_copy(0, &B);
+  auto ctx = context(90);
+  transform::vectorize_loops(k, ctx);
+  // Groups of 4 (16 bytes): two turns of an unrolled loop, one float4 each.
+  auto* groups = k.body.as<ForNode>();
+  ASSERT_TRUE(groups) << to_string(k);
+  EXPECT_TRUE(is_const_int(groups->extent, 2) && groups->for_kind == ForKind::Unrolled) << to_string(k);
+  EXPECT_EQ(stores_into_global(k, B), (std::vector<int>{4})) << to_string(k);
+  EXPECT_NE(codegen::print_cuda(k, ctx.target).code.find("*reinterpret_cast<float4*>(&B["), std::string::npos);
+  // B[j] = A[j] + B[j - 4] for j = 4..7: a lane reads what an earlier one wrote.
+  k = vectorized_copy(4, &B);
+  transform::vectorize_loops(k, ctx);
+  auto* loop = k.body.as<ForNode>();
+  ASSERT_TRUE(loop) << to_string(k);
+  EXPECT_EQ(loop->for_kind, ForKind::Unrolled);
+  EXPECT_EQ(stores_into_global(k, B), (std::vector<int>{1})) << to_string(k);
+}
+
+}  // namespace
+}  // namespace tegula
