@@ -40,6 +40,12 @@ PACKED_TYPES = frozenset({"int4", "uint4", "float4_e2m1fn"})
 PACKED_STORAGE = frozenset({"int8", "uint8", "float4_e2m1fn_x2"})
 INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
 
+# The largest finite value of each floating type: a constant past it is refused where
+# TileLang (TVM) refuses it.
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+             "float64": 1.7976931348623157e308, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0,
+             "float8_e8m0fnu": 1.7014118346046923e38, "float4_e2m1fn": 6.0}
+
 # canonical name -> torch attribute: a 4-bit type's is the bytes that hold two elements
 # (TileLang's choice; torch.float4_e2m1fn_x2 where this torch has it).
 _TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}

@@ -100,8 +100,8 @@ class Evaluator:
         self._loc = loc
         self._ir.set_loc(*loc)
 
-    def error(self, node, message: str) -> TegulaCompileError:
-        return self.src.error_at(node, message)
+    def error(self, node, message: str, kind: type | None = None) -> TegulaCompileError:
+        return self.src.error_at(node, message, kind)
 
     def convert(self, node, err: Exception) -> TegulaCompileError:
         """Any exception raised at `node` as the user's compile error."""
@@ -110,7 +110,7 @@ class Evaluator:
         if isinstance(err, self._native_error):
             return from_native(err, self.src)
         if isinstance(err, ArgError):
-            return self.error(node, err.message)
+            return self.error(node, err.message, err.kind)
         binding = _binding_misuse(err)
         if binding is not None:
             return self.error(node, binding)
@@ -307,7 +307,7 @@ class Evaluator:
             culprit = culprit.value
         if err.item is not None and isinstance(culprit, (ast.Tuple, ast.List)) and err.item < len(culprit.elts):
             culprit = culprit.elts[err.item]
-        return self.error(culprit, err.message)
+        return self.error(culprit, err.message, err.kind)
 
     @staticmethod
     def _argument_node(node: ast.Call, where):

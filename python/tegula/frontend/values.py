@@ -536,6 +536,9 @@ def store(buffer: BufferValue, indices: list, value):
         raise IndexError(f"buffer {buffer.name} has {buffer.ndim} dimension(s), got {len(indices)} indices")
     check_constant_bounds(buffer, indices)
     if not (isinstance(value, (PrimExpr, VarBuffer)) or is_number(value)):
+        refuse = getattr(value, "refuse_as_value", None)  # a value that says why it is none (a reducer's element)
+        if refuse is not None:
+            refuse()
         raise TypeError(f"cannot store {type(value).__name__} {value!r} into buffer {buffer.name}")
     expr = cast_value(value, buffer.dtype).expr
     return ir().store(buffer.buf, [to_expr(i, "int32") for i in indices], expr)

@@ -7,7 +7,8 @@
                 B[by, bx * 128 + i] = A[by, bx * 128 + i] + 1
 
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
-  builtins.py  math, casts, loops, T.Kernel, allocations
+  builtins.py  math, casts, loops, allocations
+  kernel.py    T.Kernel, T.get_thread_binding, T.launch_thread (TileLang's tilelang.language.kernel)
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
@@ -17,11 +18,11 @@
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
-from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Pipelined, Select, abs, align_up,
-                       alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
-                       exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
-                       max, max_value, min, min_value, parallel, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
-                       unroll)
+from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Pipelined, Select, abs, align_up, alloc_fragment,
+                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
+                       floormod, if_then_else, infinity, log, log2, max, max_value, min, min_value, parallel, rsqrt, serial,
+                       sigmoid, sin, sqrt, sync_threads, tanh, unroll)
+from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .eager_ops import const, empty
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs,

@@ -12,7 +12,7 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import is_float, is_int, itemsize, normalize_dtype
+from ..frontend.dtypes import FLOAT_MAX, is_float, is_int, itemsize, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
 from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
@@ -261,79 +261,6 @@ def parallel(start, stop=None, annotations=None):
     return _range("parallel", "T.parallel", start, stop, None)
 
 
-# ---- the kernel ----
-
-class KernelSpec:
-    """What T.Kernel returns to the parser: the grid extents and the threads per block."""
-
-    def __init__(self, grid: list, threads: int):
-        self.grid = grid
-        self.threads = threads
-
-
-@intrinsic("T.Kernel")
-def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - TileLang's name
-    """`with T.Kernel(gx[, gy[, gz]], threads=n) as bx` (or `as (bx, by[, bz])`): a kernel
-    launched over a grid of 1 to 3 dimensions with n threads per block (1..1024, default
-    128); the names bound are the block indices."""
-    if not 1 <= len(blocks) <= 3:
-        raise ArgError(None, f"T.Kernel takes 1 to 3 grid dimensions, got {len(blocks)}")
-    grid = [_extent(b, "T.Kernel", i) for i, b in enumerate(blocks)]
-    for index, extent in enumerate(grid):
-        if isinstance(extent, numbers.Integral) and extent <= 0:
-            raise ArgError(index, f"T.Kernel: grid extents must be positive, got {extent} in grid dimension {index}")
-    if threads is None:
-        threads = 128  # TileLang's default
-    if isinstance(threads, (list, tuple)):
-        if len(threads) != 1:
-            raise ArgError("threads", f"T.Kernel: threads must be an int or a list of one int "
-                           f"(multi-dimensional thread blocks are not supported), got {threads!r}")
-        threads = threads[0]
-    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= 1024:
-        raise ArgError("threads", f"T.Kernel: threads must be an int in 1..1024, got {threads!r}")
-    if is_cpu:
-        raise ArgError("is_cpu", "T.Kernel: CPU kernels are not supported by Tegula")
-    if prelude is not None:
-        raise ArgError("prelude", "T.Kernel: prelude source is not supported by Tegula")
-    return KernelSpec(grid, int(threads))
-
-
-@intrinsic("T.get_thread_binding")
-def get_thread_binding(dim=0):
-    """The thread index in the block (thread blocks are one-dimensional: dim 0)."""
-    frame = builder.current("T.get_thread_binding").require_kernel("T.get_thread_binding")
-    if dim != 0:
-        raise ArgError("dim", "T.get_thread_binding: thread blocks are one-dimensional; dim must be 0")
-    return frame.thread_var
-
-
-@intrinsic("T.thread_binding")
-def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
-    """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread index
-    over the whole block (as T.get_thread_binding()); `T.thread_binding(threads, ...)` is the
-    same with start 0."""
-    fn = "T.thread_binding"
-    frame = builder.current(fn).require_kernel(fn)
-    if stop is None:
-        start, stop = 0, start
-    if thread != "threadIdx.x":
-        raise ArgError("thread", f"{fn}: thread blocks are one-dimensional; thread must be 'threadIdx.x', "
-                       f"got {thread!r}")
-    if start != 0 or stop != frame.threads:
-        raise ArgError("stop", f"{fn}: binds the whole block's threads, [0, {frame.threads}); got [{start}, {stop}) "
-                       f"(a range of threads is an `if` on T.get_thread_binding())")
-    return frame.thread_var
-
-
-@intrinsic("T.get_block_binding")
-def get_block_binding(dim=0):
-    """The block index along grid dimension `dim`."""
-    frame = builder.current("T.get_block_binding").require_kernel("T.get_block_binding")
-    if not isinstance(dim, int) or not 0 <= dim < len(frame.block_vars):
-        raise ArgError("dim", f"T.get_block_binding: dim must be in 0..{len(frame.block_vars) - 1}")
-    return frame.block_vars[dim]
-
-
 def _barrier_int(value, arg: str):
     if isinstance(value, PrimExpr) and value.expr.const is not None and is_int(value.expr.dtype):
         value = int(value.expr.const)
@@ -444,4 +371,12 @@ def alloc_global(shape, dtype, scope="global"):
 def alloc_var(dtype, init=None, scope="local.var"):
     """A scalar variable of each thread, optionally initialised; assigning to its name
     stores into it."""
-    return AllocRequest("local", (1,), _dtype(dtype, "T.alloc_var"), init=init, is_var=True)
+    dtype = _dtype(dtype, "T.alloc_var")
+    if isinstance(init, numbers.Real) and not isinstance(init, bool) and dtype in FLOAT_MAX:
+        limit = FLOAT_MAX[dtype]
+        if math.isfinite(init) and abs(init) > limit:  # TVM's check of a literal
+            side = "maximum" if init > 0 else "minimum"
+            raise ArgError("init", f"T.alloc_var: the initial value {init!r} exceeds {side} of {dtype} "
+                           f"({'' if init > 0 else '-'}{limit!r}); write T.infinity({dtype}) for an infinite one",
+                           kind=ValueError)
+    return AllocRequest("local", (1,), dtype, init=init, is_var=True)

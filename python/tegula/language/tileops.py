@@ -15,7 +15,7 @@ from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
                                is_number, region_of, store, to_expr)
-from .reducers import ReducerBuffer
+from .reducers import ReducerBuffer, clear_reducer
 from .types import GemmWarpPolicy
 
 
@@ -38,9 +38,14 @@ def _region(value, fn: str, arg: str):
 
 
 def _not_reducer(buffer, fn: str, arg: str) -> None:
-    if isinstance(buffer, ReducerBuffer):
+    if isinstance(buffer, ReducerBuffer) and not buffer.readable:
         raise ArgError(arg, f"{fn}: illegal use of reducer '{buffer.name}': it holds each thread's partial until "
                        f"T.finalize_reducer (T.reducer_init opens it, T.reducer_update adds to it)")
+
+
+def _opens_reducer(value) -> bool:
+    """T.clear / T.fill of a whole reducer: TileLang's first form opens it."""
+    return isinstance(value, ReducerBuffer)
 
 
 def _scalar_for(value, buffer: BufferValue, fn: str, arg: str):
@@ -148,7 +153,10 @@ def _thread_copy(src: RegionValue, dst: RegionValue) -> None:
 
 @intrinsic("T.fill")
 def fill(buffer, value):
-    """Sets every element of a region to `value`, converted to the buffer's dtype."""
+    """Sets every element of a region to `value`, converted to the buffer's dtype. On a
+    T.alloc_reducer, every thread's partials (TileLang's first form: language/reducers.py)."""
+    if _opens_reducer(buffer):
+        return clear_reducer(buffer, value, "T.fill")
     target = _buffer_of(buffer, "T.fill", "buffer")
     _emit("T.fill", "fill", [_region(buffer, "T.fill", "buffer")], [_scalar_for(value, target, "T.fill", "value")])
 
@@ -186,6 +194,8 @@ c2d_im2col = im2col  # TileLang's older name
 @intrinsic("T.clear")
 def clear(buffer):
     """T.fill(buffer, 0)."""
+    if _opens_reducer(buffer):
+        return clear_reducer(buffer, 0, "T.clear")
     target = _buffer_of(buffer, "T.clear", "buffer")
     _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
 
