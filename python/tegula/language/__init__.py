@@ -15,6 +15,7 @@
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
+  dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
@@ -31,7 +32,7 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
-from . import fp8  # tilelang.language.fp8: determine_fp8_type
+from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
