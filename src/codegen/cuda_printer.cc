@@ -509,6 +509,8 @@ class Printer {
     if (c->op == "sync_all") return "__syncthreads()";
     if (c->op.rfind("rng_", 0) == 0) return rng_call(c);
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
+    // T.isfinite / isinf / isnan: CUDA's own, of a float or double (the frontend casts).
+    if (c->op == "isfinite" || c->op == "isinf" || c->op == "isnan") return c->op + "(" + expr(c->args.at(0)) + ")";
     if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
       WsRegisters r = ws_registers(k_);
       bool inc = c->op == "setmaxnreg_inc";

@@ -17,7 +17,7 @@ import operator
 from ..env import native
 from .builder import argument_index, check_call
 from .errors import ArgError, SourceInfo, TegulaCompileError, from_native
-from .values import PrimExpr, VarBuffer, binop, ir
+from .values import DeclaredVar, PrimExpr, VarBuffer, binop, ir
 
 _MISSING = object()
 
@@ -125,6 +125,8 @@ class Evaluator:
 
     def lookup(self, name: str, node):
         value = self.lookup_local(name)
+        if isinstance(value, DeclaredVar) and value.bound:
+            return value.var  # `x = T.int32()` that T.let bound: the variable
         if value is not _MISSING:
             return value
         for table in (self.closure, self.globals, builtins.__dict__):

@@ -17,13 +17,13 @@ import ast
 import inspect
 
 from ..language import reducers
-from ..language.builtins import AllocRequest, LoopSpec, Pipelined
+from ..language.builtins import AllocRequest, LetRequest, LoopSpec, Pipelined
 from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
-from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
+from .values import BufferValue, DeclaredVar, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
 from .errors import ArgError, TegulaCompileError
 
 # The augmented assignments, as written: `acc[i] += v` updates a reducer (language/reducers.py).
@@ -166,7 +166,12 @@ class Parser(Evaluator):
 
     # ---- simple statements ----
     def _expr_stmt(self, stmt):
-        self.eval(stmt.value)  # tile ops emit themselves; other results (docstrings) are dropped
+        # Tile ops emit themselves; other results (docstrings) are dropped, but T.let's,
+        # which binds its variable for the rest of the block.
+        result = self.eval(stmt.value)
+        if isinstance(result, LetRequest):
+            return [(result.var, result.value)]
+        return None
 
     def _pass(self, stmt):
         return None
@@ -289,6 +294,10 @@ class Parser(Evaluator):
             return []
         if isinstance(value, AllocRequest):
             self._allocate(name, value)
+            return []
+        if isinstance(value, DeclaredVar) and value.var is None:
+            value.name_as(self.builder.unique_name(name))  # `x = T.int32()`: T.let binds it later
+            self.bind(name, value)
             return []
         if isinstance(value, PrimExpr) and value.reads:
             if not self.builder.blocks:

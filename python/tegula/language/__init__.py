@@ -21,7 +21,7 @@ from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
 from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Pipelined, Select, abs, align_up, alloc_fragment,
                        alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
-                       floormod, if_then_else, infinity, log, log2, max, max_value, min, min_value, parallel, rsqrt, serial,
+                       floormod, if_then_else, infinity, isfinite, isinf, isnan, let, log, log2, max, max_value, min, min_value, parallel, rsqrt, serial,
                        sigmoid, sin, sqrt, sync_threads, tanh, unroll)
 from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
@@ -36,8 +36,8 @@ from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dty
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .tileops import (annotate_layout, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
-                      reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
+from .tileops import (annotate_layout, annotate_safe_value, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
+                      reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
                     dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,
                     float32, float64, half, int4, int8, int16, int32, int64, symbolic, uint4, uint8, uint16, uint32, uint64)

@@ -15,7 +15,7 @@ from ..frontend.builder import intrinsic
 from ..frontend.dtypes import FLOAT_MAX, is_float, is_int, itemsize, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
-from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
+from ..frontend.values import DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
 
 # ---- scalar math ----
 
@@ -58,6 +58,29 @@ def _unary_math(name: str, fold):
 
 
 exp, exp2, log, log2, sqrt, rsqrt, sin, cos, tanh, sigmoid = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
+
+# name -> (Python fold, the answer for an integer or bool, which is always finite)
+_FLOAT_TESTS = {"isfinite": (math.isfinite, True), "isinf": (math.isinf, False), "isnan": (math.isnan, False)}
+
+
+def _float_test(name: str, fold, integer_answer: bool):
+    @intrinsic(f"T.{name}")
+    def op(x):
+        x = _scalar(x, f"T.{name}", "x")
+        if not isinstance(x, PrimExpr):
+            return fold(float(x))
+        if not is_float(x.expr.dtype):
+            return PrimExpr(ir().int_imm(int(integer_answer), "bool"))
+        if str(x.expr.dtype) not in ("float32", "float64"):  # CUDA's tests take float and double
+            x = cast_value(x, "float32")
+        return call(name, [x], "bool")
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"T.{name}(x): CUDA's {name} of a float (a bool); an integer is finite."
+    return op
+
+
+isfinite, isinf, isnan = (_float_test(n, f, a) for n, (f, a) in _FLOAT_TESTS.items())
 
 
 @intrinsic("T.abs")
@@ -163,6 +186,29 @@ def cast(value, dtype):
 def Cast(dtype, value):  # noqa: N802 - TileLang's name
     """TVM's T.Cast(dtype, value)."""
     return cast_value(_scalar(value, "T.Cast", "value"), dtype)
+
+
+# ---- T.let ----
+
+class LetRequest:
+    """What T.let returns to the parser: `var` is `value` for the rest of the block."""
+
+    def __init__(self, var: PrimExpr, value: PrimExpr):
+        self.var = var
+        self.value = value
+
+
+@intrinsic("T.let")
+def let(var, value):
+    """TVM's `x = T.int32()` then `T.let(x, value)`: x is `value` (cast to x's dtype) from
+    here to the end of the block, as `x = value` would make it."""
+    if not isinstance(var, DeclaredVar) or var.bound:
+        raise ArgError("var", f"T.let binds a variable declared in the kernel with no value (x = T.int32()) and not "
+                       f"bound yet, got {var!r}")
+    value = _scalar(value, "T.let", "value")
+    var.name_as(builder.current("T.let").unique_name("v"))
+    var.bound = True  # from here the name reads as the variable
+    return LetRequest(var.var, cast_value(value, var.dtype))
 
 
 # ---- loops ----
