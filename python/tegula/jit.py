@@ -472,6 +472,11 @@ class JITFunction:
     def cache_clear(self) -> None:
         self._kernels.clear()
 
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The CUDA source of the kernel these arguments give (compiled, or from the cache):
+        TileLang's `fn.get_kernel_source(*args)` on a @jit function."""
+        return self(*args, **kwargs).get_kernel_source()
+
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
         execution_backend=None, compile_flags=None):

@@ -40,7 +40,9 @@ class Printer {
     // A warp-specialised kernel states one block per SM, so that ptxas knows the register
     // count at entry that setmaxnreg moves registers from.
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads;
+    // T.annotate_min_blocks_per_sm states it for any kernel.
     if (k_.consumer_threads) os_ << ", " << ws_registers(k_).blocks_per_sm;
+    else if (k_.min_blocks_per_sm > 0) os_ << ", " << k_.min_blocks_per_sm;
     os_ << ") " << out.entry << "(";
     bool first = true;
     auto sep = [&] {

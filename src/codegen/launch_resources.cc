@@ -24,7 +24,7 @@ WgmmaRegisters wgmma_registers(const Kernel& k) {
 }
 
 int register_limit(const Kernel& k) {
-  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : 1;
+  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : std::max(1, k.min_blocks_per_sm);
   return std::min(255, 65536 / blocks / k.threads);
 }
 
@@ -39,6 +39,7 @@ WsRegisters ws_registers(const Kernel& k) {
       wgmma_registers(k).registers <= 65536 / 2 / k.threads) {
     r.blocks_per_sm = 2;
   }
+  if (k.min_blocks_per_sm > 0) r.blocks_per_sm = k.min_blocks_per_sm;  // the author's T.annotate_min_blocks_per_sm
   const int regs = 65536 / r.blocks_per_sm;
   r.entry = std::min(255, regs / k.threads) / 8 * 8;
   r.producer = 24;

@@ -383,7 +383,8 @@ StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
   if (op->op == "atomic_add") return atomic_add(op, c);
   // Layout and rasterisation hints: no effect on the values computed.
   // T.annotate_safe_value is read before the run (run_reference: Buf::safe).
-  if (op->op == "annotate_layout" || op->op == "use_swizzle" || op->op == "annotate_safe_value") {
+  if (op->op == "annotate_layout" || op->op == "use_swizzle" || op->op == "annotate_safe_value" ||
+      op->op == "annotate_min_blocks_per_sm") {
     return [](Frame&) {};
   }
   internal_error << "reference: cannot interpret the tile op '" << op->op << "' at " << op->loc.str();

@@ -295,6 +295,7 @@ void print_header(Printer& p, const Kernel& k) {
   if (k.panel_size > 0) {
     p.line(1, "swizzle panel_size=" + std::to_string(k.panel_size) + " order=" + (k.swizzle_row_major ? "row" : "col"));
   }
+  if (k.min_blocks_per_sm > 0) p.line(1, "min_blocks_per_sm " + std::to_string(k.min_blocks_per_sm));
 }
 
 }  // namespace

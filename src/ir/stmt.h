@@ -175,6 +175,7 @@ struct Kernel {
   // Global tensors with a T.Layout (read_annotations): every access goes through the map.
   std::map<const BufferNode*, IndexMap> global_layouts;
   int panel_size = 0;          // T.use_swizzle
+  int min_blocks_per_sm = 0;   // T.annotate_min_blocks_per_sm: __launch_bounds__'s second argument (0: none)
   bool swizzle_row_major = true;
 };
 

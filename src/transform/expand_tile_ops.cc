@@ -4,8 +4,9 @@
 // T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
 // buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), a global
 // tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every later
-// access to it goes through, and T.annotate_safe_value({A: v}) in ctx.safe_values (the
-// annotation statements themselves leave the kernel).
+// access to it goes through, T.annotate_safe_value({A: v}) in ctx.safe_values (the
+// annotation statements themselves leave the kernel), and T.annotate_min_blocks_per_sm(n)
+// on the kernel (the launch bounds the printer writes).
 // expand_tile_ops replaces copy, fill and atomic_add by the T.Parallel nests they stand
 // for (ops/copy.cc), so that layout inference, partitioning, masking and vectorising
 // treat them like the author's own loops. Guarantees: no copy/fill/atomic_add op left.
@@ -32,11 +33,16 @@ class Expander : public ir::IRMutator {
 };
 }  // namespace
 
-// T.annotate_safe_value({A: v}): a hint for the whole kernel, wherever it is written.
-class ReadSafeValues : public ir::IRMutator {
+// T.annotate_safe_value({A: v}) and T.annotate_min_blocks_per_sm(n): hints for the whole
+// kernel, wherever they are written; read, and taken out of the body.
+class ReadKernelHints : public ir::IRMutator {
  public:
-  explicit ReadSafeValues(PassContext& ctx) : ctx_(ctx) {}
+  ReadKernelHints(ir::Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
   ir::Stmt mutate_TileOp(const ir::Stmt& self, const ir::TileOpNode* op) override {
+    if (op->op == "annotate_min_blocks_per_sm") {
+      k_.min_blocks_per_sm = int(op->attr_int("blocks", 0));
+      return ir::make_seq({}, op->loc);
+    }
     if (op->op != "annotate_safe_value") return self;
     const ir::Buffer& b = op->regions.at(0).buffer;
     user_assert(b->scope == ir::Scope::Global && op->args.size() == 1, op->loc)
@@ -46,11 +52,12 @@ class ReadSafeValues : public ir::IRMutator {
   }
 
  private:
+  ir::Kernel& k_;
   PassContext& ctx_;
 };
 
 void read_annotations(ir::Kernel& k, PassContext& ctx) {
-  k.body = ReadSafeValues(ctx).mutate(k.body);
+  k.body = ReadKernelHints(k, ctx).mutate(k.body);
   k.global_layouts = ir::index_maps(k);
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     auto* op = s.as<ir::TileOpNode>();

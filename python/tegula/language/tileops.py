@@ -384,6 +384,19 @@ def annotate_layout(layout_map):
         _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], args, {"layout": layout.kind})
 
 
+@intrinsic("T.annotate_min_blocks_per_sm")
+def annotate_min_blocks_per_sm(min_blocks):
+    """The kernel asks ptxas to fit `min_blocks` blocks on an SM at once (the second
+    argument of __launch_bounds__): registers are capped at 64K / (min_blocks * threads)
+    a thread."""
+    fn = "T.annotate_min_blocks_per_sm"
+    if isinstance(min_blocks, bool) or not isinstance(min_blocks, numbers.Integral) or not 1 <= min_blocks <= 32:
+        raise ArgError("min_blocks", f"{fn}: min_blocks must be an int in 1..32 (blocks on one SM), got "
+                       f"{_describe(min_blocks)}")
+    builder.current(fn).require_kernel(fn)
+    _emit(fn, "annotate_min_blocks_per_sm", [], [], {"blocks": int(min_blocks)})
+
+
 @intrinsic("T.annotate_safe_value")
 def annotate_safe_value(safe_value_map):
     """{A: v}: a read of global tensor A past its edge gives v (converted to A's dtype)

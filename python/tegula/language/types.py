@@ -103,7 +103,7 @@ Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
 
 
-def _strided_spec(shape, strides, dtype="float32") -> TensorSpec:
+def strided_spec(shape, strides, dtype="float32") -> TensorSpec:
     spec = TensorSpec(shape, dtype)
     given = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
     if len(given) != len(spec.shape):
@@ -125,12 +125,12 @@ class _StridedTensorType:
     read off the tensor at launch. Element [i, j] is at i * s + j * 1."""
 
     def __call__(self, shape, strides, dtype="float32"):
-        return _strided_spec(shape, strides, dtype)
+        return strided_spec(shape, strides, dtype)
 
     def __getitem__(self, item) -> TensorSpec:
         if not isinstance(item, tuple) or len(item) not in (2, 3):
             raise ValueError("T.StridedTensor[shape, strides, dtype] takes a shape, strides and a dtype")
-        return _strided_spec(*item)
+        return strided_spec(*item)
 
     def __repr__(self):
         return "T.StridedTensor"
