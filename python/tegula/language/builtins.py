@@ -205,10 +205,15 @@ def let(var, value):
     if not isinstance(var, DeclaredVar) or var.bound:
         raise ArgError("var", f"T.let binds a variable declared in the kernel with no value (x = T.int32()) and not "
                        f"bound yet, got {var!r}")
-    value = _scalar(value, "T.let", "value")
-    var.name_as(builder.current("T.let").unique_name("v"))
+    value = cast_value(_scalar(value, "T.let", "value"), var.dtype)
     var.bound = True  # from here the name reads as the variable
-    return LetRequest(var.var, cast_value(value, var.dtype))
+    if not value.reads:
+        # As `x = value` does: the name stands for the expression itself, whose ranges the
+        # passes then know (a let-bound variable's they would not).
+        var.var = value
+        return None
+    var.name_as(builder.current("T.let").unique_name("v"))
+    return LetRequest(var.var, value)
 
 
 # ---- loops ----
