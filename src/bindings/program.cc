@@ -492,20 +492,28 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
   // The values a grid extent may name, gathered once for all the kernels that need them.
   ir::VarValues vars;
   bool have_vars = false;
+  auto gather_vars = [&] {
+    if (have_vars) return;
+    for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSpec& p = params_[i];
+      if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
+    }
+    have_vars = true;
+  };
   for (size_t ki = 0; ki < kernels_.size(); ++ki) {
     Kernel& k = kernels_[ki];
+    if (!k.launch.checks.empty()) {
+      // A RuntimeError, as TileLang's host check of an assumption raises.
+      gather_vars();
+      std::string failed = ir::failed_assumption(k.launch.checks, vars, kernel_name_);
+      if (!failed.empty()) throw std::runtime_error(failed);
+    }
     int64_t ext[3] = {1, 1, 1};
     if (!k.const_grid.empty()) {
       for (size_t d = 0; d < k.const_grid.size(); ++d) ext[d] = k.const_grid[d];
     } else {
-      if (!have_vars) {
-        for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
-        for (size_t i = 0; i < params_.size(); ++i) {
-          const ParamSpec& p = params_[i];
-          if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
-        }
-        have_vars = true;
-      }
+      gather_vars();
       for (size_t d = 0; d < k.launch.grid.size(); ++d) {
         internal_assert(ir::eval_int(k.launch.grid[d], vars, &ext[d])) << "grid extent " << d << " cannot be evaluated";
       }

@@ -122,3 +122,20 @@ def min_blocks_program(n, blocks, threads=128):
                 B[bx * threads + i] = A[bx * threads + i] + 1.0
 
     return min_blocks, lambda a: a + 1
+
+
+def host_assumption_program(multiple=4, block=32):
+    """A[i] = i with T.assume(N % multiple == 0) at the top of the kernel: a fact of the
+    call's size, which the launcher (and the interpreters) check before launching."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def host_assumption(A: T.Tensor((N,), "float32"), scale: T.int32):
+        with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+            T.assume(N % multiple == 0)
+            T.assume(scale > 0)
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    A[bx * block + i] = T.cast((bx * block + i) * scale, "float32")
+
+    return host_assumption, lambda n, scale: torch.arange(n, dtype=torch.float32) * scale

@@ -232,3 +232,40 @@ def test_errors_tilelang_raises_as_value_or_assertion_errors_are_also_those():
         def g(A: T.Tensor((1024,), "float32"), B: T.Tensor((32, 33), "float32")):
             with T.Kernel(1):
                 T.copy(T.reshape(A, [32, 33]), B)
+
+
+# ---------------------------------------------------------------- T.assume checked at launch
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
+def test_host_evaluable_assumptions_are_checked_at_the_call(run):
+    prog, ref = lp.host_assumption_program(4)
+    k = build(prog, out_idx=None)
+    a = torch.zeros(40)
+    run(k, a, 3)
+    assert torch.equal(a, ref(40, 3))
+    with pytest.raises(RuntimeError, match=r"Assume: N % 4 == 0 does not hold for this call \(N = 42\)"):
+        run(k, torch.zeros(42), 3)
+    with pytest.raises(RuntimeError, match=r"Assume: scale > 0 does not hold for this call \(scale = 0\)"):
+        run(k, torch.zeros(40), 0)
+
+
+def test_assumptions_under_a_branch_stay_hints_and_programs_keep_them():
+    """Only the top of the kernel body is checked: an assumption under a branch holds there
+    only. A built program keeps its checks through save and load (the persistent index)."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def branch(A: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=32):
+            if N > 100:
+                T.assume(N % 4 == 0)
+            for i in T.Parallel(32):
+                if i < N:
+                    A[i] = 1.0
+
+    tt.reference(build(branch, out_idx=None), torch.zeros(42))  # no error: the branch is not taken
+    C = tegula.env.native()
+    k = build(lp.host_assumption_program(4)[0], out_idx=None)
+    saved = C.build_program(k._lowered_all, [], 0).save()
+    assert b"N % 4 == 0" in saved and C.load_program(saved) is not None

@@ -65,3 +65,17 @@ def test_min_blocks_per_sm(blocks):
     a = torch.randn(1000, device="cuda")
     out = poisoned_call(tegula.compile(prog), a, out_shape=(1000,), dtype=torch.float32)
     torch.testing.assert_close(out, ref(a))
+
+
+def test_host_evaluable_assumptions_are_checked_at_launch():
+    prog, ref = lp.host_assumption_program(4)
+    k = tegula.compile(prog)
+    a = torch.full((40,), float("nan"), device="cuda")
+    k(a, 3)
+    torch.testing.assert_close(a.cpu(), ref(40, 3))
+    b = torch.full((42,), -1.0, device="cuda")
+    with pytest.raises(RuntimeError, match=r"Assume: N % 4 == 0 does not hold for this call \(N = 42\)"):
+        k(b, 3)
+    assert (b == -1).all()  # nothing launched
+    with pytest.raises(RuntimeError, match=r"Assume: scale > 0"):
+        k(a, 0)
