@@ -114,9 +114,13 @@ class Printer {
                          "fewer threads";
   }
 
-  // A global dimension of kIndex32Limit or more: every index (and mask) computed in the
-  // kernel could pass 2^31, so all its integer arithmetic is printed in 64 bits.
+  // A global dimension of kIndex32Limit or more, or a 64-bit dynamic size (which may be
+  // as large): every index (and mask) computed in the kernel could pass 2^31, so all its
+  // integer arithmetic is printed in 64 bits.
   static bool has_huge_dimension(const Kernel& k) {
+    for (auto& v : k.dynamic_vars) {
+      if (v.dtype().bits == 64) return true;
+    }
     for (auto& p : k.params) {
       if (!p.buffer) continue;
       for (auto& d : p.buffer->shape) {

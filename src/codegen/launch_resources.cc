@@ -48,9 +48,12 @@ WsRegisters ws_registers(const Kernel& k) {
 }
 
 bool folds_grid(const Kernel& k) {
-  // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.
+  // The same bounds the printer's analyzer knows: an int32 dynamic size below
+  // kIndex32Limit, an int64 one below its limit.
   Analyzer an;
-  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, kIndex32Limit - 1});
+  for (auto& v : k.dynamic_vars) {
+    an.bind(v, Interval{0, (v.dtype().bits == 64 ? dynamic_size_limit(v) : kIndex32Limit) - 1});
+  }
   for (size_t d = 1; d < k.grid.size() && d < 3; ++d) {
     if (an.bound(k.grid[d]).hi > 65535) return true;
   }

@@ -140,7 +140,7 @@ struct IndexMap {
 struct Kernel {
   std::string name;
   std::vector<Param> params;
-  std::vector<Expr> dynamic_vars;  // T.dynamic dims, passed as int32 arguments
+  std::vector<Expr> dynamic_vars;  // T.dynamic dims, passed as arguments of their type (int32, or int64)
   std::vector<Expr> grid;          // 1..3 extents
   std::vector<Expr> block_vars;    // bx, by, bz
   Expr thread_var;                 // threadIdx.x

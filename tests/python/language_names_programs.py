@@ -139,3 +139,17 @@ def host_assumption_program(multiple=4, block=32):
                     A[bx * block + i] = T.cast((bx * block + i) * scale, "float32")
 
     return host_assumption, lambda n, scale: torch.arange(n, dtype=torch.float32) * scale
+
+
+def int64_fill_program(dtype="bfloat16", block=512):
+    """x[:] = 1 over a dynamic length declared int64 (TileLang's test_fill_symbolic): the
+    kernel indexes in 64 bits."""
+    n = T.symbolic("n", "int64")
+
+    @T.prim_func
+    def fill64(x: T.Tensor[n, dtype]):
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                x[bx * block + i] = 1.0
+
+    return fill64

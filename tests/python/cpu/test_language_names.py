@@ -269,3 +269,31 @@ def test_assumptions_under_a_branch_stay_hints_and_programs_keep_them():
     k = build(lp.host_assumption_program(4)[0], out_idx=None)
     saved = C.build_program(k._lowered_all, [], 0).save()
     assert b"N % 4 == 0" in saved and C.load_program(saved) is not None
+
+
+# ---------------------------------------------------------------- int64 dynamic sizes
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("n", [1000, 1536])
+def test_int64_dynamic_size_indexes_in_64_bits(run, n):
+    k = build(lp.int64_fill_program(), out_idx=None)
+    src = k.get_kernel_source()
+    assert "long long n" in src and "(long long)bx * 512LL" in src  # the block offset cannot wrap
+    assert k.cubin()
+    x = torch.zeros(n, dtype=torch.bfloat16)
+    run(k, x)
+    assert torch.equal(x, torch.ones(n, dtype=torch.bfloat16))
+
+
+def test_int32_dynamic_sizes_keep_32_bit_indexing():
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def fill32(x: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, 512), threads=128) as bx:
+            for i in T.Parallel(512):
+                x[bx * 512 + i] = 1.0
+
+    src = build(fill32, out_idx=None).get_kernel_source()
+    assert "int N" in src and "long long" not in src.split("{", 1)[1].split("x[")[0]
