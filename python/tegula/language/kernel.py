@@ -64,7 +64,7 @@ def Kernel(*blocks, threads=None, is_cpu=False, prelude=None):  # noqa: N802 - T
         raise ArgError("threads", f"T.Kernel: thread blocks are one-dimensional in Tegula: threads must be n or "
                        f"[n, 1, 1], got {threads!r} (index a flat block with tx // {x} and tx % {x} instead)")
     if x > MAX_THREADS:
-        raise ArgError("threads", f"T.Kernel: threads must be at most {MAX_THREADS} per block, got {threads!r}")
+        raise ArgError("threads", f"T.Kernel: threads must be an int in 1..{MAX_THREADS}, got {threads!r}")
     if is_cpu:
         raise ArgError("is_cpu", "T.Kernel: CPU kernels are not supported by Tegula")
     if prelude is not None:

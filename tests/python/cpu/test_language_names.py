@@ -39,7 +39,7 @@ def test_normalize_threads_refuses_non_positive(threads):
 
 
 @pytest.mark.parametrize("threads,message", [(0, "threads must be positive"), ([32, 4], "one-dimensional"),
-                                             (2048, "at most 1024"), (1.5, "positive ints")])
+                                             (2048, "an int in 1..1024"), (1.5, "positive ints")])
 def test_kernel_threads_mistakes(threads, message):
     with pytest.raises(tegula.TegulaCompileError, match=message) as info:
         @T.prim_func
