@@ -12,7 +12,7 @@ import os as _os
 from . import language, layout
 from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
-from .jit import JITKernel, KernelParam, compile, jit
+from .jit import JITKernel, KernelParam, compile, jit, lower
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning
@@ -26,7 +26,7 @@ for _theirs, _ours in (("TILELANG_CACHE_DIR", "TEGULA_CACHE_DIR"), ("TILELANG_DI
 __version__ = "0.1.0"
 
 __all__ = [
-    "jit", "compile", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
+    "jit", "compile", "lower", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
 __all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]

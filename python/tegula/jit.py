@@ -371,6 +371,25 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verb
                      compile_flags=compile_flags)
 
 
+class LoweredArtifact:
+    """What `tegula.lower` gives: the generated CUDA source (`kernel_source`) and the kernel
+    (`kernel`, a JITKernel; launched, it compiles with NVRTC)."""
+
+    def __init__(self, kernel: JITKernel):
+        self.kernel = kernel
+        self.kernel_source = kernel.get_kernel_source()
+        self.params = kernel.params
+
+    def __repr__(self):
+        return f"<LoweredArtifact of {self.kernel!r}>"
+
+
+def lower(func: PrimFunc, target="auto", target_host=None, pass_configs=None) -> LoweredArtifact:  # noqa: ARG001
+    """TileLang's `tilelang.lower(func, target=...)`: the prim_func lowered to CUDA source
+    (`.kernel_source`), without NVRTC; `target_host` is TileLang's host target (none here)."""
+    return LoweredArtifact(JITKernel(func, target=target, pass_configs=pass_configs))
+
+
 def _python_side_outputs(pass_configs) -> bool:
     """Pass configs that print or write files while lowering: never skipped by the index."""
     options = to_options(pass_configs) if pass_configs else {}
@@ -478,6 +497,11 @@ class JITFunction:
 
     def cache_clear(self) -> None:
         self._kernels.clear()
+
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The CUDA source of the kernel these arguments give (compiled, or from the cache):
+        TileLang's `fn.get_kernel_source(*args)` on a @jit function."""
+        return self(*args, **kwargs).get_kernel_source()
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,

@@ -230,8 +230,10 @@ struct LoweredKernel {
       t.swizzle = m.swizzle;
       l.tensor_maps.push_back(t);
     }
+    l.checks = ir::host_checks(lowered.stages.front().second);  // the assumptions as written
     return l;
   }
+
 };
 
 // Whether e can be evaluated from the dynamic sizes alone (no loads, no other variables).

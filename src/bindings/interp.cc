@@ -5,6 +5,7 @@
 
 #include "bindings/bindings.h"
 #include "interp/interp.h"
+#include "ir/host_checks.h"
 #include "transform/pipeline.h"
 
 namespace tegula::bindings {
@@ -56,10 +57,19 @@ void unmarshal(Marshalled& m) {
   }
 }
 
+// T.assume's checks a launch makes (ir/host_checks.h), made by the interpreters too.
+void check_assumptions(const ir::Kernel& input, const interp::CallArgs& args) {
+  std::vector<ir::HostCheck> checks = ir::host_checks(input);
+  if (checks.empty()) return;
+  std::string failed = ir::failed_assumption(checks, interp::bind_call(input, args), input.name);
+  if (!failed.empty()) throw std::runtime_error(failed);
+}
+
 }  // namespace
 
 void run_reference(const ir::Kernel& input, const py::list& values) {
   Marshalled m = marshal(input, values);
+  check_assumptions(input, m.args);
   {
     py::gil_scoped_release release;
     interp::run_reference(input, m.args);
@@ -69,6 +79,7 @@ void run_reference(const ir::Kernel& input, const py::list& values) {
 
 std::vector<std::string> run_simulator(const transform::Lowered& lowered, const py::list& values) {
   Marshalled m = marshal(lowered.kernel, values);
+  check_assumptions(lowered.stages.front().second, m.args);
   std::vector<std::string> errors;
   {
     py::gil_scoped_release release;

@@ -149,13 +149,19 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
     } else if (p.dim_var[d] >= 0) {
       int64_t& v = dyn[p.dim_var[d]];
       if (v < 0) {
-        // Dynamic sizes reach the kernel as int32, and its index arithmetic is 32-bit.
-        if (got >= codegen::kIndex32Limit) {
+        // An int32 dynamic size reaches the kernel as int32, and its index arithmetic is
+        // 32-bit; an int64 one (T.dynamic(name, "int64")) as int64, with 64-bit indexing.
+        const ir::Expr& var = dynamic_vars_[p.dim_var[d]];
+        if (var.dtype().bits == 64 ? got >= ir::dynamic_size_limit(var) : got >= codegen::kIndex32Limit) {
+          std::string name = var.as<ir::VarNode>()->name;
           bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) +
-                     ", too large for a dynamic size: the kernel indexes dynamic dimensions with 32-bit arithmetic, "
-                     "which allows at most " + std::to_string(codegen::kIndex32Limit - 1) +
-                     ". Make that dimension a compile-time constant (the kernel is then compiled with 64-bit "
-                     "indexing) or split the tensor");
+                     ", too large for the dynamic size '" + name + "': " +
+                     (var.dtype().bits == 64
+                          ? "an int64 dynamic size is at most " + std::to_string(ir::dynamic_size_limit(var) - 1)
+                          : "the kernel indexes int32 dynamic dimensions with 32-bit arithmetic, which allows at most " +
+                                std::to_string(codegen::kIndex32Limit - 1) + ". Declare it T.dynamic(\"" + name +
+                                "\", \"int64\") (the kernel is then compiled with 64-bit indexing), make it a "
+                                "compile-time constant, or split the tensor"));
         }
         int mult = dyn_multiple_[p.dim_var[d]];
         if (mult > 1 && got % mult != 0) {
@@ -215,9 +221,10 @@ void Program::check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dy
     int64_t got = t.stride(d) * (packed && d != last ? 2 : 1);
     if (p.stride_var[d] >= 0) {
       int64_t& v = dyn[p.stride_var[d]];
-      if (got >= codegen::kIndex32Limit) {
+      const ir::Expr& var = dynamic_vars_[p.stride_var[d]];
+      if (got >= (var.dtype().bits == 64 ? ir::dynamic_size_limit(var) : codegen::kIndex32Limit)) {
         bad(p, "stride " + std::to_string(d) + " is " + std::to_string(got) + ", too large for a dynamic stride "
-                   "(the kernel indexes with 32-bit arithmetic there)");
+                   "(the kernel indexes with 32-bit arithmetic there; declare it int64: T.dynamic(name, \"int64\"))");
       }
       if (v < 0) {
         v = got;
@@ -527,20 +534,28 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
   // The values a grid extent may name, gathered once for all the kernels that need them.
   ir::VarValues vars;
   bool have_vars = false;
+  auto gather_vars = [&] {
+    if (have_vars) return;
+    for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamSpec& p = params_[i];
+      if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
+    }
+    have_vars = true;
+  };
   for (size_t ki = 0; ki < kernels_.size(); ++ki) {
     Kernel& k = kernels_[ki];
+    if (!k.launch.checks.empty()) {
+      // A RuntimeError, as TileLang's host check of an assumption raises.
+      gather_vars();
+      std::string failed = ir::failed_assumption(k.launch.checks, vars, kernel_name_);
+      if (!failed.empty()) throw std::runtime_error(failed);
+    }
     int64_t ext[3] = {1, 1, 1};
     if (!k.const_grid.empty()) {
       for (size_t d = 0; d < k.const_grid.size(); ++d) ext[d] = k.const_grid[d];
     } else {
-      if (!have_vars) {
-        for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
-        for (size_t i = 0; i < params_.size(); ++i) {
-          const ParamSpec& p = params_[i];
-          if (!p.is_tensor && !p.dtype.is_float()) vars[p.var.get()] = scalars[i].i64;
-        }
-        have_vars = true;
-      }
+      gather_vars();
       for (size_t d = 0; d < k.launch.grid.size(); ++d) {
         internal_assert(ir::eval_int(k.launch.grid[d], vars, &ext[d])) << "grid extent " << d << " cannot be evaluated";
       }

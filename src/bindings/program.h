@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/host_checks.h"
 #include "ir/stmt.h"
 #include "runtime/driver.h"
 
@@ -62,11 +63,15 @@ struct TensorMapSpec {
   int swizzle = 0;
 };
 
+// A T.assume the launcher checks (ir/host_checks.h).
+using ir::HostCheck;
+
 // One kernel of a program: what its launch needs besides the shared arguments.
 struct Launch {
   std::string entry;
   std::vector<char> image;
   std::vector<ir::Expr> grid;
+  std::vector<HostCheck> checks;
   int threads = 0, smem_bytes = 0;
   GridRules rules;
   std::vector<TensorMapSpec> tensor_maps;  // passed after the dynamic sizes, in order

@@ -211,6 +211,11 @@ std::string Program::save() const {
     for (auto& g : l.grid) {
       if (!write_expr(w, g, vars)) return "";
     }
+    w.i64(int64_t(l.checks.size()));
+    for (auto& c : l.checks) {
+      if (!write_expr(w, c.cond, vars)) return "";
+      w.str(c.text);
+    }
     w.i64(l.threads);
     w.i64(l.smem_bytes);
     w.i64(l.rules.fold);
@@ -271,6 +276,11 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     l.image = r.bytes();
     int ng = r.small(1, 3);
     for (int g = 0; g < ng; ++g) l.grid.push_back(read_expr(r, vars));
+    int nc = r.small(0, 1 << 10);
+    for (int c = 0; c < nc; ++c) {
+      ir::Expr cond = read_expr(r, vars);
+      l.checks.push_back({cond, r.str()});
+    }
     l.threads = r.small(1, 1 << 16);
     l.smem_bytes = r.small(0, 1 << 30);
     l.rules.fold = r.small(0, 1);

@@ -31,6 +31,7 @@ const char* const kReservedWords[] = {
     "int8_t", "int16_t", "int32_t", "int64_t", "uint4b_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t",
     "ptrdiff_t", "intptr_t", "uintptr_t", "nullptr_t", "half", "half2", "nv_bfloat16", "nv_bfloat162", "std",
     "fmin", "fmax", "fminf", "fmaxf", "expf", "logf", "sqrtf", "rsqrtf", "fabs", "fabsf", "tegula", "detail",
+    "isfinite", "isinf", "isnan",
     // What the device library declares in namespace tegula.
     "AbsMaxOp", "AbsSumOp", "BlockGemm", "BlockWgmma", "MaxOp", "MemoryOrder", "MinOp", "SumOp", "Swizzle",
     "TensorMap", "Vec", "abs", "add", "atomic_add", "atomic_add_x2", "atomic_add_x4", "barrier_arrive",

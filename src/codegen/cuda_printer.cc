@@ -41,7 +41,9 @@ class Printer {
     // A warp-specialised kernel states one block per SM, so that ptxas knows the register
     // count at entry that setmaxnreg moves registers from.
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << k_.threads;
+    // T.annotate_min_blocks_per_sm states it for any kernel.
     if (k_.consumer_threads) os_ << ", " << ws_registers(k_).blocks_per_sm;
+    else if (k_.min_blocks_per_sm > 0) os_ << ", " << k_.min_blocks_per_sm;
     os_ << ") ";
     if (!k_.cluster_dims.empty()) {
       // A cluster shape fixed at compile time: an ordinary launch runs the blocks in clusters.
@@ -144,9 +146,13 @@ class Printer {
                          "fewer threads";
   }
 
-  // A global dimension of kIndex32Limit or more: every index (and mask) computed in the
-  // kernel could pass 2^31, so all its integer arithmetic is printed in 64 bits.
+  // A global dimension of kIndex32Limit or more, or a 64-bit dynamic size (which may be
+  // as large): every index (and mask) computed in the kernel could pass 2^31, so all its
+  // integer arithmetic is printed in 64 bits.
   static bool has_huge_dimension(const Kernel& k) {
+    for (auto& v : k.dynamic_vars) {
+      if (v.dtype().bits == 64) return true;
+    }
     for (auto& p : k.params) {
       if (!p.buffer) continue;
       for (auto& d : p.buffer->shape) {
@@ -569,6 +575,8 @@ class Printer {
     if (c->op == "sync_all") return "__syncthreads()";
     if (c->op.rfind("rng_", 0) == 0) return rng_call(c);
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
+    // T.isfinite / isinf / isnan: CUDA's own, of a float or double (the frontend casts).
+    if (c->op == "isfinite" || c->op == "isinf" || c->op == "isnan") return c->op + "(" + expr(c->args.at(0)) + ")";
     if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
       WsRegisters r = ws_registers(k_);
       bool inc = c->op == "setmaxnreg_inc";

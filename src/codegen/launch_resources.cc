@@ -25,7 +25,7 @@ WgmmaRegisters wgmma_registers(const Kernel& k) {
 }
 
 int register_limit(const Kernel& k) {
-  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : 1;
+  int blocks = k.consumer_threads ? ws_registers(k).blocks_per_sm : std::max(1, k.min_blocks_per_sm);
   return std::min(255, 65536 / blocks / k.threads);
 }
 
@@ -40,6 +40,7 @@ WsRegisters ws_registers(const Kernel& k) {
       wgmma_registers(k).registers <= 65536 / 2 / k.threads) {
     r.blocks_per_sm = 2;
   }
+  if (k.min_blocks_per_sm > 0) r.blocks_per_sm = k.min_blocks_per_sm;  // the author's T.annotate_min_blocks_per_sm
   const int regs = 65536 / r.blocks_per_sm;
   r.entry = std::min(255, regs / k.threads) / 8 * 8;
   r.producer = 24;
@@ -59,9 +60,12 @@ bool launches_cooperatively(const Kernel& k) {
 bool folds_grid(const Kernel& k) {
   // A cluster is a tile of the launch grid itself: its blocks are never refolded.
   if (!k.cluster_dims.empty()) return false;
-  // The same bounds the printer's analyzer knows: dynamic sizes below kIndex32Limit.
+  // The same bounds the printer's analyzer knows: an int32 dynamic size below
+  // kIndex32Limit, an int64 one below its limit.
   Analyzer an;
-  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, kIndex32Limit - 1});
+  for (auto& v : k.dynamic_vars) {
+    an.bind(v, Interval{0, (v.dtype().bits == 64 ? dynamic_size_limit(v) : kIndex32Limit) - 1});
+  }
   for (size_t d = 1; d < k.grid.size() && d < 3; ++d) {
     if (an.bound(k.grid[d]).hi > 65535) return true;
   }

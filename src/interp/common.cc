@@ -207,6 +207,9 @@ bool eval_intrinsic(const std::string& name, const std::vector<double>& a, const
   else if (name == "rint") r = std::nearbyint(x);
   else if (name == "abs") r = std::fabs(x);
   else if (name == "sigmoid") r = 1.0 / (1.0 + std::exp(-x));
+  else if (name == "isfinite") r = std::isfinite(x);
+  else if (name == "isinf") r = std::isinf(x);
+  else if (name == "isnan") r = std::isnan(x);
   else if (name == "max_num" || name == "min_num") {
     // IEEE maxNum / minNum (fmaxf): a NaN operand is dropped.
     double y = arg(1);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "interp/reference_impl.h"
+#include "ir/functor.h"
 #include "ir/index_map.h"
 #include "ir/wide_access.h"
 
@@ -215,7 +216,7 @@ ExprFn Compiler::load(const BufferLoadNode* l, const SourceLoc& loc) {
     int64_t at[kMaxRank];
     for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
     double* p = element(b, at, loc);
-    return p ? *p : 0.0;
+    return p ? *p : b.safe;
   };
 }
 
@@ -458,6 +459,17 @@ void run_reference(const Kernel& k, CallArgs& args) {
   StmtFn body = c.stmt(k.body);
   // Global tensors with a T.Layout: each element at its place in the map's order.
   const std::map<const BufferNode*, IndexMap> maps = index_maps(k);
+  // T.annotate_safe_value({A: v}): a read past A's edge gives v (the whole kernel's hint).
+  std::map<const BufferNode*, double> safe;
+  post_order(k.body, [&](const Stmt& s) {
+    auto* op = s.as<TileOpNode>();
+    if (!op || op->op != "annotate_safe_value") return;
+    double v = 0;
+    if (auto* f = op->args.at(0).as<FloatImmNode>()) v = float_constant(f);
+    else if (const int64_t* i = as_const_int(op->args[0])) v = double(*i);
+    else user_error(op->loc) << "T.annotate_safe_value: the value must be a constant";
+    safe[op->regions.at(0).buffer.get()] = round_to_dtype(op->regions[0].buffer->dtype, v);
+  });
 
   Frame f;
   f.vars.assign(c.num_vars(), kNaN);
@@ -475,6 +487,8 @@ void run_reference(const Kernel& k, CallArgs& args) {
     b.global = true;
     auto m = maps.find(p.buffer.get());
     if (m != maps.end()) b.map = &m->second;
+    auto sv = safe.find(p.buffer.get());
+    if (sv != safe.end()) b.safe = sv->second;
   }
   std::vector<std::vector<double>> storage(k.allocs.size());
   for (size_t i = 0; i < k.allocs.size(); ++i) {
@@ -505,6 +519,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     b.node = v.get();
     b.data = r.data;
     b.global = r.global;
+    b.safe = r.safe;
     int64_t n = 1, total = 1;
     for (auto& d : view_shapes[i]) {
       b.shape.push_back(to_int(d(f), v->loc, "a dimension of the view's shape"));

@@ -25,6 +25,7 @@ struct Buf {
   std::vector<int64_t> shape;
   bool global = false;
   const ir::IndexMap* map = nullptr;  // a global tensor's T.Layout (ir/index_map.h)
+  double safe = 0;  // what a read past a global tensor's edge gives (T.annotate_safe_value)
 };
 
 struct Frame {

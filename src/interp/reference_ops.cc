@@ -129,7 +129,7 @@ StmtFn copy(const TileOpNode* op, Compiler& c) {
   return [src, dst, loc, t, from](Frame& f) {
     Pairing p = pair_regions(src, dst, true, f, "T.copy", loc);
     for_each_pair(p, loc, [&](double* s, double* d) {
-      if (d) *d = cast_to_dtype(from, t, s ? *s : 0.0);
+      if (d) *d = cast_to_dtype(from, t, s ? *s : p.src.b->safe);
     });
   };
 }
@@ -382,7 +382,11 @@ StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
   if (op->op == "gemm") return gemm(op, c);
   if (op->op == "atomic_add") return atomic_add(op, c);
   // Layout and rasterisation hints: no effect on the values computed.
-  if (op->op == "annotate_layout" || op->op == "use_swizzle") return [](Frame&) {};
+  // T.annotate_safe_value is read before the run (run_reference: Buf::safe).
+  if (op->op == "annotate_layout" || op->op == "use_swizzle" || op->op == "annotate_safe_value" ||
+      op->op == "annotate_min_blocks_per_sm") {
+    return [](Frame&) {};
+  }
   internal_error << "reference: cannot interpret the tile op '" << op->op << "' at " << op->loc.str();
   return {};
 }

@@ -412,6 +412,10 @@ bool eval_int(const Expr& e, const VarValues& vars, int64_t* out) {
   }
 }
 
+int64_t dynamic_size_limit(const Expr& var) {
+  return var.dtype().bits == 64 ? (int64_t(1) << 48) : (int64_t(1) << 31);
+}
+
 Analyzer kernel_analyzer(const Kernel& k) {
   Analyzer an;
   an.bind(k.thread_var, 0, k.threads);
@@ -419,7 +423,7 @@ Analyzer kernel_analyzer(const Kernel& k) {
     Interval g = an.bound(k.grid[d]);
     an.bind(k.block_vars[d], Interval{0, g.hi - 1});
   }
-  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, (int64_t(1) << 31) - 1});
+  for (auto& v : k.dynamic_vars) an.bind(v, Interval{0, dynamic_size_limit(v) - 1});
   // A thread scope's index (scope_thread_guards.cc) counts its threads from 0.
   post_order(k.body, [&](const Stmt& s) {
     auto* let = s.as<LetStmtNode>();

@@ -44,6 +44,10 @@ class Analyzer {
 using VarValues = std::unordered_map<const ExprNode*, int64_t>;
 bool eval_int(const Expr& e, const VarValues& vars, int64_t* out);
 
+// A dynamic size is below this: 2^31 for an int32 one (T.dynamic("n")), 2^48 for an int64
+// one (T.dynamic("n", "int64"), whose kernel indexes with 64-bit arithmetic).
+int64_t dynamic_size_limit(const Expr& var);
+
 // An analyzer that knows the ranges of a kernel's thread index (and its thread scopes'),
 // block indices and dynamic sizes.
 Analyzer kernel_analyzer(const Kernel& k);

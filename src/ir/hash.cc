@@ -72,6 +72,7 @@ class CanonicalWriter {
       emit(it == k.smem_offset.end() ? ~uint64_t{0} : static_cast<uint64_t>(it->second));
     }
     emit(static_cast<uint64_t>(k.panel_size));
+    emit(static_cast<uint64_t>(k.min_blocks_per_sm));
     emit(k.swizzle_row_major ? 1 : 0);
     stmt(k.body);
   }

@@ -111,6 +111,7 @@ struct Text {
 
 class Printer {
  public:
+  explicit Printer(bool all_spaced = false) : all_spaced_(all_spaced) {}
   NameCollector collector() { return NameCollector(&vars_, &bufs_); }
 
   Text expr(const Expr& e) {
@@ -189,7 +190,7 @@ class Printer {
     if (st.prec == kAtom) return {std::string(st.text) + "(" + list({op->a, op->b}) + ")", kAtom};
     // Comparisons chain in Python (a < b < c), so neither side may be a bare comparison.
     int left_min = st.prec == kCompare ? st.prec + 1 : st.prec;
-    std::string sep = st.spaced ? std::string(" ") + st.text + " " : st.text;
+    std::string sep = st.spaced || all_spaced_ ? std::string(" ") + st.text + " " : st.text;
     return {operand(op->a, left_min) + sep + operand(op->b, st.prec + 1), st.prec};
   }
   Text print_Not(const NotNode* op) { return {"not " + operand(op->a, kNot), kNot}; }
@@ -266,6 +267,7 @@ class Printer {
 
   Namer vars_, bufs_;
   std::string out_;
+  bool all_spaced_;
 };
 
 // The lines between the signature and the body: launch shape, allocations, storage plan.
@@ -304,12 +306,19 @@ void print_header(Printer& p, const Kernel& k) {
   if (k.panel_size > 0) {
     p.line(1, "swizzle panel_size=" + std::to_string(k.panel_size) + " order=" + (k.swizzle_row_major ? "row" : "col"));
   }
+  if (k.min_blocks_per_sm > 0) p.line(1, "min_blocks_per_sm " + std::to_string(k.min_blocks_per_sm));
 }
 
 }  // namespace
 
 std::string to_string(const Expr& e) {
   Printer p;
+  p.collector().visit(e);
+  return p.expr(e).s;
+}
+
+std::string to_spaced_string(const Expr& e) {
+  Printer p(true);
   p.collector().visit(e);
   return p.expr(e).s;
 }

@@ -29,6 +29,9 @@
 namespace tegula::ir {
 
 std::string to_string(const Expr& e);
+// The expression as its author writes it, every operator spaced (`N % 4 == 0`): for
+// messages that quote a condition back to the user.
+std::string to_spaced_string(const Expr& e);
 // `indent` counts levels of four spaces; the text ends with a newline.
 std::string to_string(const Stmt& s, int indent = 0);
 std::string to_string(const Kernel& k);

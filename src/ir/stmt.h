@@ -140,7 +140,7 @@ struct IndexMap {
 struct Kernel {
   std::string name;
   std::vector<Param> params;
-  std::vector<Expr> dynamic_vars;  // T.dynamic dims, passed as int32 arguments
+  std::vector<Expr> dynamic_vars;  // T.dynamic dims, passed as arguments of their type (int32, or int64)
   std::vector<Expr> grid;          // 1..3 extents
   std::vector<Expr> block_vars;    // bx, by, bz
   Expr thread_var;                 // threadIdx.x
@@ -178,6 +178,7 @@ struct Kernel {
   // Global tensors with a T.Layout (read_annotations): every access goes through the map.
   std::map<const BufferNode*, IndexMap> global_layouts;
   int panel_size = 0;          // T.use_swizzle
+  int min_blocks_per_sm = 0;   // T.annotate_min_blocks_per_sm: __launch_bounds__'s second argument (0: none)
   bool swizzle_row_major = true;
 };
 

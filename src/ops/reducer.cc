@@ -6,7 +6,7 @@
 // warp) lane 0 of each warp writes its warp's value to a shared scratch and every thread
 // folds the warps' values; the seed last. Every thread then holds the result, and writes
 // the elements of `result` it holds: a fragment's by its layout, a local buffer whole, a
-// shared buffer one element per thread.
+// shared buffer one element per thread. The result may be acc itself (in place).
 #include "ops/tile_op.h"
 #include "transform/passes.h"
 
@@ -88,7 +88,8 @@ class FinalizeReducer : public TileOp {
         body.push_back(valid ? make_if(valid, st, {}, loc) : st);
       }
     } else if (res->scope == Scope::Local) {
-      for (int64_t e = 0; e < E; ++e) {
+      // T.finalize_reducer(acc) without a result combines in place: acc already holds it.
+      for (int64_t e = 0; e < E && res.get() != acc.get(); ++e) {
         body.push_back(make_store(res, unflatten(e, shape), make_cast(res->dtype, R(e)), loc));
       }
     } else {

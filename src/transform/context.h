@@ -41,6 +41,9 @@ struct PassContext {
   std::vector<ir::Buffer> extra_locals;   // register arrays the passes add
   std::vector<ir::Buffer> extra_shared;   // shared scratch the passes add
   std::set<const ir::BufferNode*> swizzled;  // shared buffers to store swizzled (plan_storage publishes)
+  // T.annotate_safe_value({A: v}) (read_annotations): what a read past global tensor A's
+  // edge gives instead of 0 (apply_safe_values).
+  std::map<const ir::BufferNode*, ir::Expr> safe_values;
   // wgmma operands among them: stored in panels of 128-byte rows, 1024-byte aligned (the
   // canonical layouts a wgmma descriptor describes; see tegula::panel_offset).
   std::set<const ir::BufferNode*> panelled;

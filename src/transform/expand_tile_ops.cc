@@ -3,9 +3,11 @@
 // read_annotations expects the frontend's IR; it refuses thread block clusters (and their
 // barrier and rank) on a target before sm_90, records T.use_swizzle on the kernel,
 // T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
-// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), and a
-// global tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every
-// later access to it goes through.
+// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), a global
+// tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every later
+// access to it goes through, T.annotate_safe_value({A: v}) in ctx.safe_values (the
+// annotation statements themselves leave the kernel), and T.annotate_min_blocks_per_sm(n)
+// on the kernel (the launch bounds the printer writes).
 // expand_tile_ops replaces copy, fill and atomic_add by the T.Parallel nests they stand
 // for (ops/copy.cc), so that layout inference, partitioning, masking and vectorising
 // treat them like the author's own loops. Guarantees: no copy/fill/atomic_add op left.
@@ -32,7 +34,31 @@ class Expander : public ir::IRMutator {
 };
 }  // namespace
 
+// T.annotate_safe_value({A: v}) and T.annotate_min_blocks_per_sm(n): hints for the whole
+// kernel, wherever they are written; read, and taken out of the body.
+class ReadKernelHints : public ir::IRMutator {
+ public:
+  ReadKernelHints(ir::Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
+  ir::Stmt mutate_TileOp(const ir::Stmt& self, const ir::TileOpNode* op) override {
+    if (op->op == "annotate_min_blocks_per_sm") {
+      k_.min_blocks_per_sm = int(op->attr_int("blocks", 0));
+      return ir::make_seq({}, op->loc);
+    }
+    if (op->op != "annotate_safe_value") return self;
+    const ir::Buffer& b = op->regions.at(0).buffer;
+    user_assert(b->scope == ir::Scope::Global && op->args.size() == 1, op->loc)
+        << "T.annotate_safe_value: '" << b->name << "' is not a global tensor";
+    ctx_.safe_values[b.get()] = op->args[0];
+    return ir::make_seq({}, op->loc);
+  }
+
+ private:
+  ir::Kernel& k_;
+  PassContext& ctx_;
+};
+
 void read_annotations(ir::Kernel& k, PassContext& ctx) {
+  k.body = ReadKernelHints(k, ctx).mutate(k.body);
   k.global_layouts = ir::index_maps(k);
   auto dims = [&] {
     return "(" + std::to_string(k.cluster_dims[0]) + ", " + std::to_string(k.cluster_dims[1]) + ", " +

@@ -27,6 +27,7 @@ class ScopedThreads {
 void read_annotations(ir::Kernel& k, PassContext& ctx);
 void expand_tile_ops(ir::Kernel& k, PassContext& ctx);
 void resolve_views(ir::Kernel& k, PassContext& ctx);
+void apply_safe_values(ir::Kernel& k, PassContext& ctx);
 void infer_layout(ir::Kernel& k, PassContext& ctx);
 void partition_loops(ir::Kernel& k, PassContext& ctx);
 void lower_tile_ops(ir::Kernel& k, PassContext& ctx);

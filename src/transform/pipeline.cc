@@ -24,6 +24,7 @@ const Step kPipeline[] = {
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},
     {"resolve_views", resolve_views},
+    {"apply_safe_values", apply_safe_values},
     {"scope_thread_guards", scope_thread_guards},
     {"infer_layout", infer_layout},
     {"lower_fragments", lower_fragments},

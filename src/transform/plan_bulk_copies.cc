@@ -125,6 +125,7 @@ struct Planner {
     const Buffer& sb = dst.buffer;
     const Buffer& gb = src.buffer;
     if (k.global_layouts.count(gb.get())) return {};  // a T.Layout's order is not a box
+    if (ctx.safe_values.count(gb.get())) return {};   // the engine fills 0, not T.annotate_safe_value's
     // Given strides (T.StridedTensor) are not proven to fit a tensor map; 4-bit elements are packed.
     if (!gb->strides.empty() || gb->dtype.is_packed()) return {};
     if (gb->view_of || sb->view_of) return {};        // resolve_views makes it element loops

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/hash.h"
+#include "ir/host_checks.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 
@@ -63,6 +64,35 @@ TEST(IrPrinter, ParenthesesFollowPrecedence) {
   EXPECT_EQ(to_string(make_not(a < b && b < d)), "not (a < b and b < d)");
   EXPECT_EQ(to_string(make_call("exp2", {make_float(0.5)}, DataType::f32())), "exp2(0.5)");
   EXPECT_EQ(to_string(make_binary(BinaryOp::Max, a, c(-1))), "max(a, -1)");
+}
+
+TEST(IrPrinter, SpacedTextQuotesAConditionAsWritten) {
+  Expr n = make_var("N"), m = make_var("M");
+  EXPECT_EQ(to_spaced_string(make_binary(BinaryOp::EQ, floormod(n, c(4)), c(0))), "N % 4 == 0");
+  EXPECT_EQ(to_spaced_string((n + m) * c(2) < c(100)), "(N + M) * 2 < 100");
+}
+
+TEST(HostChecks, TopLevelAssumptionsOverSizesOnly) {
+  Expr n = make_var("N"), i = make_var("i");
+  Buffer A = make_buffer("A", Scope::Global, DataType::f32(), {n});
+  auto assume = [](Expr cond) { return make_evaluate(make_call("assume", {cond}, DataType::i32())); };
+  Stmt top = assume(make_binary(BinaryOp::EQ, floormod(n, c(4)), c(0)));
+  Stmt reads = assume(make_float(0.0) < make_load(A, {c(0)}));                    // reads memory: a hint
+  Stmt nested = make_for(i, c(0), c(4), ForKind::Serial, assume(c(8) < n));       // in a loop: a hint
+  Kernel k;
+  k.name = "k";
+  k.params = {{A, {}}};
+  k.dynamic_vars = {n};
+  k.grid = {c(1)};
+  k.block_vars = {make_var("bx")};
+  k.thread_var = make_var("tx");
+  k.body = make_seq({top, reads, nested});
+  std::vector<HostCheck> checks = host_checks(k);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_EQ(checks[0].text, "N % 4 == 0");
+  EXPECT_EQ(failed_assumption(checks, {{n.get(), 8}}, "k"), "");
+  EXPECT_EQ(failed_assumption(checks, {{n.get(), 6}}, "k"),
+            "k: Assume: N % 4 == 0 does not hold for this call (N = 6): T.assume states a fact the kernel relies on");
 }
 
 TEST(IrPrinter, StatementsAndVectorAccess) {

@@ -99,6 +99,7 @@ const Stage kStages[] = {
     {"plan_bulk_copies", transform::plan_bulk_copies},
     {"expand_tile_ops", transform::expand_tile_ops},
     {"resolve_views", transform::resolve_views},
+    {"apply_safe_values", transform::apply_safe_values},
     {"scope_thread_guards", transform::scope_thread_guards},
     {"infer_layout", transform::infer_layout},
     {"lower_fragments", transform::lower_fragments},

@@ -86,3 +86,26 @@ def packed_scatter_program(n_rows, dtype="float4_e2m1fn"):
 def e2m1_values(codes: torch.Tensor) -> torch.Tensor:
     """The float value of each 4-bit code."""
     return E2M1[codes.long()]
+
+
+def eager_strided_const_program(dynamic_rows=False, block=32):
+    """An eager @tegula.jit function whose T.StridedTensor parameter takes its shape and its
+    strides from T.const (the row count T.dynamic with dynamic_rows): B = A + 1, B a fresh
+    contiguous output (TileLang's test_jit2_return, copy5 and copy6)."""
+    import tegula
+
+    @tegula.jit
+    def strided_plus_one(A):
+        if dynamic_rows:
+            N = T.dynamic("N")
+            M, N_, M_ = T.const("M, N_, M_")
+        else:
+            N, M, N_, M_ = T.const("N, M, N_, M_")
+        A: T.StridedTensor[[N, M], [N_, M_], T.float32]
+        B = T.empty(N, M, dtype=T.float32)
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+            for i, j in T.Parallel(block, block):
+                B[bx * block + i, by * block + j] = A[bx * block + i, by * block + j] + 1.0
+        return B
+
+    return strided_plus_one

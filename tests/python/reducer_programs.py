@@ -138,3 +138,35 @@ def online_softmax_program(n, block, threads=128):
                 O[1] = total[0]
 
     return online
+
+
+def first_form_program(rows=4, K=256, threads=128, fill=None, op="sum", dtype="float32"):
+    """TileLang's first reducer form: B = A @ A2.T, each element a T.Parallel(K) sum added
+    to with `acc[i, j] += ...`, cleared (or filled with `fill`) first and finalized in
+    place, then acc copied out as an ordinary local buffer. K ragged against threads
+    where the caller picks it so."""
+
+    @T.prim_func
+    def first_form(A: T.Tensor((rows, K), dtype), A2: T.Tensor((rows, K), dtype),
+                   B: T.Tensor((rows, rows), dtype)):
+        with T.Kernel(1, threads=threads):
+            src = T.alloc_fragment((rows, K), dtype)
+            src2 = T.alloc_fragment((rows, K), dtype)
+            T.copy(A, src)
+            T.copy(A2, src2)
+            acc = T.alloc_reducer((rows, rows), dtype, op=op, replication="all")
+            if fill is None:
+                T.clear(acc)
+            else:
+                T.fill(acc, fill)
+            for i in T.serial(rows):
+                for j in T.serial(rows):
+                    for k in T.Parallel(K):
+                        if op == "sum":
+                            acc[i, j] += src[i, k] * src2[j, k]
+                        else:
+                            acc[i, j] ^= src[i, k] * src2[j, k]
+            T.finalize_reducer(acc)
+            T.copy(acc, B)
+
+    return first_form

@@ -12,6 +12,10 @@
 
 #define TEGULA_DEVICE __device__ __forceinline__
 #define TEGULA_HOST_DEVICE __host__ __device__ __forceinline__
+// A function every call site calls instead of inlining: one a kernel may reach from
+// hundreds of sites after unrolling (a T.rng_* draw in a T.Parallel loop of 128 slots a
+// thread), where inlining each copy makes NVVM and ptxas take minutes.
+#define TEGULA_DEVICE_OUTLINED __device__ __noinline__
 
 // The architecture the current pass compiles for. nvcc also runs a host pass over
 // kernel bodies (it parses them, never emits them); there everything must be declared,

@@ -6,6 +6,11 @@
 //
 // The stream: draw k after init(seed, seq, off) is word (off + k) % 4 of
 // philox10(counter = seq * 2^64 + (off + k) / 4, key = seed).
+//
+// The draws are calls, not inlined: a T.Parallel loop's slots are unrolled, so a thread
+// of 128 slots drawing normals in five loops reaches them from 640 sites, and inlining
+// the Philox rounds and Box-Muller into each took NVRTC 75 to 130 s (2.6 s outlined). The
+// state lives in local memory either way (out[pos] is indexed at run time).
 #pragma once
 
 #include "tegula/config.h"
@@ -30,7 +35,7 @@ struct Philox {
   }
 
   // curand(): the next 32 random bits.
-  TEGULA_DEVICE unsigned next() {
+  TEGULA_DEVICE_OUTLINED unsigned next() {
     unsigned r = out[pos];
     if (++pos == 4) {
       add(1);
@@ -44,7 +49,7 @@ struct Philox {
   TEGULA_DEVICE double uniform_double() { return next() * 2.3283064365386963e-10 + 2.3283064365386963e-10 / 2.0; }
   // Standard normal by Box-Muller, two draws giving two values, the second kept for the
   // next call: curand_normal (float, __sincosf) and curand_normal_double (four draws).
-  TEGULA_DEVICE float normal() {
+  TEGULA_DEVICE_OUTLINED float normal() {
     if (has_extra) {
       has_extra = false;
       return extra;
@@ -58,7 +63,7 @@ struct Philox {
     has_extra = true;
     return sn * s;
   }
-  TEGULA_DEVICE double normal_double() {
+  TEGULA_DEVICE_OUTLINED double normal_double() {
     if (has_extra_double) {
       has_extra_double = false;
       return extra_double;
@@ -83,7 +88,7 @@ struct Philox {
     ctr[0] = uint32_t(lo), ctr[1] = uint32_t(lo >> 32);
     if (carry && ++ctr[2] == 0) ++ctr[3];
   }
-  TEGULA_DEVICE void refill() {
+  TEGULA_DEVICE_OUTLINED void refill() {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
 #pragma unroll
     for (int round = 0; round < 10; ++round) {

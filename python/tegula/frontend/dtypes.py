@@ -40,6 +40,12 @@ PACKED_TYPES = frozenset({"int4", "uint4", "float4_e2m1fn"})
 PACKED_STORAGE = frozenset({"int8", "uint8", "float4_e2m1fn_x2"})
 INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "int4", "uint4"})
 
+# The largest finite value of each floating type: a constant past it is refused where
+# TileLang (TVM) refuses it.
+FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+             "float64": 1.7976931348623157e308, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0,
+             "float8_e8m0fnu": 1.7014118346046923e38, "float4_e2m1fn": 6.0}
+
 # canonical name -> torch attribute: a 4-bit type's is the bytes that hold two elements
 # (TileLang's choice; torch.float4_e2m1fn_x2 where this torch has it).
 _TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}
@@ -52,10 +58,16 @@ _VALUE_HOOKS: tuple = ()
 
 
 class DType(str):
-    """A dtype that is also its canonical name (so it works anywhere a string does) and,
-    called on a value, a cast: `T.float32(x)` (TileLang/TVM behaviour)."""
+    """A dtype that is also its name (so it works anywhere a string does) and, called on a
+    value, a cast: `T.float32(x)` (TileLang/TVM behaviour). The name is the canonical one,
+    but for TileLang's own spellings of one type (T.float8_e4m3, the same CUDA type as
+    T.float8_e4m3fn), which keep theirs; `.name` is always the canonical one."""
 
     __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return normalize_value_dtype(str(self))
 
     def __call__(self, value=None, *rest):
         cast_value, unbound_var = _VALUE_HOOKS  # set by values.py, which imports this module
@@ -63,19 +75,22 @@ class DType(str):
             raise TypeError(f"T.{self}(...) takes one value; vector values such as T.bfloat16x2(a, b) "
                             "are not in Tegula")
         # TileLang: with no value, a fresh variable of this type (TVM's T.int32()).
-        return unbound_var(str(self)) if value is None else cast_value(value, str(self))
+        return unbound_var(self.name) if value is None else cast_value(value, self.name)
 
     def as_torch(self):
-        """The torch dtype: `T.float16.as_torch()` is torch.float16 (TileLang's name)."""
-        return to_torch(str(self))
+        """The torch dtype: `T.float16.as_torch()` is torch.float16 (TileLang's name); a 4-bit
+        type's is the bytes of two (T.float4_e2m1fn and T.float4_e2m1fnx2: torch.float4_e2m1fn_x2)."""
+        if str(self) == "float4_e2m1fnx2":
+            return to_torch("float4_e2m1fn")
+        return to_torch(self.name)
 
     @property
     def bits(self) -> int:
-        return 4 if str(self) in PACKED_TYPES else value_bits(str(self))
+        return 4 if self.name in PACKED_TYPES else value_bits(self.name)
 
     @property
     def itemsize(self) -> int:
-        return value_bits(str(self)) // 8
+        return value_bits(self.name) // 8
 
     bytes = itemsize
 
@@ -85,7 +100,7 @@ class DType(str):
         return vec[1] if vec else 1
 
     def is_float(self) -> bool:
-        return str(self) in FLOAT_TYPES
+        return self.name in FLOAT_TYPES
 
     is_floating_point = is_float
 

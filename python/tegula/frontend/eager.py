@@ -24,7 +24,7 @@ import inspect
 import numbers
 
 from ..language import eager_ops
-from ..language.types import Tensor, TensorSpec
+from ..language.types import StridedTensor, Tensor, TensorSpec, strided_spec
 from .builder import Builder, active
 from .dtypes import PACKED_STORAGE, DType, is_dtype, is_packed, normalize_dtype, to_torch
 from .errors import ArgError, TegulaCompileError
@@ -272,7 +272,7 @@ class _Session:
             value, spec = PrimExpr.var(name, DType(dtype)), DType(dtype)
         else:
             spec = self._tensor_spec(parser, name, dims, elements, dtype, node)
-            spec.strides = strides
+            spec.strides = self._strides(parser, name, spec, strides, node)
             value = parser.param_buffer(name, spec)
             parser.builder.unique_name(name)
         parser.restore_loc(previous)
@@ -288,16 +288,20 @@ class _Session:
         else:
             callee = {ast.Subscript: "value", ast.Call: "func"}.get(type(node))
             callee = getattr(node, callee) if callee else None
-            if callee is not None and any(parser.eval(callee) is t for t in (Tensor, TensorSpec)):
-                shape_node, dtype_node = self._tensor_parts(parser, node)
+            callee = parser.eval(callee) if callee is not None else None
+            if any(callee is t for t in (Tensor, TensorSpec, StridedTensor)):
+                strided = callee is StridedTensor
+                shape_node, strides_node, dtype_node = self._tensor_parts(parser, node, strided)
                 shape = parser.eval(shape_node)
                 dtype = parser.eval(dtype_node) if dtype_node is not None else "float32"
                 dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
                 elements = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
                 if len(elements) != len(dims) or any(isinstance(e, ast.Starred) for e in elements):
                     elements = None
+                strides = () if strides_node is None else parser.eval(strides_node)
+                strides = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
                 try:
-                    return "tensor", dims, elements, normalize_dtype(dtype), ()
+                    return "tensor", dims, elements, normalize_dtype(dtype), strides
                 except ValueError as err:
                     raise parser.error(dtype_node or node, f"T.Tensor: {err}") from None
             value = parser.eval(node)
@@ -310,21 +314,45 @@ class _Session:
                            f"got {value!r}")
 
     @staticmethod
-    def _tensor_parts(parser, node):
+    def _tensor_parts(parser, node, strided: bool = False):
+        """The (shape, strides, dtype) nodes of a T.Tensor or (strided) T.StridedTensor
+        annotation; strides None for T.Tensor, dtype None where left out (float32)."""
+        names = ("shape", "strides", "dtype") if strided else ("shape", "dtype")
+        what = "T.StridedTensor" if strided else "T.Tensor"
         if isinstance(node, ast.Subscript):
             items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            if not 1 <= len(items) <= 2:
-                raise parser.error(node, "T.Tensor[shape, dtype] takes a shape and a dtype")
-            return items[0], (items[1] if len(items) == 2 else None)
-        keywords = {k.arg: k.value for k in node.keywords}
-        args = list(node.args) + [None] * 2
-        unknown = set(keywords) - {"shape", "dtype"}
-        if unknown or len(node.args) > 2 or any(isinstance(a, ast.Starred) for a in node.args):
-            raise parser.error(node, "T.Tensor(shape, dtype) takes a shape and a dtype")
-        shape, dtype = keywords.get("shape", args[0]), keywords.get("dtype", args[1])
-        if shape is None:
-            raise parser.error(node, "T.Tensor needs a shape")
-        return shape, dtype
+            if not len(names) - 1 <= len(items) <= len(names):
+                raise parser.error(node, f"{what}[{', '.join(names)}] takes a {', '.join(names)}")
+            parts = dict(zip(names, items))
+        else:
+            keywords = {k.arg: k.value for k in node.keywords}
+            unknown = set(keywords) - set(names)
+            if unknown or len(node.args) > len(names) or any(isinstance(a, ast.Starred) for a in node.args):
+                raise parser.error(node, f"{what}({', '.join(names)}) takes a {', '.join(names)}")
+            parts = {**dict(zip(names, node.args)), **keywords}
+        if parts.get("shape") is None or (strided and parts.get("strides") is None):
+            raise parser.error(node, f"{what} needs a {'shape and strides' if strided else 'shape'}")
+        return parts["shape"], parts.get("strides"), parts.get("dtype")
+
+    def _strides(self, parser, name: str, spec: TensorSpec, strides: tuple, node) -> tuple:
+        """A T.StridedTensor's strides, its T.const ones bound from the argument's strides
+        (in elements); () for a T.Tensor."""
+        if not strides:
+            return ()
+        argument = self.arguments.get(name)
+        actual = tuple(argument.stride()) if callable(getattr(argument, "stride", None)) else None
+        resolved = []
+        for index, stride in enumerate(strides):
+            if isinstance(stride, _Pending) and stride.value is None:
+                if actual is None or index >= len(actual):
+                    raise _error(self.source, node, f"T.const '{stride.name}' has no value: give {stride.name}=... "
+                                 f"to .compile() or a tensor for parameter '{name}'", EagerArgumentError)
+                self._bind_const(parser, stride, int(actual[index]), f"argument '{name}' stride {index}")
+            resolved.append(stride.value if isinstance(stride, _Pending) else stride)
+        try:
+            return strided_spec(spec.shape, tuple(resolved), spec.dtype).strides
+        except ValueError as err:
+            raise parser.error(node, f"parameter '{name}': {err}") from None
 
     def _label(self, element):
         """The T.const a dimension written as a plain name stands for, if any."""

@@ -41,15 +41,32 @@ class TegulaCompileError(Exception):
 # Shown as `tegula.TegulaCompileError`, where users import it from.
 TegulaCompileError.__module__ = "tegula"
 
+_KINDED: dict = {}
+
+
+def compile_error_class(kind: type | None) -> type:
+    """TegulaCompileError, or for `kind` (ValueError, AssertionError, ...) a subclass that
+    is also that Python exception: where TileLang raises a ValueError for a mistake, the
+    ported program's `except ValueError` still catches ours, which shows the user's line."""
+    if kind is None or issubclass(TegulaCompileError, kind):
+        return TegulaCompileError
+    cls = _KINDED.get(kind)
+    if cls is None:
+        cls = type("TegulaCompileError", (TegulaCompileError, kind), {"__module__": "tegula"})
+        _KINDED[kind] = cls
+    return cls
+
 
 class ArgError(Exception):
     """Raised by a `T.*` intrinsic about one of its arguments; the parser turns it into a
-    TegulaCompileError whose caret points at that argument in the call."""
+    TegulaCompileError whose caret points at that argument in the call. `kind`: the Python
+    exception type TileLang raises for the same mistake (the error is also one)."""
 
-    def __init__(self, arg: str | int | None, message: str, item: int | None = None):
+    def __init__(self, arg: str | int | None, message: str, item: int | None = None, kind: type | None = None):
         self.arg = arg  # parameter name, positional index, or None for the whole call
         self.message = message
         self.item = item  # the element of a tuple/list argument at fault, if one is
+        self.kind = kind
         super().__init__(message)
 
 
@@ -84,9 +101,9 @@ class SourceInfo:
             return self.raw_lines[rel]
         return linecache.getline(self.file, line) or None
 
-    def error_at(self, node, message: str) -> TegulaCompileError:
+    def error_at(self, node, message: str, kind: type | None = None) -> TegulaCompileError:
         line, col = self.position(node)
-        return TegulaCompileError(message, self.file, line, col, self.source_line(line))
+        return compile_error_class(kind)(message, self.file, line, col, self.source_line(line))
 
     def error_at_loc(self, file: str, line: int, col: int, message: str) -> TegulaCompileError:
         text = self.source_line(line) if file == self.file else (linecache.getline(file, line) or None)

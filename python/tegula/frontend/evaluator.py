@@ -17,7 +17,7 @@ import operator
 from ..env import native
 from .builder import argument_index, check_call
 from .errors import ArgError, SourceInfo, TegulaCompileError, from_native
-from .values import PrimExpr, VarBuffer, binop, ir
+from .values import DeclaredVar, PrimExpr, VarBuffer, binop, ir
 
 _MISSING = object()
 
@@ -100,8 +100,8 @@ class Evaluator:
         self._loc = loc
         self._ir.set_loc(*loc)
 
-    def error(self, node, message: str) -> TegulaCompileError:
-        return self.src.error_at(node, message)
+    def error(self, node, message: str, kind: type | None = None) -> TegulaCompileError:
+        return self.src.error_at(node, message, kind)
 
     def convert(self, node, err: Exception) -> TegulaCompileError:
         """Any exception raised at `node` as the user's compile error."""
@@ -110,7 +110,7 @@ class Evaluator:
         if isinstance(err, self._native_error):
             return from_native(err, self.src)
         if isinstance(err, ArgError):
-            return self.error(node, err.message)
+            return self.error(node, err.message, err.kind)
         binding = _binding_misuse(err)
         if binding is not None:
             return self.error(node, binding)
@@ -125,6 +125,8 @@ class Evaluator:
 
     def lookup(self, name: str, node):
         value = self.lookup_local(name)
+        if isinstance(value, DeclaredVar) and value.bound:
+            return value.var  # `x = T.int32()` that T.let bound: the variable
         if value is not _MISSING:
             return value
         for table in (self.closure, self.globals, builtins.__dict__):
@@ -307,7 +309,7 @@ class Evaluator:
             culprit = culprit.value
         if err.item is not None and isinstance(culprit, (ast.Tuple, ast.List)) and err.item < len(culprit.elts):
             culprit = culprit.elts[err.item]
-        return self.error(culprit, err.message)
+        return self.error(culprit, err.message, err.kind)
 
     @staticmethod
     def _argument_node(node: ast.Call, where):

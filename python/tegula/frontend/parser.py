@@ -17,13 +17,18 @@ import ast
 import inspect
 
 from ..language import reducers
-from ..language.builtins import AllocRequest, KernelSpec, LoopSpec, PersistentSpec, Pipelined
+from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
+from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
 from .builder import KernelFrame
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
-from .values import BufferValue, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
+from .values import BufferValue, DeclaredVar, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
 from .errors import ArgError, TegulaCompileError
+
+# The augmented assignments, as written: `acc[i] += v` updates a reducer (language/reducers.py).
+_AUG_OPERATORS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.BitOr: "|=", ast.BitAnd: "&=",
+                  ast.BitXor: "^=", ast.FloorDiv: "//=", ast.Mod: "%=", ast.LShift: "<<=", ast.RShift: ">>="}
 
 UNSUPPORTED_STMTS = {
     ast.While: "while loops are not supported in a kernel: use `for i in T.serial(n)` with an `if`",
@@ -161,7 +166,12 @@ class Parser(Evaluator):
 
     # ---- simple statements ----
     def _expr_stmt(self, stmt):
-        self.eval(stmt.value)  # tile ops emit themselves; other results (docstrings) are dropped
+        # Tile ops emit themselves; other results (docstrings) are dropped, but T.let's,
+        # which binds its variable for the rest of the block.
+        result = self.eval(stmt.value)
+        if isinstance(result, LetRequest):
+            return [(result.var, result.value)]
+        return None
 
     def _pass(self, stmt):
         return None
@@ -244,6 +254,9 @@ class Parser(Evaluator):
         if isinstance(target, ast.Subscript):
             base = self.eval_base(target.value)
             key = self.eval_index(target.slice)
+            if isinstance(base, reducers.ReducerBuffer) and not base.readable:
+                reducers.augmented_update(base, key, _AUG_OPERATORS.get(type(stmt.op), "an update"), rhs)
+                return None
             if isinstance(base, BufferValue):
                 return self._store(target, base, key, op(base[key], rhs))
             base[key] = op(base[key], rhs)
@@ -282,6 +295,10 @@ class Parser(Evaluator):
         if isinstance(value, AllocRequest):
             self._allocate(name, value)
             return []
+        if isinstance(value, DeclaredVar) and value.var is None:
+            value.name_as(self.builder.unique_name(name))  # `x = T.int32()`: T.let binds it later
+            self.bind(name, value)
+            return []
         if isinstance(value, PrimExpr) and value.reads:
             if not self.builder.blocks:
                 raise self.error(target, "buffers can only be read inside `with T.Kernel(...)`")
@@ -306,7 +323,7 @@ class Parser(Evaluator):
             self.builder.emit(store(buffer, [0], request.init))
 
     def _store(self, target, buffer: BufferValue, key, value) -> list:
-        if isinstance(buffer, reducers.ReducerBuffer):
+        if isinstance(buffer, reducers.ReducerBuffer) and not buffer.readable:
             raise self.error(target, f"illegal store to reducer '{buffer.name}': its elements hold each thread's "
                              "partial; add to it with T.reducer_update inside a T.Parallel loop")
         indices = list(key) if isinstance(key, tuple) else [key]
@@ -448,7 +465,7 @@ class Parser(Evaluator):
         except ArgError as err:
             if isinstance(stmt.iter, ast.Call):
                 raise self.arg_error(stmt.iter, Pipelined, err, len(stmt.iter.args)) from None
-            raise self.error(stmt.iter, err.message) from None
+            raise self.error(stmt.iter, err.message, err.kind) from None
         assert len(ordered) == len(block), "the traced statements are the loop body's"
         block[:] = ordered
         return num_stages
@@ -491,7 +508,7 @@ class Parser(Evaluator):
         try:
             reducers.check_finalized(self.builder)
         except ArgError as err:
-            raise self.error(stmt, err.message) from None
+            raise self.error(stmt, err.message, err.kind) from None
         body = self.builder.pop_optional()
         self.builder.finish_kernel(self.builder.kernel, body if body is not None else self._ir.seq([]))
         # Python values named inside the kernel stay visible to the rest of the function;

@@ -223,17 +223,41 @@ def cast_value(value, dtype: str):
 _UNBOUND_COUNT = [0]
 
 
-def unbound_var(dtype: str) -> "PrimExpr":
+class DeclaredVar:
+    """`x = T.int32()` in a kernel: a variable with no value until `T.let(x, value)` binds
+    it for the rest of the block. Once bound, the name reads as the variable (the
+    evaluator's lookup); before, any use of it is an error naming it."""
+
+    __slots__ = ("dtype", "var", "bound")
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.var: PrimExpr | None = None  # named by the parser after the name it is assigned to
+        self.bound = False
+
+    def name_as(self, name: str) -> None:
+        if self.var is None:
+            self.var = PrimExpr.var(name, self.dtype)
+
+    def _unbound(self, *args):
+        name = "it" if self.var is None else f"'{self.var}'"
+        raise TypeError(f"{name} is declared with T.{self.dtype}() and has no value yet: bind it with "
+                        f"T.let({'x' if self.var is None else self.var}, value) before using it")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unbound
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __lt__ = __le__ = __gt__ = __ge__ = _unbound
+    __neg__ = __bool__ = __index__ = __int__ = __float__ = refuse_as_value = _unbound
+    __hash__ = object.__hash__
+
+
+def unbound_var(dtype: str):
     """`T.int32()`: in TileLang (TVMScript) a fresh variable of that type. Outside a kernel
     Tegula gives the same, a symbolic size like `T.dynamic` (named v0, v1, ...). Inside one
-    TileLang binds it later with T.let, which Tegula does not have: an error says what to
-    write instead."""
+    a DeclaredVar, which `T.let(x, value)` binds for the rest of its block."""
     from .stack import STACK
 
     if STACK:
-        raise TypeError(f"T.{dtype}() without a value declares a variable that TileLang binds later "
-                        f"with T.let; Tegula binds a name when it is assigned: write `x = expr` or "
-                        f"`x: T.{dtype} = expr`")
+        return DeclaredVar(dtype)
     _UNBOUND_COUNT[0] += 1
     return PrimExpr.var(f"v{_UNBOUND_COUNT[0] - 1}", dtype, dynamic=True)
 
@@ -536,6 +560,9 @@ def store(buffer: BufferValue, indices: list, value):
         raise IndexError(f"buffer {buffer.name} has {buffer.ndim} dimension(s), got {len(indices)} indices")
     check_constant_bounds(buffer, indices)
     if not (isinstance(value, (PrimExpr, VarBuffer)) or is_number(value)):
+        refuse = getattr(value, "refuse_as_value", None)  # a value that says why it is none (a reducer's element)
+        if refuse is not None:
+            refuse()
         raise TypeError(f"cannot store {type(value).__name__} {value!r} into buffer {buffer.name}")
     expr = cast_value(value, buffer.dtype).expr
     return ir().store(buffer.buf, [to_expr(i, "int32") for i in indices], expr)

@@ -7,7 +7,8 @@
                 B[by, bx * 128 + i] = A[by, bx * 128 + i] + 1
 
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
-  builtins.py  math, casts, loops, T.Kernel, allocations
+  builtins.py  math, casts, loops, allocations
+  kernel.py    T.Kernel, T.get_thread_binding, T.launch_thread (TileLang's tilelang.language.kernel)
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
@@ -15,14 +16,15 @@
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
+  dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
 """
 from .. import layout
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
-from .builtins import (AllocRequest, Cast, Kernel, KernelSpec, LoopSpec, Parallel, Persistent, Pipelined, Select, abs, align_up,
-                       alloc_fragment, alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp,
-                       exp2, floordiv, floormod, get_block_binding, get_thread_binding, if_then_else, infinity, log, log2,
-                       max, max_value, min, min_value, parallel, rsqrt, serial, sigmoid, sin, sqrt, sync_threads, tanh, thread_binding,
-                       unroll)
+from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipelined, Select, abs, align_up, alloc_fragment,
+                       alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
+                       floormod, if_then_else, infinity, isfinite, isinf, isnan, let, log, log2, max, max_value, min, min_value, parallel, rsqrt, serial,
+                       sigmoid, sin, sqrt, sync_threads, tanh, unroll)
+from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
@@ -34,12 +36,12 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
-from . import fp8  # tilelang.language.fp8: determine_fp8_type
+from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .tileops import (annotate_compile_flags, annotate_layout, annotate_pass_configs, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
-                      reduce_abssum, reduce_max, reduce_min, reduce_sum, use_swizzle)
+from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
+                      reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
                     dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,
                     float32, float64, half, int4, int8, int16, int32, int64, symbolic, uint4, uint8, uint16, uint32, uint64)

@@ -12,10 +12,10 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import is_float, is_int, itemsize, normalize_dtype
+from ..frontend.dtypes import FLOAT_MAX, is_float, is_int, itemsize, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
-from ..frontend.values import PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
+from ..frontend.values import DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
 
 # ---- scalar math ----
 
@@ -58,6 +58,29 @@ def _unary_math(name: str, fold):
 
 
 exp, exp2, log, log2, sqrt, rsqrt, sin, cos, tanh, sigmoid = (_unary_math(n, f) for n, f in _UNARY_MATH.items())
+
+# name -> (Python fold, the answer for an integer or bool, which is always finite)
+_FLOAT_TESTS = {"isfinite": (math.isfinite, True), "isinf": (math.isinf, False), "isnan": (math.isnan, False)}
+
+
+def _float_test(name: str, fold, integer_answer: bool):
+    @intrinsic(f"T.{name}")
+    def op(x):
+        x = _scalar(x, f"T.{name}", "x")
+        if not isinstance(x, PrimExpr):
+            return fold(float(x))
+        if not is_float(x.expr.dtype):
+            return PrimExpr(ir().int_imm(int(integer_answer), "bool"))
+        if str(x.expr.dtype) not in ("float32", "float64"):  # CUDA's tests take float and double
+            x = cast_value(x, "float32")
+        return call(name, [x], "bool")
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"T.{name}(x): CUDA's {name} of a float (a bool); an integer is finite."
+    return op
+
+
+isfinite, isinf, isnan = (_float_test(n, f, a) for n, (f, a) in _FLOAT_TESTS.items())
 
 
 @intrinsic("T.abs")
@@ -163,6 +186,34 @@ def cast(value, dtype):
 def Cast(dtype, value):  # noqa: N802 - TileLang's name
     """TVM's T.Cast(dtype, value)."""
     return cast_value(_scalar(value, "T.Cast", "value"), dtype)
+
+
+# ---- T.let ----
+
+class LetRequest:
+    """What T.let returns to the parser: `var` is `value` for the rest of the block."""
+
+    def __init__(self, var: PrimExpr, value: PrimExpr):
+        self.var = var
+        self.value = value
+
+
+@intrinsic("T.let")
+def let(var, value):
+    """TVM's `x = T.int32()` then `T.let(x, value)`: x is `value` (cast to x's dtype) from
+    here to the end of the block, as `x = value` would make it."""
+    if not isinstance(var, DeclaredVar) or var.bound:
+        raise ArgError("var", f"T.let binds a variable declared in the kernel with no value (x = T.int32()) and not "
+                       f"bound yet, got {var!r}")
+    value = cast_value(_scalar(value, "T.let", "value"), var.dtype)
+    var.bound = True  # from here the name reads as the variable
+    if not value.reads:
+        # As `x = value` does: the name stands for the expression itself, whose ranges the
+        # passes then know (a let-bound variable's they would not).
+        var.var = value
+        return None
+    var.name_as(builder.current("T.let").unique_name("v"))
+    return LetRequest(var.var, value)
 
 
 # ---- loops ----
@@ -316,120 +367,6 @@ def parallel(start, stop=None, annotations=None):
     return _range("parallel", "T.parallel", start, stop, None)
 
 
-# ---- the kernel ----
-
-class KernelSpec:
-    """What T.Kernel returns to the parser: the grid extents, the threads per block and
-    the thread block cluster shape ((x, y, z), or None without clusters)."""
-
-    def __init__(self, grid: list, threads: int, cluster_dims: tuple | None = None):
-        self.grid = grid
-        self.threads = threads
-        self.cluster_dims = cluster_dims
-
-
-# Blocks per cluster that every sm_90 GPU can launch (the portable cluster size).
-MAX_CLUSTER_SIZE = 8
-
-
-def _cluster_dims(cluster_dims, grid: list, fn: str) -> tuple | None:
-    """cluster_dims as (x, y, z): an int n is (n, 1, 1), a shorter list is padded with 1s;
-    (1, 1, 1) is no cluster (None). Each must divide its grid extent where that is known."""
-    if cluster_dims is None:
-        return None
-    dims = list(cluster_dims) if isinstance(cluster_dims, (list, tuple)) else [cluster_dims]
-    if not 1 <= len(dims) <= 3:
-        raise ArgError("cluster_dims", f"{fn}: cluster_dims must be an int or 1 to 3 ints, got {cluster_dims!r}")
-    for index, d in enumerate(dims):
-        if isinstance(d, PrimExpr) and d.expr.const is not None and is_int(d.expr.dtype):
-            d = dims[index] = int(d.expr.const)
-        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0:
-            raise ArgError("cluster_dims", f"{fn}: cluster_dims must be positive constant ints, got {cluster_dims!r}",
-                           index if isinstance(cluster_dims, (list, tuple)) else None)
-    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    if dims == (1, 1, 1):
-        return None
-    if math.prod(dims) > MAX_CLUSTER_SIZE:
-        raise ArgError("cluster_dims", f"{fn}: a cluster holds at most {MAX_CLUSTER_SIZE} blocks (the portable "
-                       f"cluster size), got cluster_dims={dims} = {math.prod(dims)} blocks")
-    for axis, d in enumerate(dims):
-        extent = grid[axis] if axis < len(grid) else 1
-        if isinstance(extent, numbers.Integral) and extent % d:
-            raise ArgError("cluster_dims", f"{fn}: cluster_dims={dims} must divide the grid, but grid dimension "
-                           f"{axis} is {extent}, not a multiple of {d}")
-    return dims
-
-
-@intrinsic("T.Kernel")
-def Kernel(*blocks, threads=None, is_cpu=False, prelude=None, cluster_dims=None):  # noqa: N802 - TileLang's name
-    """`with T.Kernel(gx[, gy[, gz]], threads=n) as bx` (or `as (bx, by[, bz])`): a kernel
-    launched over a grid of 1 to 3 dimensions with n threads per block (1..1024, default
-    128); the names bound are the block indices. cluster_dims=(cx, cy, cz) (or an int, for
-    (cx, 1, 1)) launches the blocks in thread block clusters of that shape (sm_90+; see
-    T.ClusterKernel)."""
-    return kernel_spec("T.Kernel", blocks, threads, is_cpu, prelude, cluster_dims)
-
-
-def kernel_spec(fn: str, blocks: tuple, threads, is_cpu, prelude, cluster_dims) -> KernelSpec:
-    """T.Kernel's and T.ClusterKernel's arguments checked; `fn` names the call in errors."""
-    if not 1 <= len(blocks) <= 3:
-        raise ArgError(None, f"{fn} takes 1 to 3 grid dimensions, got {len(blocks)}")
-    grid = [_extent(b, fn, i) for i, b in enumerate(blocks)]
-    for index, extent in enumerate(grid):
-        if isinstance(extent, numbers.Integral) and extent <= 0:
-            raise ArgError(index, f"{fn}: grid extents must be positive, got {extent} in grid dimension {index}")
-    if threads is None:
-        threads = 128  # TileLang's default
-    if isinstance(threads, (list, tuple)):
-        if len(threads) != 1:
-            raise ArgError("threads", f"{fn}: threads must be an int or a list of one int "
-                           f"(multi-dimensional thread blocks are not supported), got {threads!r}")
-        threads = threads[0]
-    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= 1024:
-        raise ArgError("threads", f"{fn}: threads must be an int in 1..1024, got {threads!r}")
-    if is_cpu:
-        raise ArgError("is_cpu", f"{fn}: CPU kernels are not supported by Tegula")
-    if prelude is not None:
-        raise ArgError("prelude", f"{fn}: prelude source is not supported by Tegula")
-    return KernelSpec(grid, int(threads), _cluster_dims(cluster_dims, grid, fn))
-
-
-@intrinsic("T.get_thread_binding")
-def get_thread_binding(dim=0):
-    """The thread index in the block (thread blocks are one-dimensional: dim 0)."""
-    frame = builder.current("T.get_thread_binding").require_kernel("T.get_thread_binding")
-    if dim != 0:
-        raise ArgError("dim", "T.get_thread_binding: thread blocks are one-dimensional; dim must be 0")
-    return frame.thread_var
-
-
-@intrinsic("T.thread_binding")
-def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
-    """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread index
-    over the whole block (as T.get_thread_binding()); `T.thread_binding(threads, ...)` is the
-    same with start 0."""
-    fn = "T.thread_binding"
-    frame = builder.current(fn).require_kernel(fn)
-    if stop is None:
-        start, stop = 0, start
-    if thread != "threadIdx.x":
-        raise ArgError("thread", f"{fn}: thread blocks are one-dimensional; thread must be 'threadIdx.x', "
-                       f"got {thread!r}")
-    if start != 0 or stop != frame.threads:
-        raise ArgError("stop", f"{fn}: binds the whole block's threads, [0, {frame.threads}); got [{start}, {stop}) "
-                       f"(a range of threads is an `if` on T.get_thread_binding())")
-    return frame.thread_var
-
-
-@intrinsic("T.get_block_binding")
-def get_block_binding(dim=0):
-    """The block index along grid dimension `dim`."""
-    frame = builder.current("T.get_block_binding").require_kernel("T.get_block_binding")
-    if not isinstance(dim, int) or not 0 <= dim < len(frame.block_vars):
-        raise ArgError("dim", f"T.get_block_binding: dim must be in 0..{len(frame.block_vars) - 1}")
-    return frame.block_vars[dim]
-
-
 def _barrier_int(value, arg: str):
     if isinstance(value, PrimExpr) and value.expr.const is not None and is_int(value.expr.dtype):
         value = int(value.expr.const)
@@ -541,4 +478,12 @@ def alloc_global(shape, dtype, scope="global"):
 def alloc_var(dtype, init=None, scope="local.var"):
     """A scalar variable of each thread, optionally initialised; assigning to its name
     stores into it."""
-    return AllocRequest("local", (1,), _dtype(dtype, "T.alloc_var"), init=init, is_var=True)
+    dtype = _dtype(dtype, "T.alloc_var")
+    if isinstance(init, numbers.Real) and not isinstance(init, bool) and dtype in FLOAT_MAX:
+        limit = FLOAT_MAX[dtype]
+        if math.isfinite(init) and abs(init) > limit:  # TVM's check of a literal
+            side = "maximum" if init > 0 else "minimum"
+            raise ArgError("init", f"T.alloc_var: the initial value {init!r} exceeds {side} of {dtype} "
+                           f"({'' if init > 0 else '-'}{limit!r}); write T.infinity({dtype}) for an infinite one",
+                           kind=ValueError)
+    return AllocRequest("local", (1,), dtype, init=init, is_var=True)

@@ -18,7 +18,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import call, ir
-from .builtins import kernel_spec
+from .kernel import kernel_spec
 
 
 @intrinsic("T.ClusterKernel")

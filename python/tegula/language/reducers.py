@@ -13,6 +13,18 @@ one copy of its iteration, however many threads the loop's layout gives it
 (ops/reducer.cc). The buffer holds partials until then: reading, storing into or clearing
 it is an error at the line, as are an update outside a T.Parallel loop, an update before
 the init, a second init and a missing finalize.
+
+TileLang's first form is taken too, with its literal meaning:
+
+    acc = T.alloc_reducer((M,), "float32", replication="all")
+    T.clear(acc)                                       # starts at 0 (T.fill(acc, v): at v, once)
+    for i, k in T.Parallel(M, K):
+        acc[i] += a[i, k]                              # the op's operator: += |= &= ^=
+    T.finalize_reducer(acc)                            # in place: every thread holds the result
+    T.copy(acc, out)                                   # acc is then an ordinary local buffer
+
+T.finalize_reducer(acc) without a result combines in place in either form. The two forms do
+not mix: T.reducer_update on a cleared reducer, or `+=` on an initialised one, is an error.
 """
 from __future__ import annotations
 
@@ -42,16 +54,25 @@ class ReducerElement:
         raise ArgError(None, f"illegal read of reducer '{self.buffer.name}': its elements hold each thread's "
                              f"partial until T.finalize_reducer; read the finalized result instead")
 
+    refuse_as_value = _misuse  # `B[0] = acc[0]` (values.store)
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _misuse
     __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __float__ = __int__ = _misuse
 
 
 class ReducerBuffer(BufferValue):
-    """A T.alloc_reducer buffer: local storage and its lifecycle state."""
+    """A T.alloc_reducer buffer: local storage and its lifecycle state: "new", "open" (by
+    T.reducer_init), "cleared" (by T.clear / T.fill: the first form), "final" (finalized
+    into a result) or "combined" (finalized in place: an ordinary local buffer again)."""
 
     __slots__ = ("op", "state", "seed", "init_blocks")
 
+    @property
+    def readable(self) -> bool:
+        return self.state == "combined"
+
     def __getitem__(self, key):
+        if self.readable:
+            return BufferValue.__getitem__(self, key)
         key = key if isinstance(key, tuple) else (key,)
         if len(key) != self.ndim or any(isinstance(k, slice) for k in key):
             raise ArgError(None, f"reducer '{self.name}' is indexed by one element, {self.ndim} indices")
@@ -71,7 +92,7 @@ def alloc_reducer(shape, dtype, op="sum", replication=None):
     if op not in OPS:
         raise ArgError("op", f"T.alloc_reducer: op must be one of {', '.join(OPS)}, got {op!r}")
     if op.startswith("bit") and not is_int(dtype):
-        raise ArgError("op", f"T.alloc_reducer: op={op!r} needs an integer dtype, got {dtype}")
+        raise ArgError("op", f"T.alloc_reducer: op={op!r} needs an integer dtype, got {dtype}", kind=AssertionError)
     size = math.prod(shape) * itemsize(dtype)
     if size > LOCAL_BYTES_LIMIT:
         raise ArgError("shape", f"T.alloc_reducer: every thread keeps a partial of each element: shape {shape} of "
@@ -97,22 +118,41 @@ def reducer_init(reducer, value=None):
     """Opens the reducer: every partial set to the op's identity; `value` (evaluated here)
     is combined into the result once, at T.finalize_reducer."""
     acc = _reducer(reducer, "T.reducer_init", "reducer")
-    if acc.state == "open":
-        raise ArgError(None, f"double T.reducer_init of reducer '{acc.name}' (it is open: finalize it first)")
+    if acc.state in ("open", "cleared"):
+        raise ArgError(None, f"double T.reducer_init of reducer '{acc.name}' (it is open: finalize it first)"
+                       if acc.state == "open" else f"T.reducer_init of reducer '{acc.name}', which T.clear opened "
+                       "(TileLang's first form): finalize it first")
     if value is not None:
         if isinstance(value, PrimExpr) and str(value.expr.dtype) != str(acc.dtype):
             raise ArgError("value", f"T.reducer_init: the starting value's dtype {value.expr.dtype} does not match "
                            f"reducer '{acc.name}' ({acc.dtype}); cast it")
         if not (isinstance(value, PrimExpr) or is_number(value)):
             raise ArgError("value", f"T.reducer_init: the starting value must be a scalar, got {value!r}")
-    b = builder.current("T.reducer_init")
     identity = _identity(acc.op, str(acc.dtype))
+    _open(acc, "T.reducer_init", identity, identity if value is None else cast_value(value, acc.dtype), "open")
+
+
+def _open(acc: ReducerBuffer, fn: str, partial: PrimExpr, seed: PrimExpr, state: str) -> None:
+    """Every thread's partials set to `partial`, the seed to `seed`."""
+    b = builder.current(fn)
     for idx in _elements(acc):
-        b.emit(ir().store(acc.buf, [to_expr(i, "int32") for i in idx], identity.expr))
-    seed = identity if value is None else cast_value(value, acc.dtype)
+        b.emit(ir().store(acc.buf, [to_expr(i, "int32") for i in idx], partial.expr))
     b.emit(ir().store(acc.seed.buf, [to_expr(0, "int32")], seed.expr))
-    acc.state = "open"
+    acc.state = state
     acc.init_blocks = [id(block) for block in b.blocks]  # where T.finalize_reducer must be
+
+
+def clear_reducer(acc: ReducerBuffer, value, fn: str) -> None:
+    """T.clear(acc) / T.fill(acc, value) on a reducer that is not open: TileLang's first
+    form. The reducer starts at `value`: it is combined once, at T.finalize_reducer, as
+    T.reducer_init(acc, value) does (not once per thread holding a copy)."""
+    if acc.state in ("open", "cleared"):
+        how = "T.reducer_init" if acc.state == "open" else "T.clear"
+        raise ArgError(0, f"{fn}: illegal use of reducer '{acc.name}': {how} opened it and it holds each thread's "
+                       "partial until T.finalize_reducer")
+    if not (isinstance(value, PrimExpr) or is_number(value)):
+        raise ArgError("value", f"{fn}: the value must be a scalar, got {value!r}")
+    _open(acc, fn, _identity(acc.op, str(acc.dtype)), cast_value(value, acc.dtype), "cleared")
 
 
 def _identity(op: str, dtype: str) -> PrimExpr:
@@ -135,15 +175,46 @@ def reducer_update(element, value):
         raise ArgError(0, f"T.reducer_update: the first argument must be an element of a T.alloc_reducer buffer "
                        f"(acc[i]), got {type(element).__name__} {element!r}")
     acc = element.buffer
+    if acc.state == "cleared":
+        raise ArgError(0, f"T.reducer_update: illegal mix of forms on reducer '{acc.name}': T.clear opened it "
+                       f"(TileLang's first form, updated with acc[i] {_OPERATORS[acc.op]} v); T.reducer_update "
+                       "adds to a reducer T.reducer_init opened")
     if acc.state != "open":
         raise ArgError(0, f"T.reducer_update of reducer '{acc.name}' before T.reducer_init")
-    b = builder.current("T.reducer_update")
+    _update(acc, element.indices, value, "T.reducer_update")
+
+
+# The operator TileLang's first form updates a reducer with: `acc[i] += v` for a sum.
+_OPERATORS = {"sum": "+=", "bitor": "|=", "bitand": "&=", "bitxor": "^=", "max": "= T.max(acc[i], v) (not "
+              "supported: use T.reducer_init and T.reducer_update)", "min": "= T.min(acc[i], v) (not supported: "
+              "use T.reducer_init and T.reducer_update)"}
+
+
+def augmented_update(acc: ReducerBuffer, key, operator: str, value) -> None:
+    """`acc[i] += v` (the parser's augmented assignment to a reducer's element)."""
+    indices = list(key) if isinstance(key, tuple) else [key]
+    if len(indices) != acc.ndim or any(isinstance(k, slice) for k in indices):
+        raise ArgError(None, f"reducer '{acc.name}' is indexed by one element, {acc.ndim} indices")
+    if acc.state == "open":
+        raise ArgError(None, f"illegal store to reducer '{acc.name}' ({operator}): T.reducer_init opened it; "
+                       f"add to it with T.reducer_update(acc[i], v)")
+    if acc.state != "cleared":
+        raise ArgError(None, f"illegal store to reducer '{acc.name}' ({operator}) before T.clear(acc) (or "
+                       "T.reducer_init and T.reducer_update)")
+    if _OPERATORS[acc.op] != operator:
+        raise ArgError(None, f"reducer '{acc.name}' combines with op={acc.op!r}: update it with acc[i] "
+                       f"{_OPERATORS[acc.op]}, got {operator}")
+    _update(acc, indices, value, f"the update {operator} of reducer '{acc.name}'")
+
+
+def _update(acc: ReducerBuffer, indices: list, value, what: str) -> None:
+    b = builder.current(what)
     if not getattr(b, "parallel", 0):
-        raise ArgError(None, f"T.reducer_update of reducer '{acc.name}' outside any T.Parallel loop: every thread "
+        raise ArgError(None, f"{what} of reducer '{acc.name}' outside any T.Parallel loop: every thread "
                        "would add the same contribution; update inside a T.Parallel loop")
     if not (isinstance(value, PrimExpr) or is_number(value)):
-        raise ArgError("value", f"T.reducer_update: the value must be a scalar, got {value!r}")
-    target = ir().load(acc.buf, [to_expr(i, "int32") for i in element.indices])
+        raise ArgError("value", f"{what}: the value must be a scalar, got {value!r}")
+    target = ir().load(acc.buf, [to_expr(i, "int32") for i in indices])
     v = cast_value(value, acc.dtype).expr
     b.emit(ir().evaluate(ir().call("reducer_update", [target, v, to_expr(OPS[acc.op], "int32")], str(acc.dtype))))
 
@@ -151,12 +222,16 @@ def reducer_update(element, value):
 @intrinsic("T.finalize_reducer")
 def finalize_reducer(reducer, result=None):
     """Combines the partials of the whole block and the init's value into `result` (a
-    fragment, shared or local buffer of the reducer's shape); closes the reducer."""
+    fragment, shared or local buffer of the reducer's shape); closes the reducer. Without
+    a result, in place: every thread then holds the whole result in `reducer`, an ordinary
+    local buffer from there on (TileLang's first form)."""
     acc = _reducer(reducer, "T.finalize_reducer", "reducer")
-    if acc.state != "open":
+    if acc.state not in ("open", "cleared"):
         raise ArgError("reducer", f"T.finalize_reducer of reducer '{acc.name}' "
-                       + ("twice" if acc.state == "final" else "before T.reducer_init"))
-    if not isinstance(result, BufferValue) or isinstance(result, ReducerBuffer):
+                       + ("twice" if acc.state in ("final", "combined") else "before T.reducer_init (or T.clear)"))
+    if result is None:
+        result = acc
+    elif not isinstance(result, BufferValue) or isinstance(result, ReducerBuffer):
         raise ArgError("result", f"T.finalize_reducer: result must be a buffer of shape {list(acc.shape)}, got "
                        f"{type(result).__name__} {result!r}")
     if tuple(result.shape) != tuple(acc.shape):
@@ -175,7 +250,7 @@ def finalize_reducer(reducer, result=None):
     stmt = ir().tile_op("finalize_reducer", [acc.full_region().native(), acc.seed.full_region().native(),
                                              result.full_region().native()], [], {"op": acc.op})
     b.emit(stmt)
-    acc.state = "final"
+    acc.state = "combined" if result is acc else "final"
 
 
 def allocate(parser_builder, name: str, request: ReducerRequest) -> ReducerBuffer:
@@ -190,6 +265,6 @@ def allocate(parser_builder, name: str, request: ReducerRequest) -> ReducerBuffe
 def check_finalized(parser_builder) -> None:
     """At the end of a kernel: every opened reducer was finalized."""
     for acc in parser_builder.reducers:
-        if acc.state == "open":
+        if acc.state in ("open", "cleared"):
             raise ArgError(None, f"reducer '{acc.name}' is initialised but never finalized (T.finalize_reducer)")
     parser_builder.reducers.clear()

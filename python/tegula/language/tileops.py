@@ -15,7 +15,7 @@ from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, VarBuffer, call, cast_value, ir,
                                is_number, region_of, store, to_expr)
-from .reducers import ReducerBuffer
+from .reducers import ReducerBuffer, clear_reducer
 from .types import GemmWarpPolicy
 
 
@@ -38,9 +38,14 @@ def _region(value, fn: str, arg: str):
 
 
 def _not_reducer(buffer, fn: str, arg: str) -> None:
-    if isinstance(buffer, ReducerBuffer):
+    if isinstance(buffer, ReducerBuffer) and not buffer.readable:
         raise ArgError(arg, f"{fn}: illegal use of reducer '{buffer.name}': it holds each thread's partial until "
                        f"T.finalize_reducer (T.reducer_init opens it, T.reducer_update adds to it)")
+
+
+def _opens_reducer(value) -> bool:
+    """T.clear / T.fill of a whole reducer: TileLang's first form opens it."""
+    return isinstance(value, ReducerBuffer)
 
 
 def _scalar_for(value, buffer: BufferValue, fn: str, arg: str):
@@ -66,12 +71,17 @@ def _buffer_of(value, fn: str, arg: str) -> BufferValue:
 
 
 @intrinsic("T.copy")
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, annotations=None):
     """Copies region `src` to region `dst` (same extents, dimensions of 1 aside), between any
     of global, shared, fragment and local memory, converting the dtype; accesses past a
     global tensor's edge are masked."""
-    # coalesced_width, disable_tma and eviction_policy are TileLang hints; Tegula's copy
-    # lowering picks vector width and engine itself, so they are accepted and ignored.
+    # coalesced_width, disable_tma, eviction_policy and the annotations (such as
+    # {"prefer_instruction": "tma"}) are TileLang hints; Tegula's copy lowering picks vector
+    # width and engine itself (the bulk copy engine wherever it can), so they are accepted
+    # and ignored.
+    if annotations is not None and not isinstance(annotations, dict):
+        raise ArgError("annotations", f"T.copy: annotations must be a dict of hints such as "
+                       f"{{'prefer_instruction': 'tma'}}, got {_describe(annotations)}")
     regions = [_region(src, "T.copy", "src"), _region(dst, "T.copy", "dst")]
     if "local" in (region_of(src).buffer.scope, region_of(dst).buffer.scope):
         _thread_copy(region_of(src), region_of(dst))
@@ -146,9 +156,38 @@ def _thread_copy(src: RegionValue, dst: RegionValue) -> None:
     builder.current(fn).emit(stmt)
 
 
+@intrinsic("T.transpose")
+def transpose(src, dst):
+    """dst[j, i] = src[i, j] for a 2-D region `src` and `dst` of the transposed extents
+    (shared, fragment or global; the dtype converted): a T.Parallel loop over dst."""
+    fn = "T.transpose"
+    s, d = (region_of(v) for v in (src, dst))
+    for arg, value, region in (("src", src, s), ("dst", dst, d)):
+        if region is None:
+            raise ArgError(arg, f"{fn}: '{arg}' must be a buffer or a buffer region, got {_describe(value)}")
+        _not_reducer(region.buffer, fn, arg)
+        if region.buffer.scope == "local":
+            raise ArgError(arg, f"{fn}: '{region.buffer.name}' is a local buffer, every thread's own: transpose "
+                           "shared or fragment tiles")
+        if len(region.extents) != 2 or not all(isinstance(e, numbers.Integral) for e in region.extents):
+            raise ArgError(arg, f"{fn}: '{arg}' must be a 2-D region of constant extents, got {region!r}")
+    if list(d.extents) != list(reversed(s.extents)):
+        raise ArgError("dst", f"{fn}: dst must have src's extents reversed, {tuple(reversed(s.extents))}; got "
+                       f"{tuple(d.extents)} for src {tuple(s.extents)}")
+    b = builder.current(fn)
+    i, j = (PrimExpr.var(b.unique_name(n)) for n in ("transpose_i", "transpose_j"))
+    stmt = store(d.buffer, [d.mins[0] + i, d.mins[1] + j], LoadValue(s.buffer, [s.mins[0] + j, s.mins[1] + i]))
+    for var, extent in ((j, d.extents[1]), (i, d.extents[0])):
+        stmt = ir().for_(var.expr, ir().int_imm(0, "int32"), ir().int_imm(extent, "int32"), "parallel", stmt)
+    b.emit(stmt)
+
+
 @intrinsic("T.fill")
 def fill(buffer, value):
-    """Sets every element of a region to `value`, converted to the buffer's dtype."""
+    """Sets every element of a region to `value`, converted to the buffer's dtype. On a
+    T.alloc_reducer, every thread's partials (TileLang's first form: language/reducers.py)."""
+    if _opens_reducer(buffer):
+        return clear_reducer(buffer, value, "T.fill")
     target = _buffer_of(buffer, "T.fill", "buffer")
     _emit("T.fill", "fill", [_region(buffer, "T.fill", "buffer")], [_scalar_for(value, target, "T.fill", "value")])
 
@@ -186,6 +225,8 @@ c2d_im2col = im2col  # TileLang's older name
 @intrinsic("T.clear")
 def clear(buffer):
     """T.fill(buffer, 0)."""
+    if _opens_reducer(buffer):
+        return clear_reducer(buffer, 0, "T.clear")
     target = _buffer_of(buffer, "T.clear", "buffer")
     _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
 
@@ -341,6 +382,39 @@ def annotate_layout(layout_map):
             variables, positions = layout.positions()
             args = variables + positions
         _emit("T.annotate_layout", "annotate_layout", [buffer.full_region().native()], args, {"layout": layout.kind})
+
+
+@intrinsic("T.annotate_min_blocks_per_sm")
+def annotate_min_blocks_per_sm(min_blocks):
+    """The kernel asks ptxas to fit `min_blocks` blocks on an SM at once (the second
+    argument of __launch_bounds__): registers are capped at 64K / (min_blocks * threads)
+    a thread."""
+    fn = "T.annotate_min_blocks_per_sm"
+    if isinstance(min_blocks, bool) or not isinstance(min_blocks, numbers.Integral) or not 1 <= min_blocks <= 32:
+        raise ArgError("min_blocks", f"{fn}: min_blocks must be an int in 1..32 (blocks on one SM), got "
+                       f"{_describe(min_blocks)}")
+    builder.current(fn).require_kernel(fn)
+    _emit(fn, "annotate_min_blocks_per_sm", [], [], {"blocks": int(min_blocks)})
+
+
+@intrinsic("T.annotate_safe_value")
+def annotate_safe_value(safe_value_map):
+    """{A: v}: a read of global tensor A past its edge gives v (converted to A's dtype)
+    instead of 0, in the whole kernel: T.Parallel loops, T.copy, scalar code. Writes past
+    the edge are skipped, as always."""
+    fn = "T.annotate_safe_value"
+    if not isinstance(safe_value_map, dict):
+        raise ArgError("safe_value_map", f"{fn} takes a dict {{tensor: value}}, got {_describe(safe_value_map)}")
+    for buffer, value in safe_value_map.items():
+        if not isinstance(buffer, BufferValue) or buffer.scope != "global":
+            raise ArgError("safe_value_map", f"{fn}: keys must be global tensors (the kernel's parameters), got "
+                           f"{_describe(buffer)}")
+        if isinstance(value, PrimExpr) and value.expr.const is not None:
+            value = value.expr.const
+        if not is_number(value):
+            raise ArgError("safe_value_map", f"{fn}: the value for '{buffer.name}' must be a constant number, got "
+                           f"{_describe(value)}")
+        _emit(fn, "annotate_safe_value", [buffer.full_region().native()], [cast_value(value, buffer.dtype).expr])
 
 
 def _same_dim(a, b) -> bool:

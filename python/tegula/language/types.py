@@ -16,7 +16,8 @@ int8, int16, int32, int64 = DType("int8"), DType("int16"), DType("int32"), DType
 uint8, uint16, uint32, uint64 = DType("uint8"), DType("uint16"), DType("uint32"), DType("uint64")
 bool = DType("bool")  # noqa: A001 - TileLang's name
 # 8-bit floats: storage (loads, stores, copies, casts); arithmetic on them is float32.
-float8_e4m3fn = float8_e4m3 = DType("float8_e4m3fn")
+float8_e4m3fn = DType("float8_e4m3fn")
+float8_e4m3 = DType("float8_e4m3")  # TileLang: a dtype of its own, the same CUDA and torch type as float8_e4m3fn
 float8_e5m2 = DType("float8_e5m2")
 float8_e8m0fnu = DType("float8_e8m0fnu")  # 2^(e - 127): MX block scales
 # 4-bit types: two elements a byte in a tensor (a torch int8/uint8 tensor, the last
@@ -102,7 +103,7 @@ Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
 
 
-def _strided_spec(shape, strides, dtype="float32") -> TensorSpec:
+def strided_spec(shape, strides, dtype="float32") -> TensorSpec:
     spec = TensorSpec(shape, dtype)
     given = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
     if len(given) != len(spec.shape):
@@ -124,12 +125,12 @@ class _StridedTensorType:
     read off the tensor at launch. Element [i, j] is at i * s + j * 1."""
 
     def __call__(self, shape, strides, dtype="float32"):
-        return _strided_spec(shape, strides, dtype)
+        return strided_spec(shape, strides, dtype)
 
     def __getitem__(self, item) -> TensorSpec:
         if not isinstance(item, tuple) or len(item) not in (2, 3):
             raise ValueError("T.StridedTensor[shape, strides, dtype] takes a shape, strides and a dtype")
-        return _strided_spec(*item)
+        return strided_spec(*item)
 
     def __repr__(self):
         return "T.StridedTensor"

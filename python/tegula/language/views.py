@@ -49,8 +49,12 @@ def make_view(base, shape, fn: str, dtype=None) -> BufferValue:
                        "reinterprets its bytes, which Tegula does not support yet; views keep the dtype")
     dims = _dims(shape, fn)
     if not _same_count(dims, tuple(base.shape)):
+        counts = ""
+        if all(isinstance(d, int) for d in (*dims, *base.shape)):
+            counts = f": {math.prod(dims)} elements against {math.prod(base.shape)}"
+        # TileLang asserts this: the error is also an AssertionError.
         raise ArgError("shape", f"{fn}: a view must hold as many elements as '{base.name}' "
-                       f"(shape {list(base.shape)}), got shape {list(dims)}")
+                       f"(shape {list(base.shape)}), got shape {list(dims)}{counts}", kind=AssertionError)
     return builder.current(fn).view(base, dims)
 
 

@@ -178,3 +178,17 @@ def test_gemm_on_4bit_is_an_error_at_the_line():
                 T.copy(c, C)
 
         tegula.compile(f, target="sm_90a")
+
+
+@pytest.mark.parametrize("dynamic_rows", [False, True])
+@pytest.mark.parametrize("rows,cols", [(64, 64), (50, 70)])
+def test_eager_strided_tensor_takes_strides_from_const(dynamic_rows, rows, cols):
+    """T.StridedTensor[[N, M], [N_, M_], dtype] with T.const strides in an eager function:
+    each stride is bound from the argument's (here a column of every other element)."""
+    fn = dp.eager_strided_const_program(dynamic_rows)
+    x = torch.randn(rows, 2, cols, 2, generator=torch.Generator().manual_seed(rows))[:, 0, :, 0]
+    k = fn.compile(x)
+    assert k.cubin()
+    for run in (tt.reference, tt.simulate):
+        torch.testing.assert_close(run(k, x), x + 1)
+    assert f"* {4 * cols}" in k.get_kernel_source()  # the row stride, a compile-time constant

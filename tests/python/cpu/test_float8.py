@@ -57,7 +57,11 @@ def test_arithmetic_on_float8_values_is_float32():
 
 
 def test_dtype_names():
-    assert T.float8_e4m3 == T.float8_e4m3fn == "float8_e4m3fn"
+    # TileLang's T.float8_e4m3 is a dtype of its own name (a test parametrized by it is
+    # named ...-float8_e4m3]) and the same CUDA and torch type as T.float8_e4m3fn.
+    assert T.float8_e4m3 == "float8_e4m3" and T.float8_e4m3fn == "float8_e4m3fn"
+    assert T.float8_e4m3.name == T.float8_e4m3fn.name == "float8_e4m3fn" == T.dtype(T.float8_e4m3)
+    assert T.float8_e4m3.as_torch() is torch.float8_e4m3fn and T.float8_e4m3.bits == 8
     assert T.float8_e4m3fn.as_torch() is torch.float8_e4m3fn and T.float8_e5m2.as_torch() is torch.float8_e5m2
     assert T.float8_e5m2.itemsize == 1 and T.dtype(torch.float8_e5m2) == "float8_e5m2"
 

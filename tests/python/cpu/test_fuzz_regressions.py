@@ -120,7 +120,7 @@ def test_reduce_output_of_the_wrong_shape_is_a_user_error(tmp_path):
 
 
 # Bug: T.Kernel(0, ...) (a grid extent that is not positive) was accepted. Rule: constant
-# grid extents must be positive (builtins.Kernel). And a grid the `as` names do not match
+# grid extents must be positive (language/kernel.py). And a grid the `as` names do not match
 # is reported as such, at the names.
 @pytest.mark.parametrize("header,words", [("T.Kernel(64 - 64, threads=32) as bx", "must be positive"),
                                           ("T.Kernel(2, 2, threads=32) as bx", "grid dimension"),

@@ -506,6 +506,39 @@ def test_random_numbers(target, generator):
         tt.reference(k, torch.empty(M, 6, dtype=torch.uint32))
 
 
+def test_many_unrolled_draws_compile_in_seconds():
+    """TileLang's rand test: one thread, five T.Parallel(128) loops of draws, so 640 draw
+    sites once the slots are unrolled. With the draws inlined NVRTC took 75 to 130 s; they
+    are calls (random.h), a few seconds. The bound leaves room for a loaded machine."""
+    import time
+
+    M, per = 256, 128
+
+    @T.prim_func
+    def many(A: T.Tensor((M,), "uint32"), B: T.Tensor((M,), "float32"), C: T.Tensor((M,), "float64"),
+             D: T.Tensor((M,), "float32"), E: T.Tensor((M,), "float64")):
+        with T.Kernel(T.ceildiv(M, per), threads=1) as bx:
+            T.rng_init(7, 0, bx * per)
+            for i, j in T.Parallel(1, per):
+                A[bx * per + j] = T.rng_rand()
+            for i, j in T.Parallel(1, per):
+                B[bx * per + j] = T.rng_rand_float()
+            for i, j in T.Parallel(1, per):
+                C[bx * per + j] = T.rng_rand_float(bit=64)
+            for i, j in T.Parallel(1, per):
+                D[bx * per + j] = T.rng_rand_float(dist="normal")
+            for i, j in T.Parallel(1, per):
+                E[bx * per + j] = T.rng_rand_float(bit=64, dist="normal")
+
+    tegula.disable_cache()
+    try:
+        start = time.perf_counter()
+        assert tegula.compile(many, target="sm_90a").cubin()
+        assert time.perf_counter() - start < 40
+    finally:
+        tegula.enable_cache()
+
+
 def test_random_numbers_need_one_generator_and_an_init():
     @T.prim_func
     def no_init(A: T.Tensor((32,), "uint32")):

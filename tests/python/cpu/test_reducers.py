@@ -136,10 +136,21 @@ for i in T.Parallel(8):
     ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\n" + UPDATE,
      "reducer 'acc' is initialised but never finalized"),
     ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\nfor i in T.Parallel(8):\n    acc[0] += src[i]\n",
-     "illegal read of reducer 'acc'"),
+     "illegal store to reducer 'acc' (+=): T.reducer_init opened it"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\n" + UPDATE + "if T.get_thread_binding() == 0:\n"
+     "    B[0] = acc[0]\nT.finalize_reducer(acc, result)\n", "illegal read of reducer 'acc'"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nfor i in T.Parallel(8):\n    acc[0] += src[i]\n",
+     "illegal store to reducer 'acc' (+=) before T.clear(acc)"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\nfor i in T.Parallel(8):\n    acc[0] -= src[i]\n",
+     "update it with acc[i] +=, got -="),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\n" + UPDATE, "illegal mix of forms on reducer 'acc'"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\nacc[0] += src[0]\n", "outside any T.Parallel loop"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\n", "reducer 'acc' is initialised but never finalized"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\nT.reducer_init(acc)\n",
+     "T.reducer_init of reducer 'acc', which T.clear opened"),
+    ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\nT.clear(acc)\n", "illegal use of reducer 'acc'"),
     ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\nacc[0] = 1.0\n",
      "illegal store to reducer 'acc'"),
-    ("acc = T.alloc_reducer((1,), 'float32')\nT.clear(acc)\n", "illegal use of reducer 'acc'"),
     ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc)\nT.reducer_update(acc[0], src[0])\n",
      "outside any T.Parallel loop"),
     ("acc = T.alloc_reducer((1,), 'float32')\nT.reducer_init(acc, T.float16(1.0))\n", "does not match reducer 'acc'"),
@@ -151,6 +162,38 @@ for i in T.Parallel(8):
 ])
 def test_misuse_is_an_error_at_its_line(body, message):
     assert message in _kernel_error(body)
+
+
+def test_a_bitwise_reducer_of_floats_is_also_an_assertion_error():
+    """TileLang asserts the dtype: a port's `except AssertionError` catches ours too."""
+    with pytest.raises(AssertionError, match="integer dtype") as info:
+        @T.prim_func
+        def kernel(B: T.Tensor((1,), "float32")):
+            with T.Kernel(1, threads=32):
+                acc = T.alloc_reducer((1,), "float32", op="bitand")  # noqa: F841
+    assert isinstance(info.value, tegula.TegulaCompileError)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("K,threads,fill", [(256, 128, None), (100, 64, None), (37, 32, 0.5)])
+def test_the_first_form_finalizes_in_place(run, K, threads, fill):
+    """T.clear (or T.fill), acc[i, j] += v, T.finalize_reducer(acc), T.copy(acc, B): the
+    T.fill value is combined once."""
+    g = torch.Generator().manual_seed(K)
+    a, a2 = torch.randn(4, K, generator=g), torch.randn(4, K, generator=g)
+    out = run(build(rp.first_form_program(4, K, threads, fill)), a, a2).double()
+    want = a.double() @ a2.double().T + (0 if fill is None else fill)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
+def test_the_first_form_of_a_bitwise_reducer(run):
+    g = torch.Generator().manual_seed(9)
+    a, a2 = (torch.randint(-50, 50, (4, 40), dtype=torch.int32, generator=g) for _ in range(2))
+    out = run(build(rp.first_form_program(4, 40, 32, op="bitxor", dtype="int32")), a, a2)
+    prod = a[:, None, :] * a2[None, :, :]
+    want = functools.reduce(lambda x, y: x ^ y, prod.unbind(-1))
+    assert torch.equal(out, want)
 
 
 def _finalize_scope_program(shape: str):

@@ -170,14 +170,32 @@ def test_dtype_called_without_value_is_a_variable():
     assert T.int32(0x7FFFFFFF).dtype == "int32"
 
 
-def test_dtype_called_without_value_in_a_kernel_says_what_to_write():
-    with pytest.raises(Exception, match=r"T.int32\(\) without a value.*T.let"):
+def test_dtype_called_without_value_in_a_kernel_is_bound_by_let():
+    """TileLang's `x = T.int32()` then `T.let(x, value)`: x is value for the rest of the
+    block (the reference runs it); a use before the T.let names x and what to write."""
+    @T.prim_func
+    def f(A: T.Tensor((128,), "int32"), B: T.Tensor((128,), "int32")):
+        with T.Kernel(2, threads=64) as bx:
+            x = T.int32()
+            T.let(x, bx * 64 + 3)
+            for i in T.Parallel(64):
+                B[bx * 64 + i] = A[bx * 64 + i] + x
+
+    a = torch.arange(128, dtype=torch.int32)
+    out = testing.reference(tegula.compile(f, out_idx=[1], target="sm_90a"), a)
+    assert torch.equal(out, a + torch.arange(128, dtype=torch.int32) // 64 * 64 + 3)
+    with pytest.raises(tegula.TegulaCompileError, match=r"'x' is declared with T.int32\(\) and has no value yet"):
         @T.prim_func
-        def f(A: T.Tensor((128,), "int32")):
+        def g(A: T.Tensor((128,), "int32")):
             with T.Kernel(1, threads=128) as bx:
                 x = T.int32()
                 for i in T.Parallel(128):
                     A[i] = x
+    with pytest.raises(tegula.TegulaCompileError, match=r"T.let binds a variable declared"):
+        @T.prim_func
+        def h(A: T.Tensor((128,), "int32")):
+            with T.Kernel(1, threads=128) as bx:
+                T.let(bx, 3)
 
 
 def test_astype_in_a_kernel():

@@ -172,8 +172,8 @@ def test_dynamic_alignment_assumption_is_checked_at_launch(axpy):
 # ---------------------------------------------------------------- sizes past 32 bits
 
 
-def _increment_dynamic():
-    n = T.dynamic("n")
+def _increment_dynamic(dtype="int32"):
+    n = T.dynamic("n", dtype)
 
     @T.prim_func
     def increment_dyn(A: T.Tensor((n,), "int8"), B: T.Tensor((n,), "int8")):
@@ -192,6 +192,30 @@ def _increment_static(n):
                 B[bx * 1024 + i] = A[bx * 1024 + i] + T.cast(1, "int8")
 
     return tegula.compile(increment)
+
+
+def test_int64_dynamic_length_past_2_31_is_indexed_in_64_bits(axpy):
+    """T.dynamic("n", "int64") (TileLang's test_fill_symbolic): the kernel indexes in 64
+    bits, so a length past 2^31 runs; elements on both sides of 2^31 checked."""
+    n = 2**31 + 3_000
+    needs_free_memory(2 * n + GIB)
+    kernel = _increment_dynamic("int64")
+    assert "long long n" in kernel.get_kernel_source()
+    a = torch.zeros(n, dtype=torch.int8, device="cuda")
+    a[-7:] = 5
+    out = torch.full_like(a, 99)
+    kernel(a, out)
+    torch.cuda.synchronize()
+    assert out[:1000].eq(1).all() and out[2**31 - 10:2**31 + 10].eq(1).all() and out[-7:].eq(6).all()
+    assert out.eq(99).sum().item() == 0
+    del a, out
+    torch.cuda.empty_cache()
+    small = _int8_ramp(3_000_017)
+    out = torch.full_like(small, 99)
+    kernel(small, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, small + 1)
+    assert_context_alive(axpy)
 
 
 def _int8_ramp(n):

@@ -85,3 +85,11 @@ def test_packed_scatter(n):
     inv = torch.empty_like(perm)
     inv[perm.long()] = torch.arange(n, dtype=torch.int32, device="cuda")
     assert torch.equal(dst, src[inv.long()])
+
+
+@pytest.mark.parametrize("dynamic_rows", [False, True])
+@pytest.mark.parametrize("rows,cols", [(64, 64), (50, 70)])
+def test_eager_strided_tensor_takes_strides_from_const(dynamic_rows, rows, cols):
+    fn = dp.eager_strided_const_program(dynamic_rows)
+    x = torch.randn(rows, 2, cols, 2, device="cuda")[:, 0, :, 0]
+    torch.testing.assert_close(fn(x), x + 1)

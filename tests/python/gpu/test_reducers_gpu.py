@@ -61,3 +61,19 @@ def test_an_epoch_per_iteration_of_a_serial_loop():
     out = tegula.compile(rp.online_softmax_program(256, 64), out_idx=-1)(a).double().cpu()
     m = a.double().max().cpu()
     torch.testing.assert_close(out, torch.stack([m, torch.exp(a.double().cpu() - m).sum()]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("K,threads,fill", [(256, 128, None), (100, 64, None), (37, 32, 0.5)])
+def test_the_first_form_finalizes_in_place(K, threads, fill):
+    """TileLang's first form: T.clear / T.fill, acc[i, j] += v, T.finalize_reducer(acc)."""
+    a, a2 = torch.randn(4, K, device="cuda"), torch.randn(4, K, device="cuda")
+    out = tegula.compile(rp.first_form_program(4, K, threads, fill), out_idx=-1)(a, a2).double()
+    want = a.double() @ a2.double().T + (0 if fill is None else fill)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_the_first_form_of_a_bitwise_reducer():
+    a, a2 = (torch.randint(-50, 50, (4, 40), dtype=torch.int32, device="cuda") for _ in range(2))
+    out = tegula.compile(rp.first_form_program(4, 40, 32, op="bitxor", dtype="int32"), out_idx=-1)(a, a2)
+    want = functools.reduce(lambda x, y: x ^ y, (a[:, None, :] * a2[None, :, :]).unbind(-1))
+    assert torch.equal(out, want)
