@@ -22,7 +22,7 @@ namespace tegula::bindings {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'G', 'L', 'P', 'R', 'O', 'G', 0};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 struct Writer {
   std::string out;
@@ -285,8 +285,8 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     l.smem_bytes = r.small(0, 1 << 30);
     l.rules.fold = r.small(0, 1);
     l.cooperative = r.small(0, 1);
-    int nc = r.small(0, 3);
-    for (int i = 0; i < nc; ++i) l.cluster_dims.push_back(r.small(1, 1 << 16));
+    int ncl = r.small(0, 3);
+    for (int i = 0; i < ncl; ++i) l.cluster_dims.push_back(r.small(1, 1 << 16));
     int nm = r.small(0, kMaxArgs);
     for (int i = 0; i < nm; ++i) l.rules.dyn_multiple.push_back(r.small(1, 1 << 30));
     int nt = r.small(0, 64);
