@@ -28,14 +28,13 @@ namespace tegula::transform {
 using namespace ir;
 
 bool converts_pairs(DataType from, DataType to, int sm) {
-  auto is = [](DataType t, DataType want) { return t == want; };
   DataType f32 = DataType::f32(), f16 = DataType::f16(), bf16 = DataType::bf16();
-  if ((is(from, f32) && is(to, f16)) || (is(from, f16) && is(to, f32))) return true;
+  if ((from == f32 && to == f16) || (from == f16 && to == f32)) return true;
   // cvt.rn.bf16x2.f32 from sm_80 (before, CUDA emulates it).
-  if ((is(from, f32) && is(to, bf16)) || (is(from, bf16) && is(to, f32))) return sm >= 80;
+  if ((from == f32 && to == bf16) || (from == bf16 && to == f32)) return sm >= 80;
   // cvt.rn.satfinite.{e4m3,e5m2}x2.{f32,f16x2} and cvt.rn.f16x2.{e4m3,e5m2}x2 from sm_89.
-  if (to.is_float8() && to.lanes == 1) return sm >= 89 && (is(from, f32) || is(from, f16));
-  if (from.is_float8() && from.lanes == 1) return sm >= 89 && (is(to, f32) || is(to, f16));
+  if (to.is_float8() && to.lanes == 1) return sm >= 89 && (from == f32 || from == f16);
+  if (from.is_float8() && from.lanes == 1) return sm >= 89 && (to == f32 || to == f16);
   return false;
 }
 
