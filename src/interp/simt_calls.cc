@@ -38,9 +38,12 @@ struct MmaCall {
 
 }  // namespace
 
+static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts);
+
 Vals Machine::call(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   size_t n = ts.size();
+  if (f == "atomic_add") return atomic_add(*this, op, ts);  // T.atomic_add(..., return_prev=True)
   if (f == "shfl_xor") {
     Vals v = eval(op->args.at(0), ts), mask = eval(op->args.at(1), ts);
     require_defined(mask, ts, "shuffles with");
@@ -598,6 +601,42 @@ static void retire_wgmma(Machine& m) {
 
 // ------------------------------------------------------------------ statements
 
+// atomic_add(dst, value[, order]): each thread's add, in thread order; the values the
+// elements held before, per thread (what the call returns, for T.atomic_add(...,
+// return_prev=True)).
+static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts) {
+  Vals old{1, std::vector<double>(ts.size(), 0.0)};
+  Address a = address_of(m, op->args.at(0), 1, ts, "an atomic_add");
+  Vals v = m.eval(op->args.at(1), ts);
+  m.require_defined(v, ts, "adds atomically");
+  Storage* st = a.st;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    int64_t e = a.flat[i];
+    if (e < 0) continue;
+    // Atomics on one element do not race with each other: no tracking between them.
+    int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
+    if (st->buf->scope != Scope::Global && !st->written[p]) {
+      m.error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + m.element_name(st, e));
+    }
+    if (st->buf->scope == Scope::Shared) {
+      // An atomic is a write: it races with plain accesses of other threads since the
+      // last barrier (and they with it), though not with other atomics.
+      constexpr int kAtomic = -4;
+      SharedUse& u = st->uses[e];
+      if ((u.write_epoch == m.epoch_ && u.writer != kAtomic && u.writer != ts[i]) ||
+          (u.read_epoch == m.epoch_ && u.reader != ts[i])) {
+        m.error("race on " + m.element_name(st, e) + ": " + m.thread_name(ts[i]) +
+                " adds atomically to it after a plain access by another thread, with no barrier between");
+      }
+      u.write_epoch = m.epoch_, u.writer = kAtomic;
+    }
+    old.v[i] = st->data[p];
+    st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
+    if (st->buf->scope != Scope::Global) st->written[p] = 1;
+  }
+  return old;
+}
+
 bool Machine::call_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   if (auto w = wide_access(op); w && w->store) {
@@ -621,33 +660,7 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
       }
     }
   } else if (f == "atomic_add") {
-    Address a = address_of(*this, op->args.at(0), 1, ts, "an atomic_add");
-    Vals v = eval(op->args.at(1), ts);
-    require_defined(v, ts, "adds atomically");
-    Storage* st = a.st;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      int64_t e = a.flat[i];
-      if (e < 0) continue;
-      // Atomics on one element do not race with each other: no tracking between them.
-      int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
-      if (st->buf->scope != Scope::Global && !st->written[p]) {
-        error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + element_name(st, e));
-      }
-      if (st->buf->scope == Scope::Shared) {
-        // An atomic is a write: it races with plain accesses of other threads since the
-        // last barrier (and they with it), though not with other atomics.
-        constexpr int kAtomic = -4;
-        SharedUse& u = st->uses[e];
-        if ((u.write_epoch == epoch_ && u.writer != kAtomic && u.writer != ts[i]) ||
-            (u.read_epoch == epoch_ && u.reader != ts[i])) {
-          error("race on " + element_name(st, e) + ": " + thread_name(ts[i]) +
-                " adds atomically to it after a plain access by another thread, with no barrier between");
-        }
-        u.write_epoch = epoch_, u.writer = kAtomic;
-      }
-      st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
-      if (st->buf->scope != Scope::Global) st->written[p] = 1;
-    }
+    atomic_add(*this, op, ts);
   } else if (f == "gemm_ss" || f == "gemm_rs" || f == "wgmma_ss" || f == "wgmma_rs") {
     tensor_core(*this, op, ts);
   } else if (f == "wgmma_wait") {

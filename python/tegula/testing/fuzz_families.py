@@ -350,14 +350,16 @@ def all_families() -> list:
     (fuzz_families_guards.py), global tensors stored in a T.Layout's order and fragments
     read across layouts (fuzz_families_layouts.py), reducers (fuzz_families_reducers.py),
     T.Parallel over bounded run-time extents (fuzz_families_bounds.py), views and T.im2col
-    (fuzz_families_views.py), gemms of 8-bit floats (fuzz_families_fp8.py)."""
+    (fuzz_families_views.py), gemms of 8-bit floats (fuzz_families_fp8.py), gemms on
+    regions of shared buffers (fuzz_families_regions.py)."""
     from . import (fuzz_families_bounds, fuzz_families_control, fuzz_families_fp8, fuzz_families_guards,
-                   fuzz_families_layouts, fuzz_families_names, fuzz_families_reducers, fuzz_families_tc,
-                   fuzz_families_views)
+                   fuzz_families_layouts, fuzz_families_names, fuzz_families_reducers, fuzz_families_regions,
+                   fuzz_families_tc, fuzz_families_views)
 
     return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
             + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES
-            + fuzz_families_bounds.FAMILIES + fuzz_families_views.FAMILIES + fuzz_families_fp8.FAMILIES)
+            + fuzz_families_bounds.FAMILIES + fuzz_families_views.FAMILIES + fuzz_families_fp8.FAMILIES
+            + fuzz_families_regions.FAMILIES)
 
 
 def gen_valid(c) -> Program:

@@ -318,6 +318,28 @@ def test_analysis_takes_a_prim_func_and_a_target():
         Analyzer(object())
 
 
+def _device_model(name, target):
+    """TileLang's carver.arch.CUDA("cuda") as it stands on a GPU machine (made here without
+    querying a driver)."""
+    from tegula.carver.arch import CUDA
+
+    dev = object.__new__(CUDA)
+    dev.name, dev.target, dev.platform = name, target, "CUDA"
+    return dev
+
+
+@pytest.mark.parametrize("name,target,spec", [("NVIDIA H100 80GB HBM3", "sm_90a", "H100 SXM"),
+                                              ("NVIDIA A100-SXM4-80GB", "sm_80", "A100")])
+def test_analysis_takes_the_device_positionally_as_tilelang_does(name, target, spec):
+    # examples/analyze: Analyzer.analysis(kernel.get_tir(...), CUDA("cuda")).
+    program = gemm.matmul_program(300, 500, 136, **TILE)
+    r = Analyzer.analysis(program, _device_model(name, target), compile=False)
+    assert r.target == target and r.device == hardware.DEVICES[spec]
+    assert r.total_flops == gemm_counts(300, 500, 136, 128, 128, 64)["tensor"]
+    with pytest.raises(TypeError, match="given twice"):
+        Analyzer.analysis(program, _device_model(name, target), device="h100", compile=False)
+
+
 def test_profiler_roofline_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: tests/python/gpu/test_analyzer_gpu.py times it")

@@ -69,6 +69,8 @@ def test_generator_covers_the_language():
     wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
     # gemms of 8-bit floats (fuzz_families_fp8.py)
     wanted += ["gen_gemm_fp8", "fp8_two_accumulators", "fp8_scaled_relu", "fp8_clear_accum_every_step"]
+    # gemms on regions of shared buffers (fuzz_families_regions.py)
+    wanted += ["gen_gemm_regions"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
