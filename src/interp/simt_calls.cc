@@ -539,6 +539,12 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   Storage* regs_a = nullptr;
   if (c.regs_a) {
     layout::FragmentPtr la = layout_of(1, c.m, c.k, 1);
+    // With transpose_A the registers hold Aᵀ (K x M stored) where they would hold A.
+    if (c.ta) {
+      auto& T = m.mma_layouts_[{op, 4}];
+      if (!T) T = layout::make_transposed(la);
+      la = T;
+    }
     // Each column of the warp (group) split holds all of A (layout::make_group_replicated).
     if (c.wn > 1) {
       auto& R = m.mma_layouts_[{op, 3}];
@@ -549,6 +555,13 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     regs_a = operand_registers(m, c.a, la, op->op, &abase);
     if (!regs_a) return;
     A = register_tile(m, regs_a, abase, *la, first);
+    if (c.ta) {  // held K x M: the product reads it M x K
+      std::vector<double> t(A.size());
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t k = 0; k < c.k; ++k) t[i * c.k + k] = A[k * c.m + i];
+      }
+      A = std::move(t);
+    }
   } else {
     A = shared_tile(m, c.a, c.m, c.k, c.ta, ts, c.wgmma ? &reads : nullptr);
   }

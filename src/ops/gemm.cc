@@ -16,6 +16,13 @@
 //   instruction reads them straight from shared memory. Lowers to wgmma_ss / wgmma_rs
 //   (kernels/include/tegula/wgmma.h).
 //
+// A shared operand may be a region of its buffer (T.gemm(Q_shared[:, :D], ...)): the call
+// names the region's first element; the printer passes the buffer's row length and the
+// region's column to the device code, which reads the region through the buffer's layout
+// (check_regions says which regions the instructions can start at). A register A with
+// transpose_A (stored K x M) takes the transposed layout of the A it would have, so the
+// instruction reads Aᵀ from the same registers (mma.sync only).
+//
 // 8-bit float operands (float8_e4m3fn / float8_e5m2, either of each, float32 C) take the
 // same paths with the instruction's K doubled (m16n8k32 on sm_89 on, m64nNk32 on sm_90a):
 // a k-step is 32 bytes of a row either way, so the swizzled layouts, ldmatrix addresses
@@ -263,11 +270,12 @@ class Gemm : public TileOp {
     require_warp_split(g, op, k);
     bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
-      user_assert(!g.ta, op->loc) << "T.gemm with A in registers ('" << A->name
-                                  << "') takes no transpose_A: store A transposed instead";
-      // Each column of the warp split (WM warps) holds all of A.
-      changed |= require(layout::make_group_replicated(layout::make_mma_accumulator(g.m, g.k, g.wm, 1), g.wn), A,
-                         op, layouts);
+      // Each column of the warp split (WM warps) holds all of A; with transpose_A (A
+      // stored K x M), Aᵀ where that layout holds A (a copy into A from another layout
+      // is an exchange layout inference inserts).
+      layout::FragmentPtr a = layout::make_mma_accumulator(g.m, g.k, g.wm, 1);
+      if (g.ta) a = layout::make_transposed(a);
+      changed |= require(layout::make_group_replicated(a, g.wn), A, op, layouts);
     }
     return changed;
   }

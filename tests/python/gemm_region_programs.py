@@ -1,7 +1,8 @@
-"""Programs whose T.gemm reads a region of a shared buffer (TileLang's DeepSeek sparse MLA:
-T.gemm(Q_shared[:, :D], KV_shared, S) then T.gemm(Q_shared[:, D:], K_tail, S)), shared
-by the CPU and GPU tests (cpu/test_gemm_regions.py, gpu/test_gemm_regions_gpu.py).
-Each returns (prim_func, torch reference of the inputs)."""
+"""Programs with the T.gemm operand forms of TileLang's DeepSeek examples: a region of a
+shared buffer (sparse MLA: T.gemm(Q_shared[:, :D], KV_shared, S) then
+T.gemm(Q_shared[:, D:], K_tail, S)) and A in registers with transpose_A (the DSA indexer
+backward), shared by the CPU and GPU tests (cpu/test_gemm_regions.py,
+gpu/test_gemm_regions_gpu.py). Each returns (prim_func, torch reference of the inputs)."""
 import tegula.language as T
 
 
@@ -121,5 +122,37 @@ def pipelined_regions(M, N, D, tail, block_N=32, threads=128, dtype="float16", s
             s = (q @ kb.T).to(getattr(torch, dtype)).double()
             out += s @ kb[:, :D]
         return out
+
+    return main, ref
+
+
+def register_a_transposed(BS, HQ, D, threads=128, dtype="bfloat16", policy="Square"):
+    """TileLang's DSA indexer backward: G = S^T K with S a gemm's result cast to `dtype` in
+    registers (BS x HQ, the accumulator of S = X W^T) and transpose_A=True, so the gemm
+    reads S^T (HQ x BS) from registers: dQ = S^T K (HQ x D)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((BS, D), dtype), W: T.Tensor((HQ, D), dtype), K: T.Tensor((BS, D), dtype),
+             G: T.Tensor((HQ, D), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_shared((BS, D), dtype)
+            w = T.alloc_shared((HQ, D), dtype)
+            k = T.alloc_shared((BS, D), dtype)
+            s = T.alloc_fragment((BS, HQ), "float32")
+            s_cast = T.alloc_fragment((BS, HQ), dtype)
+            g = T.alloc_fragment((HQ, D), "float32")
+            T.copy(X, x)
+            T.copy(W, w)
+            T.copy(K, k)
+            T.gemm(x, w, s, transpose_B=True, clear_accum=True)
+            T.copy(s, s_cast)
+            T.gemm(s_cast, k, g, transpose_A=True, clear_accum=True, policy=getattr(T.GemmWarpPolicy, policy))
+            T.copy(g, G)
+
+    def ref(X, W, K):
+        import torch
+
+        s = (X.double() @ W.double().T).to(getattr(torch, dtype)).double()
+        return s.T @ K.double()
 
     return main, ref

@@ -146,7 +146,6 @@ struct BlockGemm {
   static_assert(OA % (TA ? CH : KS) == 0 && OB % (TB ? KS : CH) == 0,
                 "a region's column offset is a multiple of the K step (along K) or of a chunk (along M, N)");
   // A in registers: each group of WM warps (one column of the split) holds all of A.
-  static_assert(!RA || !TA, "A in registers takes no transpose");
   static_assert(E == 2 || (!TA && TB && !RA && sizeof(U) == 1), "8-bit operands are read K-major from shared memory");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % KS == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
@@ -302,7 +301,9 @@ TEGULA_DEVICE void gemm_ss(const T* A, const U* B, Acc* C, unsigned tid = thread
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
 // same warp split with WN = 1, held by each of the WN columns of warps (what
 // T.copy(acc_fp32, acc_fp16) of a previous gemm's
-// accumulator gives), so attention's P @ V reads P where the first gemm left it.
+// accumulator gives), so attention's P @ V reads P where the first gemm left it. With TA
+// (A stored K x M) the registers hold Aᵀ in that order (the compiler's layout is the
+// transposed one), so they are read the same way.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int LDA = 0,
           int OA = 0, int LDB = 0, int OB = 0, typename T, typename Acc>
 TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {

@@ -340,6 +340,21 @@ def test_analysis_takes_the_device_positionally_as_tilelang_does(name, target, s
         Analyzer.analysis(program, _device_model(name, target), device="h100", compile=False)
 
 
+@pytest.mark.parametrize("shape", [(2, 16, 9, 7, 24, 3, 1, 1, 1), (4, 32, 32, 32, 64, 3, 1, 1, 1)])
+def test_a_program_with_views_is_counted(shape):
+    # examples/analyze/example_conv_analyze.py: the filter and the output are read and
+    # written through views (T.Tensor(shape, dtype, buf.data)).
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    import view_programs as vp
+
+    N, C, H, W, F, K, S, D, P = shape
+    prog, _ = vp.convolution(*shape, block_M=32, block_N=32, block_K=32)
+    r = Analyzer.analysis(prog, _device_model("NVIDIA H100 80GB HBM3", "sm_90a"), compile=False)
+    OH, OW = (H + 2 * P - D * (K - 1) - 1) // S + 1, (W + 2 * P - D * (K - 1) - 1) // S + 1
+    assert r.total_flops == cdiv(N * OH * OW, 32) * cdiv(F, 32) * cdiv(K * K * C, 32) * 2 * 32 ** 3
+
+
 def test_profiler_roofline_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: tests/python/gpu/test_analyzer_gpu.py times it")

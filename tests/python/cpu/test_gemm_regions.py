@@ -26,6 +26,9 @@ CASES = [
     ("sub_rectangle", (32, 32, 32, 16, 16, 64, 64)),  # offset along both dimensions
     ("pipelined_regions", (64, 96, 64, 32)),
     ("pipelined_regions", (64, 80, 64, 64)),  # ragged N: the last block is partly past the edge
+    ("register_a_transposed", (64, 64, 64)),  # A in registers, transpose_A (S^T K)
+    ("register_a_transposed", (32, 64, 128)),
+    ("register_a_transposed", (64, 32, 64, 128, "float16", "FullRow")),
 ]
 
 
@@ -85,6 +88,18 @@ def _compile_error(make):
     with pytest.raises(Exception) as info:
         tegula.compile(make(), target="sm_80")
     return str(info.value)
+
+
+def test_a_transposed_register_a_is_read_as_its_transpose():
+    # The register A of S^T K takes the transposed accumulator layout: the cast of S into
+    # it crosses layouts through shared memory; the instruction reads the registers as
+    # it reads an untransposed A.
+    prog, _ = gp.register_a_transposed(64, 64, 64)
+    k = tegula.compile(prog, target="sm_90a")
+    assert k.layout_of("s_cast").description.startswith("transposed mma_accumulator(64, 64)")
+    assert "s_cast_exchange" in k.get_ir("infer_layout")
+    assert [c[0] for c in _calls(k.get_kernel_source())] == ["gemm_ss", "gemm_rs"]
+    assert len(k.cubin()) > 0
 
 
 def test_a_region_off_the_k_step_is_an_error_at_the_line():

@@ -2,7 +2,8 @@
 tests/python/gemm_region_programs.py against torch in float64, fresh random inputs,
 ragged and aligned, on the instruction path the GPU takes (wgmma on sm_90a where the
 region starts where a descriptor can, mma.sync otherwise) and on mma.sync forced
-(tl.disable_wgmma); the CPU side is cpu/test_gemm_regions.py."""
+(tl.disable_wgmma); A in registers with transpose_A; the CPU side is
+cpu/test_gemm_regions.py."""
 import pytest
 import torch
 
@@ -23,6 +24,10 @@ CASES = [
     ("pipelined_regions", (64, 96, 64, 32)),
     ("pipelined_regions", (64, 80, 64, 64)),
     ("pipelined_regions", (64, 256, 512, 64, 32, 256, "bfloat16", 2)),
+    ("register_a_transposed", (64, 64, 64)),
+    ("register_a_transposed", (32, 64, 128)),
+    ("register_a_transposed", (64, 32, 64, 128, "float16", "FullRow")),
+    ("register_a_transposed", (128, 64, 64, 256)),
 ]
 
 
