@@ -335,10 +335,13 @@ void init_ir_builder(py::module_& m) {
     return BufferHandle{ir::make_strided_buffer(name, parse_dtype(dtype), std::move(shape), std::move(strides),
                                                 current_loc())};
   }, py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("strides"));
-  m.def("view", [](const std::string& name, const BufferHandle& base, std::vector<Expr> shape) {
+  m.def("view", [](const std::string& name, const BufferHandle& base, std::vector<Expr> shape,
+                   const std::string& dtype) {
     for (const Expr& d : shape) require_int(d, "a view's dimension");
-    return BufferHandle{ir::make_view(name, base.node, std::move(shape), current_loc())};
-  }, py::arg("name"), py::arg("base"), py::arg("shape"));
+    std::optional<ir::DataType> t;
+    if (!dtype.empty()) t = parse_dtype(dtype);
+    return BufferHandle{ir::make_view(name, base.node, std::move(shape), current_loc(), t)};
+  }, py::arg("name"), py::arg("base"), py::arg("shape"), py::arg("dtype") = "");
   // lanes > 1: that many contiguous elements along the last dimension, as one vector value
   // (the address of an explicit-width access, ir/wide_access.h).
   m.def("load", [](const BufferHandle& b, std::vector<Expr> indices, int lanes) {

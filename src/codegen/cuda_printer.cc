@@ -497,15 +497,44 @@ class Printer {
   }
 
   // A gemm call's operands (args 8..10: A, B, C), each by the address of its first element.
+  // A shared operand's pointer is to the first element of its region's row in column 0
+  // (a multiple of 8 rows: the swizzle phase starts there), the column a template argument
+  // (gemm_region_args).
   std::string gemm_operands(const CallNode* c) {
     std::string s;
     for (int i = 8; i < 11; ++i) {
       auto* ld = c->args[i].as<BufferLoadNode>();
-      s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, ld->indices, 1, true);
+      std::vector<Expr> at = ld->indices;
+      if (i < 10 && ld->buffer->scope == Scope::Shared) at[1] = make_int(0);
+      s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, at, 1, true);
     }
     // The thread index the warps count from, when it is not threadIdx.x (a thread scope's).
     if (c->args.size() > 11 && !c->args[11].same_as(k_.thread_var)) s += ", " + expr(c->args[11]);
     return s;
+  }
+
+  // ", LDA, OA, LDB, OB" of a gemm call whose shared operand is a region of its buffer:
+  // stored row lengths and the column each region starts at (gemm.h); empty when both
+  // operands are whole buffers.
+  std::string gemm_region_args(const CallNode* c) {
+    bool ta = !is_const_int(c->args[5], 0), tb = !is_const_int(c->args[6], 0);
+    int64_t m = *as_const_int(c->args[0]), n = *as_const_int(c->args[1]), k = *as_const_int(c->args[2]);
+    int64_t own[2] = {ta ? m : k, tb ? k : n};
+    std::string s;
+    bool whole = true;
+    for (int i = 8; i < 10; ++i) {
+      auto* ld = c->args[i].as<BufferLoadNode>();
+      if (ld->buffer->scope != Scope::Shared) {
+        s += ", 0, 0";
+        continue;
+      }
+      const int64_t* col = as_const_int(ld->indices[1]);
+      internal_assert(col) << "a gemm operand's column offset is a constant";
+      int64_t cols = *as_const_int(ld->buffer->shape[1]);
+      whole = whole && *col == 0 && cols == own[i - 8];
+      s += ", " + std::to_string(cols) + ", " + std::to_string(*col);
+    }
+    return whole ? "" : s;
   }
 
   // tma_copy(dst, src, map, R, C, bar): one bulk tensor copy per box of the tensor map,
@@ -606,7 +635,9 @@ class Printer {
         s += k_.smem_swizzled.count(b.get()) || k_.smem_panelled.count(b.get()) ? ", true" : ", false";
         panels += ", " + (wide_panels(b) ? expr(b->shape[0]) : std::string("0"));
       }
-      if (panels != ", 0, 0") s += panels;
+      std::string regions = gemm_region_args(c);
+      if (panels != ", 0, 0") s += (regions.empty() ? std::string(", 0, 0, 0, 0") : regions) + panels;
+      else s += regions;
       return s + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {
@@ -621,7 +652,7 @@ class Printer {
       int64_t tn = *as_const_int(c->args[1]) / *as_const_int(c->args[4]);
       s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[8].as<BufferLoadNode>()->buffer->dtype,
                                     c->args[9].as<BufferLoadNode>()->buffer->dtype);
-      return s + ">(" + gemm_operands(c) + ")";
+      return s + gemm_region_args(c) + ">(" + gemm_operands(c) + ")";
     }
     if (c->op == "wgmma_wait") {
       // Waits until at most args[1] of this thread's latest wgmma groups are running; pins

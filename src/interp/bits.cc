@@ -28,10 +28,30 @@ MiniFloat format_of(const DataType& t) {
   return {5, 10, false};  // float16
 }
 
+// A NaN keeps its mantissa bits through a double: they sit just below the double's quiet
+// bit (where a conversion to float keeps them too), so that the bits of a view of another
+// dtype (T.view(bf16_buffer, dtype="float32")) survive being held as NaNs of the narrow
+// type. A NaN without them (std::nan, arithmetic) is the type's usual one.
+double nan_with_payload(bool neg, uint64_t mant, int mant_bits) {
+  uint64_t b = (uint64_t(0x7FF) << 52) | (uint64_t(1) << 51) | (mant << (51 - mant_bits));
+  if (neg) b |= uint64_t(1) << 63;
+  double v;
+  std::memcpy(&v, &b, 8);
+  return v;
+}
+uint64_t nan_payload(double v, int mant_bits) {
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  return (b >> (51 - mant_bits)) & ((uint64_t(1) << mant_bits) - 1);
+}
+
 // v is already a value of the format (the interpreters round on every store and cast).
 uint64_t encode_mini(const MiniFloat& f, double v) {
   uint64_t sign = std::signbit(v) ? uint64_t(1) << (f.exp_bits + f.mant_bits) : 0;
   uint64_t mant_all = (uint64_t(1) << f.mant_bits) - 1;
+  if (std::isnan(v) && !f.finite_only && nan_payload(v, f.mant_bits) != 0) {
+    return sign | (f.top() << f.mant_bits) | nan_payload(v, f.mant_bits);
+  }
   if (std::isnan(v)) return sign | (f.top() << f.mant_bits) | (f.finite_only ? mant_all : uint64_t(1) << (f.mant_bits - 1));
   if (std::isinf(v)) return sign | (f.top() << f.mant_bits);
   double a = std::fabs(v);
@@ -51,6 +71,7 @@ double decode_mini(const MiniFloat& f, uint64_t bits) {
   double v;
   bool special = e == f.top() && (!f.finite_only || mant == (uint64_t(1) << f.mant_bits) - 1);
   if (special) {
+    if (mant && !f.finite_only) return nan_with_payload(neg, mant, f.mant_bits);
     v = mant ? std::nan("") : INFINITY;
   } else if (e == 0) {
     v = std::ldexp(double(mant), 1 - f.bias() - f.mant_bits);

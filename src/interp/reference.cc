@@ -7,6 +7,8 @@
 // (eval_binary / eval_intrinsic), every result rounded to its expression's dtype.
 #include <array>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <limits>
 
 #include "interp/reference_impl.h"
@@ -52,7 +54,20 @@ int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc) {
   return int64_t(v);
 }
 
+void Aliases::write_back(int except) {
+  for (int i = 0; i < int(views.size()); ++i) {
+    if (i == except) continue;
+    View& v = views[i];
+    for (int64_t e : v.handed) {
+      reinterpret_bits(v.type, &v.own[e], v.from, root + e * v.ratio);
+      v.out[e] = 0;
+    }
+    v.handed.clear();
+  }
+}
+
 double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
+  if (b.aliases) b.aliases->write_back(b.alias);
   int64_t off = 0;
   for (size_t d = 0; d < b.shape.size(); ++d) {
     int64_t i = idx[d];
@@ -67,6 +82,14 @@ double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
     off = off * b.shape[d] + i;
   }
   if (b.map) off = b.map->offset(idx, b.shape.data());
+  if (b.alias >= 0) {
+    Aliases::View& v = b.aliases->views[b.alias];
+    if (!v.out[off]) {
+      reinterpret_bits(v.from, b.aliases->root + off * v.ratio, v.type, &v.own[off]);
+      v.out[off] = 1;
+      v.handed.push_back(off);
+    }
+  }
   return b.data + off;
 }
 
@@ -146,6 +169,7 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       auto* c = e.as<CallNode>();
       DataType t = c->dtype;
       if (ExprFn fn = block_call(c)) return fn;
+      if (c->op == "atomic_add") return atomic_add(c, loc);
       if (c->op == "reinterpret" || wide_access(c)) {
         VecFn v = vexpr(e, loc);
         return [v](Frame& f) {
@@ -217,6 +241,29 @@ ExprFn Compiler::load(const BufferLoadNode* l, const SourceLoc& loc) {
     for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
     double* p = element(b, at, loc);
     return p ? *p : b.safe;
+  };
+}
+
+// atomic_add(dst element, value[, order]) as an expression (T.atomic_add(...,
+// return_prev=True)): adds, and gives the value the element held before.
+ExprFn Compiler::atomic_add(const CallNode* c, const SourceLoc& loc) {
+  auto* dst = c->args.at(0).as<BufferLoadNode>();
+  internal_assert(dst) << "reference: atomic_add's first argument is an element";
+  int slot = buffer_slot(dst->buffer, loc);
+  std::vector<ExprFn> idx;
+  for (auto& i : dst->indices) idx.push_back(expr(i, loc));
+  ExprFn value = expr(c->args.at(1), loc);
+  DataType t = dst->buffer->dtype;
+  return [slot, idx, value, t, loc](Frame& f) {
+    Buf& b = f.bufs[slot];
+    int64_t at[kMaxRank];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), b, d, loc);
+    double v = value(f);
+    double* p = element(b, at, loc);
+    if (!p) return 0.0;
+    double old = *p;
+    *p = round_to_dtype(t, old + v);
+    return old;
   };
 }
 
@@ -507,6 +554,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
   }
   // A view reads its root's elements in row-major order under its own shape.
   std::vector<std::pair<int, int>> view_roots;  // (view's slot, its root's)
+  std::map<const BufferNode*, std::unique_ptr<Aliases>> aliases;
   for (size_t i = 0; i < k.views.size(); ++i) {
     const Buffer& v = k.views[i];
     Buffer root = v;
@@ -526,8 +574,38 @@ void run_reference(const Kernel& k, CallArgs& args) {
       n *= b.shape.back();
     }
     for (int64_t e : r.shape) total *= e;
+    if (v->dtype != root->dtype) {
+      // A view of another dtype: elements of its own, kept in step with the buffer's bits.
+      int ratio = v->dtype.bits / root->dtype.bits;
+      user_assert(root->dtype.bits >= 8 && v->dtype.bits % root->dtype.bits == 0 && n * ratio == total, v->loc)
+          << "the view '" << v->name << "' (" << v->dtype.name() << ") has " << n << " elements, '" << root->name
+          << "' has " << total << " of " << root->dtype.name();
+      auto& al = aliases[root.get()];
+      if (!al) al = std::make_unique<Aliases>();
+      al->root = r.data;
+      Aliases::View av;
+      av.type = v->dtype, av.from = root->dtype.with_lanes(ratio), av.ratio = ratio;
+      av.own.assign(size_t(n), kNaN);
+      av.out.assign(size_t(n), 0);
+      al->views.push_back(std::move(av));
+      b.alias = int(al->views.size()) - 1;
+      continue;
+    }
     user_assert(n == total, v->loc) << "the view '" << v->name << "' has " << n << " elements, '" << root->name
                                     << "' has " << total;
+  }
+  // The storage of views of another dtype, now that each family's views are all made; every
+  // member of a family (the buffer, its views) keeps it in step.
+  for (size_t i = 0; i < k.views.size(); ++i) {
+    const Buffer& v = k.views[i];
+    Buffer root = v;
+    while (root->view_of) root = root->view_of;
+    auto al = aliases.find(root.get());
+    if (al == aliases.end()) continue;
+    Buf& b = f.bufs[c.buffer_slot(v, v->loc)];
+    b.aliases = al->second.get();
+    if (b.alias >= 0) b.data = al->second->views[b.alias].own.data();
+    f.bufs[c.buffer_slot(root, v->loc)].aliases = al->second.get();
   }
   int64_t extent[3] = {1, 1, 1};
   for (size_t d = 0; d < grid.size(); ++d) extent[d] = to_int(grid[d](f), k.loc, "the grid's extent");
@@ -536,10 +614,17 @@ void run_reference(const Kernel& k, CallArgs& args) {
   auto run_block = [&](Frame& fb, std::vector<std::vector<double>>& own, const BlockTicket& t, const int64_t* at) {
     for (size_t d = 0; d < grid.size(); ++d) fb.vars[slot[d]] = double(at[d]);
     for (auto& s : own) std::fill(s.begin(), s.end(), kNaN);
+    for (auto& [root, al] : aliases) {
+      for (auto& v : al->views) std::fill(v.out.begin(), v.out.end(), 0), v.handed.clear();
+    }
     fb.ticket = &t;
     body(fb);
   };
   CoRun mode = co_run_of(k);
+  // Views of another dtype keep elements of their own, one set for the kernel: blocks that
+  // run interleaved would share them.
+  user_assert(mode == CoRun::None || aliases.empty(), k.loc)
+      << "the reference runs a kernel with grid or cluster barriers without views of another dtype";
   try {
     run_blocks(extent, k.cluster_dims, mode, [&](const BlockTicket& t, const int64_t* at) {
       if (mode == CoRun::None) return run_block(f, storage, t, at);

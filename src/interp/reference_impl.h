@@ -19,6 +19,7 @@ namespace tegula::interp::ref {
 
 constexpr size_t kMaxRank = 8;
 
+struct Aliases;
 struct Buf {
   const ir::BufferNode* node = nullptr;
   double* data = nullptr;
@@ -26,6 +27,29 @@ struct Buf {
   bool global = false;
   const ir::IndexMap* map = nullptr;  // a global tensor's T.Layout (ir/index_map.h)
   double safe = 0;  // what a read past a global tensor's edge gives (T.annotate_safe_value)
+  // A buffer with views of another dtype, or one of those views (see Aliases).
+  Aliases* aliases = nullptr;
+  int alias = -1;  // which view of aliases this is; -1 for the buffer and its same-dtype views
+};
+
+// The reference holds each element as a double, so a view of another dtype
+// (T.view(buf, dtype=...)) cannot share its buffer's storage: each such view keeps its own
+// elements, made from the bits of the buffer's `ratio` elements when read and written
+// back to them before anything else in the family is accessed. element() keeps the two
+// in step: an access through one member first writes back every other view's elements it
+// may have changed (those handed out since), and a view's element is made afresh from the
+// buffer unless handed out since.
+struct Aliases {
+  struct View {
+    ir::DataType type, from;  // the view's element type; `ratio` lanes of the buffer's
+    int ratio = 1;
+    std::vector<double> own;
+    std::vector<char> out;  // handed out (maybe written) since the last write-back
+    std::vector<int64_t> handed;
+  };
+  double* root = nullptr;
+  std::vector<View> views;
+  void write_back(int except);
 };
 
 struct Frame {
@@ -95,6 +119,7 @@ class Compiler {
   ExprFn block_call(const ir::CallNode* c);
   StmtFn reducer_update(const ir::CallNode* call, const SourceLoc& loc);
   ExprFn load(const ir::BufferLoadNode* l, const SourceLoc& at);
+  ExprFn atomic_add(const ir::CallNode* c, const SourceLoc& at);
   StmtFn store(const ir::BufferStoreNode* s);
   StmtFn loop(const ir::ForNode* f);
   StmtFn thread_branch(const ir::IfThenElseNode* i, const SourceLoc& loc);

@@ -38,9 +38,12 @@ struct MmaCall {
 
 }  // namespace
 
+static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts);
+
 Vals Machine::call(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   size_t n = ts.size();
+  if (f == "atomic_add") return atomic_add(*this, op, ts);  // T.atomic_add(..., return_prev=True)
   if (f == "shfl_xor") {
     Vals v = eval(op->args.at(0), ts), mask = eval(op->args.at(1), ts);
     require_defined(mask, ts, "shuffles with");
@@ -551,6 +554,12 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   Storage* regs_a = nullptr;
   if (c.regs_a) {
     layout::FragmentPtr la = layout_of(1, c.m, c.k, 1);
+    // With transpose_A the registers hold Aᵀ (K x M stored) where they would hold A.
+    if (c.ta) {
+      auto& T = m.mma_layouts_[{op, 4}];
+      if (!T) T = layout::make_transposed(la);
+      la = T;
+    }
     // Each column of the warp (group) split holds all of A (layout::make_group_replicated).
     if (c.wn > 1) {
       auto& R = m.mma_layouts_[{op, 3}];
@@ -561,6 +570,13 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     regs_a = operand_registers(m, c.a, la, op->op, &abase);
     if (!regs_a) return;
     A = register_tile(m, regs_a, abase, *la, first);
+    if (c.ta) {  // held K x M: the product reads it M x K
+      std::vector<double> t(A.size());
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t k = 0; k < c.k; ++k) t[i * c.k + k] = A[k * c.m + i];
+      }
+      A = std::move(t);
+    }
   } else {
     A = shared_tile(m, c.a, c.m, c.k, c.ta, ts, c.wgmma ? &reads : nullptr);
   }
@@ -631,6 +647,42 @@ void Machine::wide_barrier(const CallNode* op, const Threads& ts) {
   if (waits) ++epoch_;
 }
 
+// atomic_add(dst, value[, order]): each thread's add, in thread order; the values the
+// elements held before, per thread (what the call returns, for T.atomic_add(...,
+// return_prev=True)).
+static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts) {
+  Vals old{1, std::vector<double>(ts.size(), 0.0)};
+  Address a = address_of(m, op->args.at(0), 1, ts, "an atomic_add");
+  Vals v = m.eval(op->args.at(1), ts);
+  m.require_defined(v, ts, "adds atomically");
+  Storage* st = a.st;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    int64_t e = a.flat[i];
+    if (e < 0) continue;
+    // Atomics on one element do not race with each other: no tracking between them.
+    int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
+    if (st->buf->scope != Scope::Global && !st->written[p]) {
+      m.error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + m.element_name(st, e));
+    }
+    if (st->buf->scope == Scope::Shared) {
+      // An atomic is a write: it races with plain accesses of other threads since the
+      // last barrier (and they with it), though not with other atomics.
+      constexpr int kAtomic = -4;
+      SharedUse& u = st->uses[e];
+      if ((u.write_epoch == m.epoch_ && u.writer != kAtomic && u.writer != ts[i]) ||
+          (u.read_epoch == m.epoch_ && u.reader != ts[i])) {
+        m.error("race on " + m.element_name(st, e) + ": " + m.thread_name(ts[i]) +
+                " adds atomically to it after a plain access by another thread, with no barrier between");
+      }
+      u.write_epoch = m.epoch_, u.writer = kAtomic;
+    }
+    old.v[i] = st->data[p];
+    st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
+    if (st->buf->scope != Scope::Global) st->written[p] = 1;
+  }
+  return old;
+}
+
 bool Machine::call_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   if (f == "sync_grid" || f.rfind("cluster_", 0) == 0) {
@@ -656,33 +708,7 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
       }
     }
   } else if (f == "atomic_add") {
-    Address a = address_of(*this, op->args.at(0), 1, ts, "an atomic_add");
-    Vals v = eval(op->args.at(1), ts);
-    require_defined(v, ts, "adds atomically");
-    Storage* st = a.st;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      int64_t e = a.flat[i];
-      if (e < 0) continue;
-      // Atomics on one element do not race with each other: no tracking between them.
-      int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
-      if (st->buf->scope != Scope::Global && !st->written[p]) {
-        error("thread " + std::to_string(ts[i]) + " adds atomically to unwritten " + element_name(st, e));
-      }
-      if (st->buf->scope == Scope::Shared) {
-        // An atomic is a write: it races with plain accesses of other threads since the
-        // last barrier (and they with it), though not with other atomics.
-        constexpr int kAtomic = -4;
-        SharedUse& u = st->uses[e];
-        if ((u.write_epoch == epoch_ && u.writer != kAtomic && u.writer != ts[i]) ||
-            (u.read_epoch == epoch_ && u.reader != ts[i])) {
-          error("race on " + element_name(st, e) + ": " + thread_name(ts[i]) +
-                " adds atomically to it after a plain access by another thread, with no barrier between");
-        }
-        u.write_epoch = epoch_, u.writer = kAtomic;
-      }
-      st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
-      if (st->buf->scope != Scope::Global) st->written[p] = 1;
-    }
+    atomic_add(*this, op, ts);
   } else if (f == "gemm_ss" || f == "gemm_rs" || f == "wgmma_ss" || f == "wgmma_rs") {
     tensor_core(*this, op, ts);
   } else if (f == "wgmma_wait") {

@@ -146,11 +146,12 @@ Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr
   return b;
 }
 
-Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc) {
+Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc,
+                 std::optional<DataType> dtype) {
   auto b = std::make_shared<BufferNode>();
   b->name = name;
   b->scope = base->scope;
-  b->dtype = base->dtype;
+  b->dtype = dtype ? *dtype : base->dtype;
   b->shape = std::move(shape);
   b->loc = std::move(loc);
   b->view_of = std::move(base);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,8 +121,9 @@ struct BufferNode {
   std::vector<Expr> strides;
   SourceLoc loc;
   // Set on a view (T.reshape, T.view, T.Tensor(shape, dtype, buf.data)): no storage of its
-  // own, the elements of view_of (same dtype and scope) read in row-major order under
-  // this shape; resolve_views rewrites every access into one of view_of's.
+  // own, the elements of view_of (same scope) read in row-major order under this shape;
+  // resolve_views rewrites every access into one of view_of's. A view of another dtype
+  // (T.view(buf, dtype=...), a whole number of view_of's elements each) reads their bytes.
   std::shared_ptr<const BufferNode> view_of;
   int64_t num_elements_const() const;  // -1 when a dimension is symbolic
 };
@@ -159,7 +161,10 @@ Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Exp
 Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
                            SourceLoc loc = {});
 // A view of `base` under another shape (same element count): see BufferNode::view_of.
-Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc = {});
+// dtype (none: base's) may be wider than base's, a whole number of its elements: the view
+// reinterprets base's bytes (resolve_views).
+Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc = {},
+                 std::optional<DataType> dtype = std::nullopt);
 
 // Convenience arithmetic for passes (no location).
 Expr operator+(Expr a, Expr b);

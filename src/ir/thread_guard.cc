@@ -57,6 +57,8 @@ bool thread_private_nest(const Stmt& s) {
     if (x.as<EvaluateNode>() || x.as<TileOpNode>() || x.as<SyncNode>()) local_only = false;
   }, [&](const Expr& e) {
     if (auto* ld = e.as<BufferLoadNode>()) local_only &= ld->buffer->scope != Scope::Fragment;
+    // T.atomic_add(..., return_prev=True) stored into a thread's variable adds to memory.
+    if (auto* c = e.as<CallNode>()) local_only &= c->op != "atomic_add";
   });
   return local_only;
 }

@@ -44,8 +44,9 @@ GuardSplit split_guard(const Expr& cond, const Expr& tx, ThreadRange outer,
 // contiguous range (empty ranges included); nullopt otherwise.
 std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, ThreadRange outer, bool value);
 
-// A T.Parallel nest that touches no fragment and stores only into local buffers: each
-// thread runs it whole (TileLang's rule), so it is not divided among threads.
+// A T.Parallel nest that touches no fragment and stores only into local buffers (no
+// atomic add among the values stored): each thread runs it whole (TileLang's rule), so it
+// is not divided among threads.
 bool thread_private_nest(const Stmt& s);
 
 // The fragments body reads or writes outside every T.Parallel nest and tile op (a scalar

@@ -67,7 +67,31 @@ class GroupReplicated : public Fragment {
   int groups_;
 };
 
+// A 2-D base read with its dimensions swapped: the thread and slot of base's (i, j) hold
+// (j, i).
+class Transposed : public Fragment {
+ public:
+  explicit Transposed(FragmentPtr base)
+      : Fragment({base->shape()[1], base->shape()[0]}, base->threads(), base->slots()), base_(std::move(base)) {}
+  bool coords(int t, int s, int64_t* out) const override {
+    int64_t c[2];
+    if (!base_->coords(t, s, c)) return false;
+    out[0] = c[1], out[1] = c[0];
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    std::vector<Expr> c = base_->coords_expr(tx, s, valid);
+    return {c[1], c[0]};
+  }
+  std::string describe() const override { return "transposed " + base_->describe(); }
+
+ private:
+  FragmentPtr base_;
+};
+
 }  // namespace
+
+FragmentPtr make_transposed(const FragmentPtr& base) { return std::make_shared<Transposed>(base); }
 
 FragmentPtr make_group_replicated(const FragmentPtr& base, int groups) {
   return groups == 1 ? base : std::make_shared<GroupReplicated>(base, groups);

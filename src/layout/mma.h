@@ -48,4 +48,10 @@ FragmentPtr make_mma_accumulator(int64_t m, int64_t n, int wm, int wn, int group
 // of a gemm whose warp groups split the output's columns: every group needs all of A.
 FragmentPtr make_group_replicated(const FragmentPtr& base, int groups);
 
+// A 2-D `base` with its dimensions swapped: (j, i) where base holds (i, j). The A operand
+// of T.gemm(A_fragment, B, C, transpose_A=True), A stored K x M: its threads hold Aᵀ's
+// elements where a gemm without the transpose holds A's, so the instruction reads the
+// same registers.
+FragmentPtr make_transposed(const FragmentPtr& base);
+
 }  // namespace tegula::layout

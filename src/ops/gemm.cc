@@ -16,6 +16,13 @@
 //   instruction reads them straight from shared memory. Lowers to wgmma_ss / wgmma_rs
 //   (kernels/include/tegula/wgmma.h).
 //
+// A shared operand may be a region of its buffer (T.gemm(Q_shared[:, :D], ...)): the call
+// names the region's first element; the printer passes the buffer's row length and the
+// region's column to the device code, which reads the region through the buffer's layout
+// (check_regions says which regions the instructions can start at). A register A with
+// transpose_A (stored K x M) takes the transposed layout of the A it would have, so the
+// instruction reads Aᵀ from the same registers (mma.sync only).
+//
 // 8-bit float operands (float8_e4m3fn / float8_e5m2, either of each, float32 C) take the
 // same paths with the instruction's K doubled (m16n8k32 on sm_89 on, m64nNk32 on sm_90a):
 // a k-step is 32 bytes of a row either way, so the swizzled layouts, ldmatrix addresses
@@ -26,6 +33,8 @@
 
 #include "layout/mma.h"
 #include "ir/functor.h"
+#include "ir/printer.h"
+#include "ops/region.h"
 #include "ops/tile_op.h"
 
 namespace tegula::ops {
@@ -66,17 +75,28 @@ bool gemm_warpgroups(int64_t m, int64_t n, int groups, const std::string& policy
   return false;
 }
 
+// The extents of a gemm operand's region: 2-D, of constants. A region may be part of its
+// buffer (T.gemm(Q_shared[:, :D], ...)); the whole buffer is the common case.
+std::vector<int64_t> region_shape(const BufferRegion& r, const SourceLoc& loc) {
+  const_shape(r.buffer, loc, "T.gemm");
+  user_assert(r.buffer->shape.size() == 2 && r.extents.size() == 2, loc) << "T.gemm takes 2-D A, B and C";
+  std::vector<int64_t> out;
+  for (const Expr& e : r.extents) {
+    const int64_t* v = as_const_int(e);
+    user_assert(v, loc) << "T.gemm: the region of '" << r.buffer->name << "' must have constant extents";
+    out.push_back(*v);
+  }
+  return out;
+}
+
 GemmShape shape_of(const TileOpNode* op, const Kernel& k) {
   const SourceLoc& loc = op->loc;
   user_assert(op->regions.size() == 3, loc) << "T.gemm takes A, B and C";
-  const Buffer& A = op->regions[0].buffer;
-  const Buffer& B = op->regions[1].buffer;
-  const Buffer& C = op->regions[2].buffer;
   GemmShape g;
   g.ta = op->attr_int("transpose_A", 0) != 0;
   g.tb = op->attr_int("transpose_B", 0) != 0;
-  auto a = const_shape(A, loc, "T.gemm"), b = const_shape(B, loc, "T.gemm"), c = const_shape(C, loc, "T.gemm");
-  user_assert(a.size() == 2 && b.size() == 2 && c.size() == 2, loc) << "T.gemm takes 2-D A, B and C";
+  auto a = region_shape(op->regions[0], loc), b = region_shape(op->regions[1], loc),
+       c = region_shape(op->regions[2], loc);
   g.m = g.ta ? a[1] : a[0];
   g.k = g.ta ? a[0] : a[1];
   g.n = g.tb ? b[0] : b[1];
@@ -89,6 +109,26 @@ GemmShape shape_of(const TileOpNode* op, const Kernel& k) {
   if (!layout::gemm_warps(g.m, g.n, k.threads / 32, policy, &g.wm, &g.wn)) g.wm = g.wn = 0;
   if (k.threads % 128 != 0 || !gemm_warpgroups(g.m, g.n, k.threads / 128, policy, &g.wgm, &g.wgn)) g.wgm = g.wgn = 0;
   return g;
+}
+
+// Where a shared operand's region starts in its buffer, as stored: (row, col) of its first
+// element, and the buffer's stored row length. The instruction reads the region through
+// the buffer's own layout (swizzle, panels): the row offset moves the operand's base
+// address, the column offset is a constant of the device code.
+struct Placement {
+  int64_t row = 0, col = 0, cols = 0;
+};
+
+Placement placement(const BufferRegion& r, const SourceLoc& loc) {
+  Placement p;
+  p.cols = *as_const_int(r.buffer->shape[1]);
+  const int64_t* row = as_const_int(r.mins.at(0));
+  const int64_t* col = as_const_int(r.mins.at(1));
+  user_assert(row && col, loc) << "T.gemm: the region of '" << r.buffer->name
+                               << "' must start at a constant offset in it (got [" << to_string(r.mins[0]) << ", "
+                               << to_string(r.mins[1]) << "])";
+  p.row = *row, p.col = *col;
+  return p;
 }
 
 bool is_half(DataType t) { return t == DataType::f16() || t == DataType::bf16(); }
@@ -123,6 +163,38 @@ void check_operands(const TileOpNode* op, const GemmShape& g, const transform::T
   user_assert(g.k % 32 == 0, loc) << "T.gemm on 8-bit floats needs K a multiple of 32 (got " << g.k << ")";
 }
 
+// Operands that are regions of their buffers: C and a register A are whole fragments; a
+// shared region starts at a constant offset inside its buffer, a multiple of 8 rows (whole
+// swizzle phases) and, along its stored row, of the K step (along K) or of a 16-byte chunk
+// (along M or N), and the buffer's rows are whole chunks (ldmatrix reads 16-byte rows).
+void check_regions(const TileOpNode* op, const GemmShape& g) {
+  const SourceLoc& loc = op->loc;
+  static const char* names[] = {"A", "B", "C"};
+  for (int i = 0; i < 3; ++i) {
+    const BufferRegion& r = op->regions[i];
+    if (r.buffer->scope != Scope::Shared) {
+      user_assert(is_whole(r), loc) << "T.gemm: " << names[i] << " ('" << r.buffer->name << "', in "
+                                    << scope_name(r.buffer->scope) << ") must be a whole buffer, not a region of it";
+      continue;
+    }
+    Placement p = placement(r, loc);
+    const int e = r.buffer->dtype.bytes();
+    bool col_is_k = i == 0 ? !g.ta : g.tb;
+    int64_t col_step = col_is_k ? k_step(r.buffer->dtype) : 16 / e;
+    int64_t rows = *as_const_int(r.buffer->shape[0]);
+    int64_t ext_r = *as_const_int(r.extents[0]), ext_c = *as_const_int(r.extents[1]);
+    user_assert(p.row >= 0 && p.col >= 0 && p.row + ext_r <= rows && p.col + ext_c <= p.cols, loc)
+        << "T.gemm: " << names[i] << " region [" << p.row << ":" << p.row + ext_r << ", " << p.col << ":"
+        << p.col + ext_c << "] is outside '" << r.buffer->name << "' (" << rows << "x" << p.cols << ")";
+    if (is_whole(r)) continue;
+    user_assert(p.row % 8 == 0 && p.col % col_step == 0 && (p.cols * e) % 16 == 0, loc)
+        << "T.gemm: " << names[i] << " region of '" << r.buffer->name << "' starts at [" << p.row << ", " << p.col
+        << "]: the tensor cores read a region that starts at a multiple of 8 rows and of " << col_step
+        << " columns (" << (col_is_k ? "the instruction's K step" : "a 16-byte chunk")
+        << "), in a buffer whose rows are whole 16-byte chunks (" << p.cols << " x " << e << " bytes)";
+  }
+}
+
 // The mma.sync path needs a warp split into whole 16 x 8 tiles.
 void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& k) {
   user_assert(g.wm > 0, op->loc) << "T.gemm: " << k.threads / 32 << " warps cannot split a " << g.m << "x" << g.n
@@ -146,14 +218,21 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   if (f8 && (A->scope != Scope::Shared || g.ta || !g.tb)) return false;
   const int e = A->dtype.bytes();
   int64_t tn = g.n / g.wgn;
+  // A region of a buffer: the descriptors name the buffer's layout, starting a K-major
+  // operand at a K step inside a swizzle row, an MN-major one at a panel.
+  auto region_fits = [&](const BufferRegion& r, bool k_major, int64_t inst_width) {
+    Placement p = placement(r, op->loc);
+    if (!wgmma_rows_fit(p.cols, e) || p.row % 8 != 0) return false;
+    int64_t panel = panel_elems(p.cols, e);
+    if (k_major) return p.col % k_step(A->dtype) == 0;
+    return p.col % panel == 0 && inst_width % panel == 0;
+  };
   if (A->scope == Scope::Fragment) {
     if (g.ta) return false;
-  } else if (!wgmma_rows_fit(g.ta ? g.m : g.k, e)) {
+  } else if (!region_fits(op->regions[0], !g.ta, 64)) {
     return false;
   }
-  if (!wgmma_rows_fit(g.tb ? g.k : g.n, e)) return false;
-  if (!g.tb && tn % panel_elems(g.n, e) != 0) return false;  // N-major B: whole atoms per instruction
-  return true;
+  return region_fits(op->regions[1], g.tb, tn);  // N-major B: whole atoms per instruction
 }
 
 template <typename F>
@@ -176,6 +255,7 @@ class Gemm : public TileOp {
                                                       << "' is " << scope_name(C->scope) << ")";
     GemmShape g = shape_of(op, k);
     check_operands(op, g, ctx.target);
+    check_regions(op, g);
     const Buffer& A = op->regions.at(0).buffer;
     if (ctx.wgmma_accumulators.count(C.get())) {
       bool changed = require(layout::make_mma_accumulator(g.m, g.n, 4 * g.wgm, g.wgn, 4), C, op, layouts);
@@ -193,11 +273,12 @@ class Gemm : public TileOp {
     require_warp_split(g, op, k);
     bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
-      user_assert(!g.ta, op->loc) << "T.gemm with A in registers ('" << A->name
-                                  << "') takes no transpose_A: store A transposed instead";
-      // Each column of the warp split (WM warps) holds all of A.
-      changed |= require(layout::make_group_replicated(layout::make_mma_accumulator(g.m, g.k, g.wm, 1), g.wn), A,
-                         op, layouts);
+      // Each column of the warp split (WM warps) holds all of A; with transpose_A (A
+      // stored K x M), Aᵀ where that layout holds A (a copy into A from another layout
+      // is an exchange layout inference inserts).
+      layout::FragmentPtr a = layout::make_mma_accumulator(g.m, g.k, g.wm, 1);
+      if (g.ta) a = layout::make_transposed(a);
+      changed |= require(layout::make_group_replicated(a, g.wn), A, op, layouts);
     }
     return changed;
   }
@@ -250,8 +331,8 @@ class Gemm : public TileOp {
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wm), make_int(g.wn),
                               make_int(g.ta), make_int(g.tb), make_int(op->attr_int("clear_accum", 0) != 0),
                               a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
-                                     : make_load(A, {make_int(0), make_int(0)}, loc),
-                              make_load(B, {make_int(0), make_int(0)}, loc), make_load(creg, {make_int(0)}, loc),
+                                     : make_load(A, op->regions[0].mins, loc),
+                              make_load(B, op->regions[1].mins, loc), make_load(creg, {make_int(0)}, loc),
                               // the index the warps count from: a thread scope's under a thread guard
                               k.thread_var};
     body.push_back(make_evaluate(make_call(a_regs ? "gemm_rs" : "gemm_ss", args, DataType::i32(), loc), loc));
@@ -276,8 +357,8 @@ class Gemm : public TileOp {
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wgm), make_int(g.wgn),
                               make_int(g.ta), make_int(g.tb), make_int(op->attr_int("clear_accum", 0) != 0),
                               a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc)
-                                     : make_load(A, {make_int(0), make_int(0)}, loc),
-                              make_load(B, {make_int(0), make_int(0)}, loc),
+                                     : make_load(A, op->regions[0].mins, loc),
+                              make_load(B, op->regions[1].mins, loc),
                               make_load(ctx.registers.at(C.get()), {make_int(0)}, loc)};
     // Issue, then wait: two statements, so pipeline_loops can issue the next stage's
     // copies while the tensor cores run.

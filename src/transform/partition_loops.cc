@@ -219,6 +219,18 @@ class MaskGlobal : public IRMutator {
   // An explicit-width load (ldst.h) past the edge, even in part, reads nothing and gives 0:
   // the mask joins its predicate.
   Expr mutate_Call(const Expr& self, const CallNode* op) override {
+    if (op->op == "atomic_add") {
+      // An atomic add as an expression (return_prev): its address is masked, not read; past
+      // the edge nothing is added and it gives 0.
+      auto* addr = op->args[0].as<BufferLoadNode>();
+      std::vector<Expr> args = op->args;
+      std::vector<Expr> idx = mask_indices(addr->indices, true);
+      args[0] = make_load(addr->buffer, idx, addr->loc, addr->dtype.lanes);
+      for (size_t i = 1; i < args.size(); ++i) args[i] = mutate(op->args[i]);
+      Expr e = make_call(op->op, std::move(args), op->dtype, op->loc);
+      Expr cond = addr->buffer->scope == Scope::Global ? guard(addr->buffer, idx) : Expr();
+      return cond ? make_select(cond, e, make_cast(op->dtype, make_int(0)), op->loc) : e;
+    }
     auto w = wide_access(op);
     if (!w || w->store) return IRMutator::mutate_Call(self, op);
     std::vector<Expr> args{masked_address(*w)};
@@ -376,7 +388,8 @@ class GuardMemoryEffects : public IRMutator {
   GuardMemoryEffects(Expr first, std::set<const BufferNode*> shared_read)
       : first_(std::move(first)), shared_read_(std::move(shared_read)) {}
   Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
-    if (op->buffer->scope == Scope::Global || (op->buffer->scope == Scope::Shared && !shared_read_.count(op->buffer.get()))) {
+    if (op->buffer->scope == Scope::Global || (op->buffer->scope == Scope::Shared && !shared_read_.count(op->buffer.get())) ||
+        has_atomic(op->value)) {
       return make_if(first_, self, {}, op->loc);
     }
     return self;
@@ -384,6 +397,15 @@ class GuardMemoryEffects : public IRMutator {
   Stmt mutate_Evaluate(const Stmt& self, const EvaluateNode* op) override { return make_if(first_, self, {}, op->loc); }
 
  private:
+  // T.atomic_add(..., return_prev=True) stored into a thread's variable: the add happens once.
+  static bool has_atomic(const Expr& e) {
+    bool found = false;
+    post_order(make_evaluate(e, {}), nullptr, [&](const Expr& x) {
+      if (auto* c = x.as<CallNode>()) found |= c->op == "atomic_add";
+    });
+    return found;
+  }
+
   Expr first_;
   std::set<const BufferNode*> shared_read_;
 };

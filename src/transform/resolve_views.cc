@@ -12,6 +12,15 @@
 // An access past the edge of a view of a global tensor reads 0 or stores nothing, as one
 // past the tensor's own edge does.
 //
+// A view of another dtype (T.view(KV_shared, shape, dtype="float32") of a bfloat16 buffer)
+// reads and writes the bytes of the elements it covers: each of its elements is one
+// explicit-width access (ir/wide_access.h) of `ratio` consecutive elements of the buffer,
+// its bits reinterpreted:
+//
+//   V = T.view(S, [R // 2, C], "float32")   (S bfloat16 (R, C))
+//   V[i, j]      ->  reinterpret<float32>(load_shared_32(S[(i*C + j)*2 / C, (i*C + j)*2 % C] x2))
+//   V[i, j] = v  ->  store_shared_32(S[...] x2, v)
+//
 // simplified with the ranges of the loops around it, so an aligned reshape reads as a
 // plain affine index and the later passes (layouts, vectorising) treat it like any other.
 #include <map>
@@ -19,6 +28,7 @@
 
 #include "ir/analyzer.h"
 #include "ir/functor.h"
+#include "ir/wide_access.h"
 #include "ops/tile_op.h"
 #include "transform/passes.h"
 
@@ -37,14 +47,38 @@ class Resolver : public IRMutator {
   Expr mutate_BufferLoad(const Expr& self, const BufferLoadNode* op) override {
     if (!op->buffer->view_of) return IRMutator::mutate_BufferLoad(self, op);
     std::vector<Expr> idx = indices(op->indices);
-    Expr load = make_load(root_of(op->buffer), position(op->buffer, idx), op->loc, op->dtype.lanes);
+    const Buffer& root = root_of(op->buffer);
+    Expr load;
+    if (int ratio = bytes_ratio(op->buffer, op->loc); ratio > 0) {
+      user_assert(op->dtype.lanes == 1, op->loc) << "a vector read of '" << op->buffer->name << "', a view of another dtype";
+      int bits = op->dtype.bits;
+      Expr raw = make_call(wide_access_op(false, root->scope, bits),
+                           {make_load(root, position(op->buffer, idx), op->loc, ratio)}, wide_access_type(bits), op->loc);
+      load = make_call("reinterpret", {raw}, op->dtype, op->loc);
+    } else {
+      load = make_load(root, position(op->buffer, idx), op->loc, op->dtype.lanes);
+    }
     Expr inside = edge_guard(op->buffer, idx);
     return inside ? make_select(inside, load, make_cast(load.dtype(), make_int(0)), op->loc) : load;
   }
   Stmt mutate_BufferStore(const Stmt& self, const BufferStoreNode* op) override {
     if (!op->buffer->view_of) return IRMutator::mutate_BufferStore(self, op);
     std::vector<Expr> idx = indices(op->indices);
-    Stmt store = make_store(root_of(op->buffer), position(op->buffer, idx), mutate(op->value), op->loc);
+    const Buffer& root = root_of(op->buffer);
+    Stmt store;
+    if (int ratio = bytes_ratio(op->buffer, op->loc); ratio > 0) {
+      Expr value = mutate(op->value);
+      user_assert(value.dtype().lanes == 1, op->loc) << "a vector write of '" << op->buffer->name << "', a view of another dtype";
+      if (value.dtype() != op->buffer->dtype) value = make_cast(op->buffer->dtype, value);
+      int bits = op->buffer->dtype.bits;
+      value = make_call("reinterpret", {value}, wide_access_type(bits), op->loc);
+      store = make_evaluate(make_call(wide_access_op(true, root->scope, bits),
+                                      {make_load(root, position(op->buffer, idx), op->loc, ratio), value},
+                                      DataType::i32(), op->loc),
+                            op->loc);
+    } else {
+      store = make_store(root, position(op->buffer, idx), mutate(op->value), op->loc);
+    }
     Expr inside = edge_guard(op->buffer, idx);
     return inside ? make_if(inside, store, {}, op->loc) : store;
   }
@@ -205,13 +239,31 @@ class Resolver : public IRMutator {
     return inside;
   }
 
+  // How many elements of root_of(view) one element of the view covers when their dtypes
+  // differ (0 when they are one dtype): a whole number, checked here for chains of views.
+  static int bytes_ratio(const Buffer& view, const SourceLoc& loc) {
+    const Buffer& root = root_of(view);
+    if (view->dtype == root->dtype) return 0;
+    int vb = view->dtype.bits, rb = root->dtype.bits;
+    user_assert(rb >= 8 && (vb == 32 || vb == 64) && vb % rb == 0 && view->dtype.lanes == 1, loc)
+        << "'" << view->name << "' views '" << root->name << "' (" << root->dtype.name() << ") as "
+        << view->dtype.name() << ": a view of another dtype takes 4- or 8-byte elements, each a whole number of the "
+        << "buffer's";
+    user_assert(root->scope == Scope::Shared || root->scope == Scope::Global, loc)
+        << "'" << view->name << "' views '" << root->name << "' as another dtype: only shared and global buffers "
+        << "can be reinterpreted ('" << root->name << "' is " << scope_name(root->scope) << ")";
+    return vb / rb;
+  }
+
   // The indices into root_of(view) of view[idx]: the row-major position of idx under the
-  // view's shape, spread over the root's shape (each view in the chain in turn).
+  // view's shape, spread over the root's shape (each view in the chain in turn); of the
+  // first element it covers for a view of wider elements.
   std::vector<Expr> position(const Buffer& view, std::vector<Expr> idx) {
     for (Buffer b = view; b->view_of; b = b->view_of) {
       Expr flat;
       for (size_t d = 0; d < b->shape.size(); ++d) flat = d ? flat * b->shape[d] + idx[d] : idx[d];
       const Buffer& base = b->view_of;
+      if (b->dtype.bits != base->dtype.bits) flat = flat * int64_t(b->dtype.bits / base->dtype.bits);
       idx.assign(base->shape.size(), Expr());
       for (size_t d = base->shape.size(); d-- > 0;) {
         bool outer = d == 0;

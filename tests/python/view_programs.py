@@ -182,3 +182,51 @@ def indexer_logits(N, Q, H, D, dtype="float16"):
         return (s * W.double()[None] * Sc.double()[:, None, None]).sum(-1)
 
     return main, ref
+
+
+def shared_view_as_wider(R, C, dtype="bfloat16", as_dtype="float32", threads=128):
+    """A shared tile of `dtype` seen as `as_dtype` (TileLang's sparse MLA backward reuses
+    a bfloat16 KV tile as float32 scratch: T.view(KV_shared, shape, dtype=float32)): the
+    view reads the bytes the buffer holds (A's bytes as as_dtype), and what is written
+    through it is read back through it (B + 1)."""
+    ratio = {"float32": 4, "int32": 4, "float64": 8}[as_dtype] // {"bfloat16": 2, "float16": 2, "int8": 1,
+                                                                   "float32": 4, "uint8": 1}[dtype]
+
+    @T.prim_func
+    def main(A: T.Tensor((R, C), dtype), B: T.Tensor((R, C // ratio), as_dtype),
+             Bits: T.Tensor((R, C // ratio), as_dtype), Out: T.Tensor((R, C // ratio), as_dtype)):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((R, C), dtype)
+            v = T.view(s, shape=[R, C // ratio], dtype=as_dtype)
+            T.copy(A, s)
+            T.copy(v, Bits)
+            for i, j in T.Parallel(R, C // ratio):
+                v[i, j] = B[i, j] + 1
+            T.copy(v, Out)
+
+    def ref(A, B):
+        import torch
+
+        return A.contiguous().view(getattr(torch, as_dtype)), B + 1
+
+    return main, ref
+
+
+def global_view_as_wider(N, block=64):
+    """A bfloat16 parameter read as float32 through a view of it (its bytes, two elements
+    each), ragged: the last block is masked at the view's edge."""
+
+    @T.prim_func
+    def main(A: T.Tensor((2 * N,), "bfloat16"), Out: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+            v = T.view(A, shape=[N], dtype="float32")
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    Out[bx * block + i] = v[bx * block + i]
+
+    def ref(A):
+        import torch
+
+        return A.view(torch.float32)
+
+    return main, ref

@@ -12,6 +12,13 @@
 // aligned; or A is in registers, laid out as an accumulator (see gemm_rs). C accumulates
 // in float32, or in float16 for float16 operands.
 //
+// A shared operand may be a region of a larger buffer (T.gemm(Q_shared[:, :D], ...)): LDA /
+// LDB are the buffers' stored row lengths (0: the operand's own width), OA / OB the
+// column of the region's first element as stored (its row is in the pointer, a multiple
+// of 8 so the swizzle phase is unchanged); a column offset along K is a multiple of the
+// K step, one along M or N a multiple of the 16-byte chunk. The region is read through
+// the buffer's layout, swizzle included.
+//
 // 8-bit float operands (A of type T and B of type U, e4m3 or e5m2 each) run m16n8k32
 // (sm_89+): their registers hold the same bytes of a row as 16-bit m16n8k16 ones, so a
 // k-step is 32 bytes of K either way and the ldmatrix addresses are the same in bytes.
@@ -154,12 +161,15 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 // The block GEMM, specialised on the tile shape, the warp split and where A lives.
 // Warp w owns rows row0 .. row0 + TM and columns col0 .. col0 + TN of C.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
-          typename T, typename U, int PA = 0, int PB = 0>
+          typename T, typename U, int LDA_ = 0, int OA = 0, int LDB_ = 0, int OB = 0, int PA = 0, int PB = 0>
 struct BlockGemm {
   // KS: elements of K per instruction (32 bytes of a row); CH: elements per 16-byte chunk.
   static constexpr int E = int(sizeof(T)), KS = 32 / E, CH = 16 / E;
+  // Stored row lengths of A's and B's buffers.
+  static constexpr int LDA = LDA_ ? LDA_ : (TA ? M : K), LDB = LDB_ ? LDB_ : (TB ? K : N);
+  static_assert(OA % (TA ? CH : KS) == 0 && OB % (TB ? KS : CH) == 0,
+                "a region's column offset is a multiple of the K step (along K) or of a chunk (along M, N)");
   // A in registers: each group of WM warps (one column of the split) holds all of A.
-  static_assert(!RA || !TA, "A in registers takes no transpose");
   static_assert(E == 2 || (!TA && TB && !RA && sizeof(U) == 1), "8-bit operands are read K-major from shared memory");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % KS == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
@@ -181,14 +191,14 @@ struct BlockGemm {
         // A is stored K x M: matrix q = lane / 8 of the four is (m half q % 2, k half q / 2),
         // read transposed from rows k of the stored tile.
         int q = lane / 8;
-        if constexpr (is_pow2(2 * MT)) {
-          ldmatrix_x4_trans(a[mi], tile_at2<M, T, SA, PA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
+        if constexpr (is_pow2(2 * MT) && OA == 0) {
+          ldmatrix_x4_trans(a[mi], tile_at2<LDA, T, SA, PA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
         } else {
-          ldmatrix_x4_trans(a[mi], tile_at<M, T, SA, PA>(A, k0 + (q / 2) * 8 + lane % 8, row0 + mi * 16 + (q % 2) * 8));
+          ldmatrix_x4_trans(a[mi], tile_at<LDA, T, SA, PA>(A, k0 + (q / 2) * 8 + lane % 8, OA + row0 + mi * 16 + (q % 2) * 8));
         }
       } else {
         // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-        ldmatrix_x4(a[mi], tile_at2<K, T, SA, PA>(A, row0 + lane % 16, mi * 16, lane / 16, k0 / CH));
+        ldmatrix_x4(a[mi], tile_at2<LDA, T, SA, PA>(A, row0 + lane % 16, mi * 16, lane / 16, (OA + k0) / CH));
       }
     }
   }
@@ -201,21 +211,21 @@ struct BlockGemm {
       uint32_t d[4];
       if constexpr (TB) {
         // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
-        ldmatrix_x4(d, tile_at2<K, U, SB, PB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, k0 / CH));
-      } else if constexpr (is_pow2(NT)) {
+        ldmatrix_x4(d, tile_at2<LDB, U, SB, PB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, (OB + k0) / CH));
+      } else if constexpr (is_pow2(NT) && OB == 0) {
         // Rows k of a K x N tile, transposed on the way into registers.
-        ldmatrix_x4_trans(d, tile_at2<N, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
+        ldmatrix_x4_trans(d, tile_at2<LDB, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, U, SB, PB>(B, k0 + (q % 2) * 8 + r, col0 + ni * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<LDB, U, SB, PB>(B, k0 + (q % 2) * 8 + r, OB + col0 + ni * 8 + (q / 2) * 8));
       }
       b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
     }
     if constexpr (NT % 2 == 1) {
       constexpr int ni = NT - 1;
       if constexpr (TB) {
-        ldmatrix_x2(b[ni], tile_at<K, U, SB, PB>(B, col0 + ni * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
+        ldmatrix_x2(b[ni], tile_at<LDB, U, SB, PB>(B, col0 + ni * 8 + lane % 8, OB + k0 + ((lane / 8) % 2) * CH));
       } else {
-        ldmatrix_x2_trans(b[ni], tile_at<N, U, SB, PB>(B, k0 + lane % 16, col0 + ni * 8));
+        ldmatrix_x2_trans(b[ni], tile_at<LDB, U, SB, PB>(B, k0 + lane % 16, OB + col0 + ni * 8));
       }
     }
   }
@@ -289,37 +299,40 @@ struct BlockGemm {
     if (two) {
       uint32_t d[4];
       if constexpr (TB) {
-        ldmatrix_x4(d, tile_at2<K, U, SB, PB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, k0 / CH));
-      } else if constexpr (is_pow2(NT)) {
-        ldmatrix_x4_trans(d, tile_at2<N, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
+        ldmatrix_x4(d, tile_at2<LDB, U, SB, PB>(B, col0 + (q / 2) * 8 + r, n0 * 8, q % 2, (OB + k0) / CH));
+      } else if constexpr (is_pow2(NT) && OB == 0) {
+        ldmatrix_x4_trans(d, tile_at2<LDB, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, n0));
       } else {
-        ldmatrix_x4_trans(d, tile_at<N, U, SB, PB>(B, k0 + (q % 2) * 8 + r, col0 + n0 * 8 + (q / 2) * 8));
+        ldmatrix_x4_trans(d, tile_at<LDB, U, SB, PB>(B, k0 + (q % 2) * 8 + r, OB + col0 + n0 * 8 + (q / 2) * 8));
       }
       b[0][0] = d[0], b[0][1] = d[1], b[1][0] = d[2], b[1][1] = d[3];
     } else if constexpr (TB) {
-      ldmatrix_x2(b[0], tile_at<K, U, SB, PB>(B, col0 + n0 * 8 + lane % 8, k0 + ((lane / 8) % 2) * CH));
+      ldmatrix_x2(b[0], tile_at<LDB, U, SB, PB>(B, col0 + n0 * 8 + lane % 8, OB + k0 + ((lane / 8) % 2) * CH));
     } else {
-      ldmatrix_x2_trans(b[0], tile_at<N, U, SB, PB>(B, k0 + lane % 16, col0 + n0 * 8));
+      ldmatrix_x2_trans(b[0], tile_at<LDB, U, SB, PB>(B, k0 + lane % 16, OB + col0 + n0 * 8));
     }
   }
 };
 
 // T.gemm(A_shared, B_shared, C): A and B in shared memory. CLEAR: C = A B (clear_accum).
+// LDA, OA, LDB, OB: operands that are regions of their buffers (see the top of this file);
 // PA / PB: the stored rows of an operand kept in wgmma's panels (0: not panelled).
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int PA = 0,
-          int PB = 0, typename T, typename U, typename Acc>
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int LDA = 0,
+          int OA = 0, int LDB = 0, int OB = 0, int PA = 0, int PB = 0, typename T, typename U, typename Acc>
 TEGULA_DEVICE void gemm_ss(const T* A, const U* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T, U, PA, PB>::run(A, B, C, tid);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, CLEAR, T, U, LDA, OA, LDB, OB, PA, PB>::run(A, B, C, tid);
 }
 
 // T.gemm(A_fragment, B_shared, C): A in registers, in the layout of an accumulator of the
 // same warp split with WN = 1, held by each of the WN columns of warps (what
 // T.copy(acc_fp32, acc_fp16) of a previous gemm's
-// accumulator gives), so attention's P @ V reads P where the first gemm left it.
-template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int PA = 0,
-          int PB = 0, typename T, typename Acc>
+// accumulator gives), so attention's P @ V reads P where the first gemm left it. With TA
+// (A stored K x M) the registers hold Aᵀ in that order (the compiler's layout is the
+// transposed one), so they are read the same way.
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int LDA = 0,
+          int OA = 0, int LDB = 0, int OB = 0, int PA = 0, int PB = 0, typename T, typename Acc>
 TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T, 0, PB>::run(A, B, C, tid);
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T, LDA, OA, LDB, OB, 0, PB>::run(A, B, C, tid);
 }
 
 }  // namespace tegula

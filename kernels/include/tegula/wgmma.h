@@ -17,6 +17,13 @@
 // "K-major"; one stored K x M or K x N is "MN-major" and set as transposed in the
 // instruction.
 //
+// A shared operand may be a region of a larger buffer, as for gemm.h: LDA / LDB are the
+// stored row lengths (0: the operand's own width), OA / OB the column of the region's
+// first element (its row is in the pointer, a multiple of 8: whole swizzle atoms). A
+// descriptor may start inside a swizzle row only in K steps of a K-major operand, so a
+// column offset along K is a multiple of the K step, and one along M or N (an MN-major
+// operand) starts a panel; the compiler falls back to mma.sync for a region that is not.
+//
 // The instruction is a struct the code generator writes for the tile's N and element types
 // (`Inst`): its asm names N / 2 accumulator registers, which no template can spell.
 //
@@ -76,12 +83,14 @@ TEGULA_DEVICE uint64_t wgmma_desc(uint32_t addr, uint32_t lead) {
 }
 
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename T,
-          typename U, typename Inst>
+          typename U, typename Inst, int LDA = 0, int OA = 0, int LDB = 0, int OB = 0>
 struct BlockWgmma {
   static constexpr int E = int(sizeof(T));
   static constexpr int KS = 32 / E;  // elements of K per instruction
   static constexpr int TM = M / WGM, TN = N / WGN, MI = TM / 64;
-  static constexpr int CA = TA ? M : K, CB = TB ? K : N;  // stored row lengths
+  static constexpr int CA = LDA ? LDA : TA ? M : K, CB = LDB ? LDB : TB ? K : N;  // stored row lengths
+  static_assert(OA % (TA ? kPanel<CA, E> : KS) == 0 && OB % (TB ? KS : kPanel<CB, E>) == 0,
+                "a region's column offset is a multiple of the K step (K-major) or of a panel (MN-major)");
   static_assert(sizeof(U) == sizeof(T), "A and B of one width");
   static_assert(E == 2 || (!TA && TB), "8-bit operands are read K-major");
   static_assert(M % (WGM * 64) == 0 && N % WGN == 0 && TN % 8 == 0 && TN <= 256 && K % KS == 0,
@@ -92,17 +101,17 @@ struct BlockWgmma {
   static TEGULA_DEVICE uint64_t desc_a(uint32_t base, int m0, int k0) {
     constexpr int P = kPanel<CA, E>;
     if constexpr (TA) {
-      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(k0, m0), RA * P * E);
+      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(k0, OA + m0), RA * P * E);
     } else {
-      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(m0, k0), 16);
+      return wgmma_desc<P, E>(base + panel_byte<CA, E, RA>(m0, OA + k0), 16);
     }
   }
   static TEGULA_DEVICE uint64_t desc_b(uint32_t base, int n0, int k0) {
     constexpr int P = kPanel<CB, E>;
     if constexpr (TB) {
-      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(n0, k0), 16);
+      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(n0, OB + k0), 16);
     } else {
-      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(k0, n0), RB * P * E);
+      return wgmma_desc<P, E>(base + panel_byte<CB, E, RB>(k0, OB + n0), RB * P * E);
     }
   }
 
@@ -147,21 +156,21 @@ TEGULA_DEVICE void wgmma_wait_regs(float* C) {
 }
 
 // T.gemm(A_shared, B_shared, C) on wgmma, issued (wgmma_wait_regs completes it). RA, RB:
-// rows of A's and B's buffers as stored.
+// rows of A's and B's buffers as stored; LDA, OA, LDB, OB: operands that are regions.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
-          typename T, typename U>
+          int LDA = 0, int OA = 0, int LDB = 0, int OB = 0, typename T, typename U>
 TEGULA_DEVICE void wgmma_ss(const T* A, const U* B, float* C) {
-  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, U, Inst>::template run<false>(A, B, C);
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, U, Inst, LDA, OA, LDB, OB>::template run<false>(A, B, C);
 }
 
 // T.gemm(A_fragment, B_shared, C) on wgmma: A in the registers of an accumulator of the same
 // warpgroup split (WGN = 1), as T.copy(acc_fp32, acc_fp16) of a previous gemm's leaves it;
 // with the columns split too (WGN > 1), each column of warpgroups holds its own copy.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
-          typename T>
+          int LDA = 0, int OA = 0, int LDB = 0, int OB = 0, typename T>
 TEGULA_DEVICE void wgmma_rs(const T* A, const T* B, float* C) {
   static_assert(!TA, "A in registers takes no transpose");
-  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, T, Inst>::template run<true>(A, B, C);
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, T, Inst, LDA, OA, LDB, OB>::template run<true>(A, B, C);
 }
 
 #endif  // TEGULA_ARCH >= 900

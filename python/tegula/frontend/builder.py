@@ -123,12 +123,13 @@ class Builder:
         self.allocs.append(value)
         return value
 
-    def view(self, base: BufferValue, shape: tuple) -> BufferValue:
-        """A view of `base` under `shape` (same dtype and scope, row-major order): a
-        buffer of the kernel with no storage of its own (see ir BufferNode::view_of)."""
+    def view(self, base: BufferValue, shape: tuple, dtype: str | None = None) -> BufferValue:
+        """A view of `base` under `shape` (same scope, row-major order; `dtype`, when not
+        base's, reinterprets its bytes): a buffer of the kernel with no storage of its own
+        (see ir BufferNode::view_of)."""
         name = self.unique_name(f"{base.name}_view")
-        buf = ir().view(name, base.buf, [to_expr(s, "int32") for s in shape])
-        value = BufferValue(buf, name, shape, base.dtype, base.scope)
+        buf = ir().view(name, base.buf, [to_expr(s, "int32") for s in shape], dtype or "")
+        value = BufferValue(buf, name, shape, dtype or base.dtype, base.scope)
         self.allocs.append(value)  # the kernel keeps it among its views
         return value
 

@@ -40,7 +40,7 @@ from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dty
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
+from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, atomic_addx2, atomic_addx4, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
                     dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,

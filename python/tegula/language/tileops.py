@@ -341,15 +341,61 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
             raise ArgError("memory_order", f"{fn}: memory_order must be one of {names} (or None), "
                            f"got {memory_order!r}")
         attrs["memory_order"] = MEMORY_ORDERS[memory_order]
-    if _flag(return_prev, fn, "return_prev"):
-        raise ArgError("return_prev", f"{fn}: return_prev=True (the value before the add, as an expression) is not "
-                       "supported: T.atomic_add is a statement in Tegula")
     _flag(use_tma, fn, "use_tma")
+    if _flag(return_prev, fn, "return_prev"):
+        return _atomic_add_prev(dst, value, target, attrs.get("memory_order"))
     if isinstance(value, (BufferValue, RegionValue)) and not isinstance(value, VarBuffer):
         _emit(fn, "atomic_add", [dst_region, _region(value, fn, "value")], [], attrs)
     else:
         # A scalar (an element load included): the op adds it to the one element of dst.
         _emit(fn, "atomic_add", [dst_region], [_scalar_for(value, target, fn, "value")], attrs)
+
+
+def _atomic_add_lanes(lanes: int):
+    name = f"T.atomic_addx{lanes}"
+
+    @intrinsic(name)
+    def fn(dst, value, return_prev=False, memory_order=None):
+        """dst[0:n] += value[0:n] atomically, element by element: dst and value name the
+        first of n consecutive elements along the last dimension (TileLang's pointer form)."""
+        if _flag(return_prev, name, "return_prev"):
+            raise ArgError("return_prev", f"{name}: return_prev=True is not supported; use T.atomic_add(..., "
+                           "return_prev=True) on each element")
+        if isinstance(dst, VarBuffer) or not isinstance(dst, LoadValue):
+            raise ArgError("dst", f"{name}: dst must be an element (buf[i, j]), the first of {lanes}, got {_describe(dst)}")
+        if isinstance(value, VarBuffer) or not isinstance(value, LoadValue):
+            raise ArgError("value", f"{name}: value must be an element of a buffer (buf[i, j]), the first of {lanes}, "
+                           f"got {_describe(value)}")
+        for lane in range(lanes):
+            d = LoadValue(dst.buffer, list(dst.indices[:-1]) + [dst.indices[-1] + lane])
+            v = LoadValue(value.buffer, list(value.indices[:-1]) + [value.indices[-1] + lane])
+            atomic_add(d, v, memory_order=memory_order)
+
+    fn.__name__ = fn.__qualname__ = f"atomic_addx{lanes}"
+    return fn
+
+
+atomic_addx2, atomic_addx4 = _atomic_add_lanes(2), _atomic_add_lanes(4)
+
+
+def _atomic_add_prev(dst, value, target: BufferValue, order):
+    """T.atomic_add(dst, value, return_prev=True): the value dst held before the add, as an
+    expression. The add is the call atomic_add(dst, value[, order]), whose result is the old
+    value; it is stored into a fresh per-thread variable where the intrinsic is evaluated,
+    and the expression reads that variable, so the add happens exactly once, in program
+    order, however often (or whether) the result is used."""
+    fn = "T.atomic_add"
+    if isinstance(dst, VarBuffer) or not isinstance(dst, LoadValue):
+        raise ArgError("dst", f"{fn}: with return_prev=True, dst must be one element (buf[i, j]), got {_describe(dst)}")
+    if isinstance(value, (BufferValue, RegionValue)) and not isinstance(value, VarBuffer):
+        raise ArgError("value", f"{fn}: with return_prev=True, value must be a scalar, got {_describe(value)}")
+    args = [dst, PrimExpr(_scalar_for(value, target, fn, "value"))]
+    if order is not None:
+        args.append(order)
+    b = builder.current(fn)
+    prev = b.allocate(f"{target.name}_prev", "local", target.dtype, (1,), VarBuffer)
+    b.emit(store(prev, [0], call("atomic_add", args, target.dtype)))
+    return prev.load()
 
 
 @intrinsic("T.annotate_layout")

@@ -14,7 +14,7 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import normalize_dtype
+from ..frontend.dtypes import DType, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.values import BufferData, BufferValue, PrimExpr
 
@@ -44,10 +44,9 @@ def make_view(base, shape, fn: str, dtype=None) -> BufferValue:
         base = base.buffer
     if not isinstance(base, BufferValue):
         raise ArgError(0, f"{fn}: expects a buffer (a parameter or a T.alloc_* buffer), got {base!r}")
-    if dtype is not None and normalize_dtype(dtype) != str(base.dtype):
-        raise ArgError("dtype", f"{fn}: a view of '{base.name}' ({base.dtype}) as {normalize_dtype(dtype)} "
-                       "reinterprets its bytes, which Tegula does not support yet; views keep the dtype")
     dims = _dims(shape, fn)
+    if dtype is not None and normalize_dtype(dtype) != str(base.dtype):
+        return _reinterpreting_view(base, dims, normalize_dtype(dtype), fn)
     if not _same_count(dims, tuple(base.shape)):
         counts = ""
         if all(isinstance(d, int) for d in (*dims, *base.shape)):
@@ -56,6 +55,30 @@ def make_view(base, shape, fn: str, dtype=None) -> BufferValue:
         raise ArgError("shape", f"{fn}: a view must hold as many elements as '{base.name}' "
                        f"(shape {list(base.shape)}), got shape {list(dims)}{counts}", kind=AssertionError)
     return builder.current(fn).view(base, dims)
+
+
+def _reinterpreting_view(base: BufferValue, dims: tuple, dtype: str, fn: str) -> BufferValue:
+    """A view of another dtype: each of its elements is the bytes of `ratio` consecutive
+    elements of `base` (4 or 8 bytes, read and written as one access), so the two hold
+    the same bytes. A view element narrower than base's would write part of an element
+    another thread may be writing: refused."""
+    have, want = DType(str(base.dtype)), DType(dtype)
+    if base.scope not in ("shared", "global"):
+        raise ArgError("dtype", f"{fn}: a view of '{base.name}' as {dtype} reinterprets its bytes, which only a "
+                       f"shared or global buffer can be seen through ('{base.name}' is {base.scope})")
+    if have.bits < 8 or want.bits not in (32, 64) or want.bits % have.bits != 0:
+        raise ArgError("dtype", f"{fn}: a view of '{base.name}' ({base.dtype}) as {dtype}: each element of the view "
+                       f"must be 4 or 8 bytes and a whole number of {base.dtype} elements; view a buffer of "
+                       f"narrower elements as the wider type instead")
+    ratio = want.bits // have.bits
+    last = base.shape[-1]
+    if isinstance(last, int) and last % ratio != 0:
+        raise ArgError("dtype", f"{fn}: a view of '{base.name}' as {dtype} takes {ratio} of its elements each, but "
+                       f"its rows have {last} elements, not a multiple of {ratio}")
+    if not _same_count(tuple(dims) + (ratio,), tuple(base.shape)):
+        raise ArgError("shape", f"{fn}: a view of '{base.name}' (shape {list(base.shape)}, {base.dtype}) as {dtype} "
+                       f"must hold as many bytes: {ratio} of its elements per element, got shape {list(dims)}")
+    return builder.current(fn).view(base, dims, dtype)
 
 
 @intrinsic("T.reshape")

@@ -372,6 +372,17 @@ def _as_kernel(kernel_or_program, target):
                     f"{type(kernel_or_program).__name__}")
 
 
+def _device_argument(args):
+    """(args without it, the device) when one of `args` is a device model (TileLang's
+    `carver.arch.CUDA`: a `platform`, a `name` and a `target`), else (args, None)."""
+    devices = [a for a in args if getattr(a, "platform", None) == "CUDA" and hasattr(a, "target")]
+    if not devices:
+        return args, None
+    if len(devices) > 1:
+        raise TypeError(f"Analyzer.analysis: {len(devices)} devices given, expected one")
+    return tuple(a for a in args if a is not devices[0]), devices[0]
+
+
 def _shape_of(name, value):
     if hasattr(value, "shape"):
         return tuple(int(d) for d in value.shape)
@@ -416,7 +427,15 @@ class Analyzer:
     @classmethod
     def analysis(cls, kernel_or_program, *args, time_ms=None, device=None, copy_bandwidth=None, target=None,
                  compile=True, **sizes) -> AnalysisResult:  # noqa: A002
-        """TileLang's one-call form: the counts, with the device's roofs (and the time)."""
+        """TileLang's one-call form: the counts, with the device's roofs (and the time).
+        As in TileLang, the device may come positionally after the kernel:
+        `Analyzer.analysis(program, CUDA("cuda"))` (a tegula.carver.arch device)."""
+        args, found = _device_argument(args)
+        if found is not None:
+            if device is not None:
+                raise TypeError("Analyzer.analysis: the device is given twice (positionally and as device=)")
+            device = found.name
+            target = target or found.target
         return cls(kernel_or_program, *args, target=target, compile=compile, **sizes).calculate(
             time_ms=time_ms, device=device, copy_bandwidth=copy_bandwidth)
 

@@ -191,6 +191,13 @@ def parse_kernel(text: str) -> KernelText:
             if not m:
                 raise IRTextError(f"cannot read the allocation {text!r}")
             buffers[m.group(1)] = _buffer(m.group(1), m.group(3), m.group(4), m.group(2))
+        elif word == "view":
+            # A view (T.reshape, T.view, T.Tensor(..., buf.data)): its accesses are its root's
+            # memory, in the root's scope, under the view's own shape and dtype.
+            m = re.fullmatch(r"view (\w+): (\w+)\[(.*)\] of (\w+)", text)
+            if not m or m.group(4) not in buffers:
+                raise IRTextError(f"cannot read the view {text!r}")
+            buffers[m.group(1)] = _buffer(m.group(1), m.group(2), m.group(3), buffers[m.group(4)].scope)
         elif word not in ("smem", "swizzle"):
             break
         at += 1

@@ -318,6 +318,43 @@ def test_analysis_takes_a_prim_func_and_a_target():
         Analyzer(object())
 
 
+def _device_model(name, target):
+    """TileLang's carver.arch.CUDA("cuda") as it stands on a GPU machine (made here without
+    querying a driver)."""
+    from tegula.carver.arch import CUDA
+
+    dev = object.__new__(CUDA)
+    dev.name, dev.target, dev.platform = name, target, "CUDA"
+    return dev
+
+
+@pytest.mark.parametrize("name,target,spec", [("NVIDIA H100 80GB HBM3", "sm_90a", "H100 SXM"),
+                                              ("NVIDIA A100-SXM4-80GB", "sm_80", "A100")])
+def test_analysis_takes_the_device_positionally_as_tilelang_does(name, target, spec):
+    # examples/analyze: Analyzer.analysis(kernel.get_tir(...), CUDA("cuda")).
+    program = gemm.matmul_program(300, 500, 136, **TILE)
+    r = Analyzer.analysis(program, _device_model(name, target), compile=False)
+    assert r.target == target and r.device == hardware.DEVICES[spec]
+    assert r.total_flops == gemm_counts(300, 500, 136, 128, 128, 64)["tensor"]
+    with pytest.raises(TypeError, match="given twice"):
+        Analyzer.analysis(program, _device_model(name, target), device="h100", compile=False)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 9, 7, 24, 3, 1, 1, 1), (4, 32, 32, 32, 64, 3, 1, 1, 1)])
+def test_a_program_with_views_is_counted(shape):
+    # examples/analyze/example_conv_analyze.py: the filter and the output are read and
+    # written through views (T.Tensor(shape, dtype, buf.data)).
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    import view_programs as vp
+
+    N, C, H, W, F, K, S, D, P = shape
+    prog, _ = vp.convolution(*shape, block_M=32, block_N=32, block_K=32)
+    r = Analyzer.analysis(prog, _device_model("NVIDIA H100 80GB HBM3", "sm_90a"), compile=False)
+    OH, OW = (H + 2 * P - D * (K - 1) - 1) // S + 1, (W + 2 * P - D * (K - 1) - 1) // S + 1
+    assert r.total_flops == cdiv(N * OH * OW, 32) * cdiv(F, 32) * cdiv(K * K * C, 32) * 2 * 32 ** 3
+
+
 def test_profiler_roofline_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: tests/python/gpu/test_analyzer_gpu.py times it")

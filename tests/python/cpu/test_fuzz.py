@@ -73,6 +73,8 @@ def test_generator_covers_the_language():
     wanted += ["convert_global_copy", "convert_registers_plain", "convert_registers_cast", "convert_registers_computed",
                "convert_vectorized", "convert_float32_float8_e4m3fn", "convert_float8_e5m2_float16",
                "convert_bfloat16_float32"]
+    # gemms on regions of shared buffers (fuzz_families_regions.py)
+    wanted += ["gen_gemm_regions"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

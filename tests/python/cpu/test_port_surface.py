@@ -206,16 +206,18 @@ def test_unknown_memory_order_is_an_error_at_the_call():
     assert err.col == _LINES[err.line - 1].index('"strong"') + 1  # the caret under the value
 
 
-def test_return_prev_is_refused_by_name():
+def test_return_prev_on_a_region_is_refused_by_name():
+    # The element form is an expression (cpu/test_atomic_prev.py); a region has no one
+    # previous value.
     def build():
         @T.prim_func
-        def f(X: T.Tensor((8,), "float32")):
+        def f(X: T.Tensor((8,), "float32"), Y: T.Tensor((8,), "float32")):
             with T.Kernel(1, threads=32) as bx:
-                T.atomic_add(X[0], 1.0, return_prev=True)  # MARK-prev
+                T.atomic_add(X[0:8], Y[0:8], return_prev=True)  # MARK-prev
 
         return tegula.compile(f, target="sm_90a")
 
-    raises_at("MARK-prev", "return_prev=True", build)
+    raises_at("MARK-prev", "return_prev=True, dst must be one element", build)
 
 
 # ---------------------------------------------------------------- T.Fragment user layouts

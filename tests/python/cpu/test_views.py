@@ -112,16 +112,71 @@ def test_a_view_of_another_size_is_an_error_at_the_line():
     assert "T.reshape" in msg and "as many elements" in msg and "test_views.py" in msg
 
 
-def test_a_view_with_another_dtype_is_refused_naming_it():
+WIDER = [(16, 64), (32, 40), (8, 32, "float16", "float64"), (16, 64, "int8", "int32"), (12, 24, "float16", "int32")]
+
+
+def _filled(shape, dtype, g):
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-100, 100, shape, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+@pytest.mark.parametrize("args", WIDER, ids=[str(a) for a in WIDER])
+def test_a_view_of_another_dtype_reads_and_writes_the_bytes(run, args):
+    # T.view(shared, dtype=wider): the bytes of A as the wider type, bit for bit (NaN
+    # patterns of the narrow type included), and values written through the view read
+    # back through it.
+    prog, ref = vp.shared_view_as_wider(*args)
+    k = tegula.compile(prog, target="sm_90a")
+    g = torch.Generator().manual_seed(sum(args[:2]))
+    dt, wide = (getattr(torch, p.dtype_name) for p in k.params[:2])
+    A, B = _filled(tuple(k.params[0].shape), dt, g), _filled(tuple(k.params[1].shape), wide, g)
+    bits, out = (torch.zeros(tuple(p.shape), dtype=wide) for p in k.params[2:])
+    run(k, A, B, bits, out)
+    want_bits, want_out = ref(A, B)
+    assert torch.equal(bits.view(torch.uint8), want_bits.view(torch.uint8))
+    assert torch.equal(out, want_out)
+
+
+@pytest.mark.parametrize("n", [100, 128])
+def test_a_global_view_of_another_dtype_is_masked_at_its_edge(n):
+    prog, ref = vp.global_view_as_wider(n)
+    k = tegula.compile(prog, target="sm_80")
+    A = torch.randn(2 * n).bfloat16()
+    for run in (tt.reference, tt.simulate):
+        out = torch.zeros(n)
+        run(k, A, out)
+        assert torch.equal(out.view(torch.int32), ref(A).view(torch.int32))
+    assert "load_global_32" in k.get_kernel_source() and len(k.cubin()) > 0
+
+
+def test_a_shared_view_of_another_dtype_compiles_to_one_access_per_element():
+    prog, _ = vp.shared_view_as_wider(16, 64)
+    k = tegula.compile(prog, target="sm_90a")
+    src = k.get_kernel_source()
+    assert "store_shared_32(" in src and "tegula::reinterpret<float>(load_shared_32(" in src
+    assert len(k.cubin()) > 0
+
+
+@pytest.mark.parametrize("dtype,shape,scope,match", [
+    ("float16", [64], "shared", "4 or 8 bytes"),          # narrower than the buffer's
+    ("int32", [10], "shared", "as many bytes"),
+    ("float64", [16, 4], "fragment", "shared or global"),
+])
+def test_a_view_of_another_dtype_it_cannot_be_is_refused_naming_it(dtype, shape, scope, match):
     def prog():
         @T.prim_func
-        def main(A: T.Tensor((64,), "float16"), B: T.Tensor((32,), "float32")):
-            with T.Kernel(1):
-                T.copy(T.view(A, shape=[32], dtype="float32"), B)
+        def main(A: T.Tensor((16, 8), "float32"), B: T.Tensor((16, 8), "float32")):
+            with T.Kernel(1, threads=32):
+                s = T.alloc_shared((16, 8), "float32") if scope == "shared" else T.alloc_fragment((16, 8), "float32")
+                T.copy(A, s)
+                v = T.view(s, shape=shape, dtype=dtype)
+                B[0, 0] = v[0] if len(shape) == 1 else v[0, 0]
         return main
 
     msg = _compile_error(prog)
-    assert "dtype" in msg and "reinterprets" in msg
+    assert "T.view" in msg and match in msg and "dtype" in msg
 
 
 def test_im2col_checks_its_arguments():

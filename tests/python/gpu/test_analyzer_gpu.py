@@ -92,3 +92,16 @@ def test_bench_quick_prints_the_table(capsys, tmp_path):
     assert lines["matmul"].rstrip().endswith("compute")
     assert lines["flash_decode"].rstrip().endswith("memory")
     assert out.stat().st_size > 10_000
+
+
+def test_analysis_takes_this_gpus_device_model_positionally():
+    # TileLang's examples/analyze: Analyzer.analysis(program, CUDA("cuda")), the device a
+    # carver.arch model of this GPU, its counts those of the program.
+    from tegula.carver.arch import CUDA
+    from tegula.tools import Analyzer
+
+    program = gemm.matmul_program(1024, 1024, 1024, block_M=128, block_N=128, block_K=32, num_stages=3, threads=128)
+    dev = CUDA("cuda")
+    r = Analyzer.analysis(program, dev)
+    assert r.total_flops == 2 * 1024 ** 3
+    assert r.device == device_spec(torch.cuda.get_device_name()) and r.target == dev.target

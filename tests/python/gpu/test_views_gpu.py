@@ -51,3 +51,35 @@ def test_im2col_convolution_against_torch(shape):
     out = torch.full(expected.shape, float("nan"), dtype=torch.float16, device="cuda")
     k(x, w, out)
     torch.testing.assert_close(out.double(), expected, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("args", [(16, 64), (64, 512), (32, 40), (8, 32, "float16", "float64"),
+                                  (16, 64, "int8", "int32")], ids=str)
+def test_a_view_of_another_dtype_against_torch(args):
+    # The bytes of a shared tile seen as a wider type, bit for bit, and values written
+    # through the view read back through it (TileLang's sparse MLA backward reuses a
+    # bfloat16 tile as float32 scratch this way).
+    prog, ref = vp.shared_view_as_wider(*args)
+    k = tegula.compile(prog)
+    dt, wide = (getattr(torch, p.dtype_name) for p in k.params[:2])
+
+    def filled(p, t):
+        shape = [int(d) for d in p.shape]
+        return torch.randn(shape).to(t) if t.is_floating_point else torch.randint(-100, 100, shape, dtype=t)
+
+    A, B = filled(k.params[0], dt), filled(k.params[1], wide)
+    bits, out = (torch.zeros([int(d) for d in p.shape], dtype=wide, device="cuda") for p in k.params[2:])
+    k(A.cuda(), B.cuda(), bits, out)
+    want_bits, want_out = ref(A, B)
+    assert torch.equal(bits.cpu().view(torch.uint8), want_bits.view(torch.uint8))
+    assert torch.equal(out.cpu(), want_out)
+
+
+@pytest.mark.parametrize("n", [100, 4096, 100001])
+def test_a_global_view_of_another_dtype_against_torch(n):
+    prog, ref = vp.global_view_as_wider(n)
+    k = tegula.compile(prog)
+    A = torch.randn(2 * n).bfloat16()
+    out = torch.full((n,), float("nan"), device="cuda")
+    k(A.cuda(), out)
+    assert torch.equal(out.cpu().view(torch.int32), ref(A).view(torch.int32))
