@@ -30,8 +30,9 @@ def test_each_gemm_takes_the_instruction_it_fits(M, L, D):
     assert set(calls) == {"wgmma_ss", "gemm_ss"}
     args = [a.strip() for a in calls["gemm_ss"].split(",")]
     # K's shared tile is B of the mma.sync gemm; wgmma stores it in panels when a row is
-    # wider than 128 bytes, and the mma.sync gemm is then told its 128 stored rows.
-    assert args[10:] == (["0", str(M)] if D * 2 > 128 else [])
+    # wider than 128 bytes, and the mma.sync gemm is then told its 128 stored rows (after
+    # the operands' region arguments LDA, OA, LDB, OB: whole buffers here).
+    assert args[10:] == (["0", "0", "0", "0", "0", str(M)] if D * 2 > 128 else [])
 
 
 def test_all_on_mma_sync_below_sm90a():
