@@ -367,16 +367,16 @@ def test_half_precision_scalars_reach_the_kernel_as_half(axpy):
 def test_shared_memory_past_the_device_limit_is_a_compile_error():
     @T.prim_func
     def too_much(A: T.Tensor((75, 1024), "float32"), B: T.Tensor((75, 1024), "float32")):
-        with T.Kernel(1, threads=128) as bx:
+        with T.Kernel(1, threads=128) as bx:  # too_much
             s = T.alloc_shared((75, 1024), "float32")  # 300 KiB
             T.copy(A, s)
             T.copy(s, B)
 
     with pytest.raises(tegula.TegulaCompileError) as info:
         tegula.compile(too_much)  # for this GPU's target: no raw driver error at load
-    with open(__file__) as f:
-        def_line = 1 + next(i for i, line in enumerate(f) if "def too_much(" in line)
-    assert info.value.line == def_line, str(info.value)
+    with open(__file__) as f:  # the error points at the kernel's T.Kernel call
+        kernel_line = 1 + next(i for i, line in enumerate(f) if "with T.Kernel(1, threads=128) as bx:  # too_much" in line)
+    assert info.value.line == kernel_line, str(info.value)
     assert "s: 307200 bytes" in str(info.value)
 
 

@@ -44,4 +44,8 @@ def test_gemm_on_regions_against_torch(name, args, configs):
     k(*[x.cuda() for x in xs], *ys)
     want = ref(*xs)
     for y, w in zip(ys, want if isinstance(want, tuple) else (want,)):
-        torch.testing.assert_close(y.cpu().double(), w, rtol=1e-3, atol=5e-2)
+        # A float16 rounding of an intermediate that float32 and float64 products put on
+        # either side of a tie moves an element by an ulp times its row of the next operand:
+        # errors are measured against the output's scale.
+        scale = max(1.0, float(w.abs().max()))
+        torch.testing.assert_close(y.cpu().double(), w, rtol=1e-3, atol=5e-2 + 2e-4 * scale)
