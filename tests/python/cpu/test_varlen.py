@@ -72,16 +72,11 @@ def _table(B, pages, total_pages, seed):
     return torch.stack([torch.randperm(total_pages, generator=g)[:pages] for _ in range(B)]).int()
 
 
-@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-def test_a_block_table_let_keeps_the_copies_pipelined(target):
-    # The page's start, a let reading the block table, is substituted into the copy: the
-    # copy is issued a stage ahead (cp.async on sm_80) instead of in place.
-    k = tegula.compile(vp.paged_scores(2, 4, 64, 128, 12)[0], target=target)
-    src = k.get_kernel_source()
-    if target == "sm_90a":
-        assert k._lowered.warp_specialized and "tma_load" in src
-    else:  # the next stage's page, loaded while this one computes
-        assert "if (((kr + 1) < 4))" in src and "(((kr + 1) % 2) * 64)" in src
+def test_a_block_table_let_stays_a_let():
+    # A let that reads memory (the page's start from a block table) is kept: substituting it
+    # repeats the load in every copy's address, which measured slower.
+    k = tegula.compile(vp.paged_scores(2, 4, 64, 128, 12)[0], target="sm_80")
+    assert "const int start = " in k.get_kernel_source()
 
 
 @pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
