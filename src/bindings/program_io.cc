@@ -22,7 +22,7 @@ namespace tegula::bindings {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'G', 'L', 'P', 'R', 'O', 'G', 0};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 struct Writer {
   std::string out;
@@ -276,8 +276,8 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     l.image = r.bytes();
     int ng = r.small(1, 3);
     for (int g = 0; g < ng; ++g) l.grid.push_back(read_expr(r, vars));
-    int nc = r.small(0, 1 << 10);
-    for (int c = 0; c < nc; ++c) {
+    int nchecks = r.small(0, 1 << 10);
+    for (int c = 0; c < nchecks; ++c) {
       ir::Expr cond = read_expr(r, vars);
       l.checks.push_back({cond, r.str()});
     }
