@@ -301,6 +301,11 @@ class JITKernel:
             tensor_supply_type = profiler.TensorSupplyType.Auto
         return profiler.Profiler(self, tensor_supply_type)
 
+    def run_once(self, func=None):
+        """TileLang's `kernel.run_once()`: one run on generated inputs (the profiler's
+        run_once; `func` runs instead of the kernel when given)."""
+        return self.get_profiler().run_once(func)
+
     def __repr__(self):
         name = self.__dict__.get("_name") or self.prim_func.name
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"

@@ -276,8 +276,8 @@ std::shared_ptr<Program> Program::load(const std::string& bytes) {
     l.image = r.bytes();
     int ng = r.small(1, 3);
     for (int g = 0; g < ng; ++g) l.grid.push_back(read_expr(r, vars));
-    int nc = r.small(0, 1 << 10);
-    for (int c = 0; c < nc; ++c) {
+    int nchecks = r.small(0, 1 << 10);
+    for (int c = 0; c < nchecks; ++c) {
       ir::Expr cond = read_expr(r, vars);
       l.checks.push_back({cond, r.str()});
     }

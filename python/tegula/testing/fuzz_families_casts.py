@@ -67,4 +67,4 @@ def gen_convert(k: Kernel) -> None:
     k.features.add(f"convert_{src}_{dst}")
 
 
-FAMILIES: list = [(gen_convert, 2)]
+FAMILIES: list = [(gen_convert, 3)]

@@ -69,6 +69,8 @@ def test_generator_covers_the_language():
     wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
     # gemms of 8-bit floats (fuzz_families_fp8.py)
     wanted += ["gen_gemm_fp8", "fp8_two_accumulators", "fp8_scaled_relu", "fp8_clear_accum_every_step"]
+    # TileLang's T.transpose, T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py)
+    wanted += ["transpose", "safe_value", "let_declared", "float_tests", "reducer_first_form"]
     # conversions between float types (fuzz_families_casts.py)
     wanted += ["convert_global_copy", "convert_registers_plain", "convert_registers_cast", "convert_registers_computed",
                "convert_vectorized", "convert_float32_float8_e4m3fn", "convert_float8_e5m2_float16",

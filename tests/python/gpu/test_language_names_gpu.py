@@ -79,3 +79,13 @@ def test_host_evaluable_assumptions_are_checked_at_launch():
     assert (b == -1).all()  # nothing launched
     with pytest.raises(RuntimeError, match=r"Assume: scale > 0"):
         k(a, 0)
+
+
+def test_run_once_runs_on_generated_inputs():
+    """TileLang's `kernel.run_once()` (test_tilelang_language_alias): one run on the
+    profiler's inputs, returning the output; with a function, that function's result."""
+    prog, _ = lp.min_blocks_program(256, 1)
+    k = tegula.compile(prog, out_idx=[1])
+    out = k.run_once()
+    assert out.shape == (256,) and out.is_cuda and torch.isfinite(out).all()
+    assert k.run_once(lambda a: a.shape) == (256,)
