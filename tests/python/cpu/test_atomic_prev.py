@@ -35,7 +35,7 @@ def test_return_prev_hands_out_each_slot_once(run, name, n):
     xs = ap.inputs(name, n, seed=n)
     outs = _outputs(k)
     run(k, *xs, *outs)
-    check(*xs, *outs)
+    assert check(*xs, *outs)
 
 
 def test_the_add_is_one_statement_in_the_generated_code():

@@ -89,4 +89,5 @@ def test_other_compile_flags_warn_that_they_are_ignored():
                 A[i] = 1.0
 
     with pytest.warns(UserWarning, match="-lineinfo"):
-        tegula.compile(kernel, target="sm_90a")
+        compiled = tegula.compile(kernel, target="sm_90a")
+    assert "fast_math" not in compiled.options

@@ -22,4 +22,4 @@ def test_return_prev_hands_out_each_slot_once(name, n):
     outs = [torch.zeros([int(d) for d in p.shape], dtype=getattr(torch, p.dtype_name), device="cuda")
             for p in k.params[1:]]
     k(*[x.cuda() for x in xs], *outs)
-    check(*xs, *[o.cpu() for o in outs])
+    assert check(*xs, *[o.cpu() for o in outs])
