@@ -2,33 +2,23 @@
 (`def f(A):` then `A: T.Tensor(...)`), T.empty outputs it returns (func.attrs
 ["tilelang_out_idx"]), T.annotate_pass_configs and T.annotate_compile_flags (func.attrs,
 merged under what tegula.compile is given); out_idx given both ways is an error."""
+import os
+import sys
+
 import pytest
 import torch
 
 import tegula
 import tegula.language as T
 import tegula.testing as tt
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import function_attrs_programs as fp  # noqa: E402
 from tegula.transform import PassConfigKey
 
 
-def _doubling(rows, cols):
-    @T.prim_func
-    def kernel(A):
-        A: T.Tensor[[rows, cols], T.float32]
-        T.annotate_pass_configs({PassConfigKey.TL_ENABLE_FAST_MATH: True})
-        T.annotate_compile_flags(["--use_fast_math"])
-        B = T.empty([rows, cols], T.float32)
-        with T.Kernel(T.ceildiv(rows, 16), threads=128) as bx:
-            for i, j in T.Parallel(16, cols):
-                if bx * 16 + i < rows:
-                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * 2.0 + 1.0
-        return B
-
-    return kernel
-
-
 def test_attributes_of_the_function():
-    kernel = _doubling(64, 32)
+    kernel = fp.doubling(64, 32)
     assert kernel.attrs["tilelang_out_idx"] == [-1]
     assert kernel.attrs["tilelang_pass_configs"] == {PassConfigKey.TL_ENABLE_FAST_MATH: True}
     assert kernel.attrs["tilelang_compile_flags"] == ["--use_fast_math"]
@@ -40,14 +30,14 @@ def test_attributes_of_the_function():
 @pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
 @pytest.mark.parametrize("rows,cols", [(64, 32), (50, 24)])
 def test_body_declared_function_agrees_with_torch(run, rows, cols):
-    compiled = tegula.compile(_doubling(rows, cols), target="sm_90a")
+    compiled = tegula.compile(fp.doubling(rows, cols), target="sm_90a")
     a = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows))
     torch.testing.assert_close(run(compiled, a), a * 2 + 1)
 
 
 def test_out_idx_given_both_ways_is_a_conflict():
     with pytest.raises(ValueError, match="Out index conflict"):
-        tegula.compile(_doubling(64, 32), out_idx=[-1], target="sm_90a")
+        tegula.compile(fp.doubling(64, 32), out_idx=[-1], target="sm_90a")
 
 
 def test_declared_parameters_with_out_idx_of_the_call():

@@ -5,26 +5,13 @@ import pytest
 import torch
 
 import tegula
-import tegula.language as T
-from tegula.transform import PassConfigKey
+import function_attrs_programs as fp
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("rows,cols", [(64, 32), (50, 24), (1000, 64)])
 def test_body_declared_function_against_torch(rows, cols):
-    @T.prim_func
-    def kernel(A):
-        A: T.Tensor[[rows, cols], T.float32]
-        T.annotate_pass_configs({PassConfigKey.TL_ENABLE_FAST_MATH: True})
-        T.annotate_compile_flags(["--use_fast_math"])
-        B = T.empty([rows, cols], T.float32)
-        with T.Kernel(T.ceildiv(rows, 16), threads=128) as bx:
-            for i, j in T.Parallel(16, cols):
-                if bx * 16 + i < rows:
-                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * 2.0 + 1.0
-        return B
-
-    compiled = tegula.compile(kernel)
+    compiled = tegula.compile(fp.doubling(rows, cols))
     a = torch.randn(rows, cols, device="cuda")
     torch.testing.assert_close(compiled(a), a * 2 + 1)

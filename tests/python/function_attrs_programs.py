@@ -1,0 +1,22 @@
+"""A prim_func in TileLang's body-declaration form with function attributes: its parameter
+declared in the body, its T.empty output returned, pass configs and compile flags from
+T.annotate_*. Shared by cpu/test_function_attrs.py and gpu/test_function_attrs_gpu.py."""
+import tegula.language as T
+from tegula.transform import PassConfigKey
+
+
+def doubling(rows, cols):
+    """B = 2 A + 1, rows ragged against blocks of 16."""
+    @T.prim_func
+    def kernel(A):
+        A: T.Tensor[[rows, cols], T.float32]
+        T.annotate_pass_configs({PassConfigKey.TL_ENABLE_FAST_MATH: True})
+        T.annotate_compile_flags(["--use_fast_math"])
+        B = T.empty([rows, cols], T.float32)
+        with T.Kernel(T.ceildiv(rows, 16), threads=128) as bx:
+            for i, j in T.Parallel(16, cols):
+                if bx * 16 + i < rows:
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * 2.0 + 1.0
+        return B
+
+    return kernel
