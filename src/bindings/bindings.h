@@ -59,6 +59,13 @@ class ArgumentError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A call that breaks a T.assume the launch checks (ir/host_checks.h): reaches Python as
+// `tegula._C.AssumptionError`, a subclass of RuntimeError (TileLang's type for it).
+class AssumptionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The Python exception classes, for code that sets a Python error itself:
 //   PyErr_SetString(argument_error_type().ptr(), "...");  throw py::error_already_set();
 // CompileError instances carry .file .line .col .msg; str() is the message alone.

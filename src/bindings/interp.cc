@@ -62,7 +62,7 @@ void check_assumptions(const ir::Kernel& input, const interp::CallArgs& args) {
   std::vector<ir::HostCheck> checks = ir::host_checks(input);
   if (checks.empty()) return;
   std::string failed = ir::failed_assumption(checks, interp::bind_call(input, args), input.name);
-  if (!failed.empty()) throw std::runtime_error(failed);
+  if (!failed.empty()) throw AssumptionError(failed);
 }
 
 }  // namespace

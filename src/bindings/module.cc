@@ -3,6 +3,7 @@
 // C++ exceptions become Python ones wherever they are thrown, through one translator:
 //   tegula::UserError       -> CompileError   (Exception; .file .line .col .msg, str = msg)
 //   bindings::ArgumentError -> ArgumentError  (ValueError)
+//   bindings::AssumptionError -> AssumptionError (RuntimeError)
 //   tegula::CudaError       -> CudaError      (RuntimeError)
 //   tegula::InternalError   -> InternalError  (RuntimeError)
 #include <pybind11/pybind11.h>
@@ -18,6 +19,7 @@ PyObject* g_compile_error = nullptr;
 PyObject* g_cuda_error = nullptr;
 PyObject* g_internal_error = nullptr;
 PyObject* g_argument_error = nullptr;
+PyObject* g_assumption_error = nullptr;
 
 PyObject* add_exception(py::module_& m, const char* name, PyObject* base, const char* doc) {
   std::string qualified = py::str(m.attr("__name__")).cast<std::string>() + "." + name;
@@ -44,6 +46,8 @@ void translate(std::exception_ptr p) {
     raise_compile_error(e);
   } catch (const ArgumentError& e) {
     PyErr_SetString(g_argument_error, e.what());
+  } catch (const AssumptionError& e) {
+    PyErr_SetString(g_assumption_error, e.what());
   } catch (const CudaError& e) {
     PyErr_SetString(g_cuda_error, e.what());
   } catch (const InternalError& e) {
@@ -58,6 +62,8 @@ void register_exceptions(py::module_& m) {
                                "A CUDA driver or NVRTC call failed; the message has the call, its error and the log.");
   g_internal_error = add_exception(m, "InternalError", PyExc_RuntimeError, "A bug in Tegula itself.");
   g_argument_error = add_exception(m, "ArgumentError", PyExc_ValueError, "A bad argument to a kernel launch.");
+  g_assumption_error = add_exception(m, "AssumptionError", PyExc_RuntimeError,
+                                     "A call that breaks a T.assume the launch checks.");
   py::register_exception_translator(&translate);
 }
 

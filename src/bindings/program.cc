@@ -549,7 +549,7 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
       // A RuntimeError, as TileLang's host check of an assumption raises.
       gather_vars();
       std::string failed = ir::failed_assumption(k.launch.checks, vars, kernel_name_);
-      if (!failed.empty()) throw std::runtime_error(failed);
+      if (!failed.empty()) throw AssumptionError(failed);
     }
     int64_t ext[3] = {1, 1, 1};
     if (!k.const_grid.empty()) {

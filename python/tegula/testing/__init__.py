@@ -39,12 +39,18 @@ from . import markers as _markers
 from .markers import *  # noqa: F401,F403 - the decorators named in markers.__all__
 from .perf import process_func, regression
 
-__all__ = ["reference", "simulate", "SimulationError", "poison", "pack_4bit", "unpack_4bit"]
+__all__ = ["reference", "simulate", "SimulationError", "AssumptionError", "poison", "pack_4bit", "unpack_4bit"]
 __all__ += [*_markers.__all__, "torch_assert_close", "process_func", "regression"]
 
 
 class SimulationError(AssertionError):
     """The simulated run did something a GPU run would hide or make flaky."""
+
+
+class AssumptionError(SimulationError, RuntimeError):
+    """The call breaks a T.assume that a launch checks (a condition of the sizes and
+    scalars at the top of the kernel): the RuntimeError the launch raises, and for the
+    interpreters a finding like SimulationError's."""
 
 
 def poison(t: torch.Tensor) -> torch.Tensor:
@@ -208,6 +214,8 @@ def _run(kernel, args, method):
         results = [getattr(lowered, method)(wide) for lowered in kernel._lowered_all]
     except C.CompileError as err:
         raise from_native(err, kernel.prim_func.source) from None
+    except C.AssumptionError as err:
+        raise AssumptionError(str(err)) from None
     result = results[0] if len(results) == 1 else [r for part in results for r in (part or [])]
     for original, computed, name in zip(full, wide, names):
         if isinstance(original, torch.Tensor) and is_packed(name):
