@@ -50,7 +50,7 @@ PROGRAMS = {
             @T.prim_func
             def f(A: T.Tensor((128,), "float32")):
                 with T.Kernel(1, threads=128) as bx:
-                    bar = T.alloc_barrier(1)
+                    bar = T.alloc_quantum_barrier(1)
             return f
 
         if __name__ == "__main__":
@@ -157,7 +157,7 @@ def test_every_result_is_classified(run):
     assert got["examples/gemm/example_pass.py"] == ("pass", "")
     assert got["examples/gemm/example_wrong.py"][0] == "wrong"
     assert "Too many mismatched elements" in got["examples/gemm/example_wrong.py"][1]
-    assert got["examples/gemm/example_missing_t.py"] == ("missing", "T.alloc_barrier (at example_missing_t.py:9)")
+    assert got["examples/gemm/example_missing_t.py"] == ("missing", "T.alloc_quantum_barrier (at example_missing_t.py:9)")
     assert got["examples/gemm/example_tvm.py"] == ("dependency", "tvm")
     status, detail = got["examples/gemm/example_compile_error.py"]
     assert status == "compile" and detail.startswith("example_compile_error.py:10: while loops are not supported")
@@ -190,7 +190,43 @@ def test_compare_shows_what_tegula_does_on_what_tilelang_passes(run, tmp_path):
     assert "examples: tilelang passes 5; tegula on those: 1 pass, 1 wrong, 1 compile, 1 missing, 1 dependency" \
         in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if "example_missing_t.py" in line)
-    assert row.split()[0] == "missing" and "T.alloc_barrier" in row
+    assert row.split()[0] == "missing" and "T.alloc_quantum_barrier" in row
+
+
+def test_compare_counts_the_language_tests_that_do_not_import_tvm(tmp_path):
+    def rec(rid, status, detail=""):
+        return {"suite": "language", "id": rid, "file": rid.split("::")[0], "status": status, "detail": detail}
+    ids = [f"testing/python/language/test_x.py::t{i}" for i in range(5)]
+    theirs = {"engine": "tilelang", "results": [rec(i, "pass") for i in ids]}
+    ours = {"engine": "tegula", "results": [rec(ids[0], "pass"), rec(ids[1], "pass"), rec(ids[2], "missing", "T.x"),
+                                            rec(ids[3], "dependency", "tvm"), rec(ids[4], "dependency", "numba")]}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(theirs))
+    b.write_text(json.dumps(ours))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(a), str(b)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "language tests that do not import tvm: tegula passes 2 of the 4 tilelang passes (50 %)" in proc.stdout
+
+
+def test_an_example_out_of_memory_beside_others_runs_again_alone(tmp_path):
+    class Again:
+        def __init__(self):
+            self.ran = []
+
+        def example(self, path):
+            self.ran.append(path)
+            return [runner.result("examples", "examples/a.py", "examples/a.py", "pass")]
+
+    results = [runner.result("examples", "examples/a.py", "examples/a.py", "error",
+                             "OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB"),
+               runner.result("examples", "examples/b.py", "examples/b.py", "error", "ValueError: x"),
+               runner.result("language", "t.py::t", "t.py", "error", "OutOfMemoryError: CUDA out of memory")]
+    again = Again()
+    out = runner.rerun_out_of_memory(again, str(tmp_path), results)
+    assert again.ran == [os.path.join(str(tmp_path), "examples/a.py")]
+    assert out[0]["status"] == "pass" and "run again alone" in out[0]["detail"]
+    assert out[1]["status"] == "error" and out[2]["status"] == "error"
 
 
 def _exc(kind, message, frames=()):
