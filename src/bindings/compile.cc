@@ -363,6 +363,7 @@ transform::Options parse_options(const py::dict& d) {
     else if (key == "disable_tma") o.disable_tma = item.second.cast<bool>();
     else if (key == "disable_warp_specialized") o.disable_warp_specialized = item.second.cast<bool>();
     else if (key == "dynamic_alignment") o.dynamic_alignment = item.second.cast<int>();
+    else if (key == "keep_threads") o.keep_threads = item.second.cast<bool>();
     else throw py::value_error("unknown lowering option '" + key + "'");
   }
   return o;
@@ -437,6 +438,11 @@ void init_compile(py::module_& m) {
         return run_simulator(transform::lower(*l.input, l.target, o, false), args);
       }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
       .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })
+      .def_property_readonly("tile_threads", [](const LoweredKernel& l) {
+        const ir::Kernel& k = l.lowered.kernel;
+        return k.consumer_threads ? k.consumer_threads : k.threads;
+      }, "The threads that run the tile program and hold its fragments: T.Kernel's, or two warpgroups for one "
+         "whose fragments do not fit its registers (src/transform/widen_threads.h); a producer warpgroup not counted.")
       .def_property_readonly("tensor_maps", [](const LoweredKernel& l) { return l.lowered.kernel.tensor_maps.size(); })
       .def("layouts", [](const LoweredKernel& l) { return describe_layouts(l.lowered); },
            "Per fragment and shared buffer the kernel declares, the layout the passes chose (a dict each).")
