@@ -77,6 +77,8 @@ def test_generator_covers_the_language():
                "convert_bfloat16_float32"]
     # gemms on regions of shared buffers (fuzz_families_regions.py)
     wanted += ["gen_gemm_regions"]
+    # one warpgroup over its registers, lowered on two (fuzz_families_widen.py)
+    wanted += ["widen_sm_90a_128x256", "widen_sm_90a_256x128"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
