@@ -353,17 +353,18 @@ def all_families() -> list:
     (fuzz_families_views.py), gemms of 8-bit floats (fuzz_families_fp8.py), barriers between
     blocks (fuzz_families_grid.py), conversions between float types (fuzz_families_casts.py),
     gemms on regions of shared buffers (fuzz_families_regions.py), TileLang's T.transpose,
-    T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py)."""
+    T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py), T.cumsum
+    (fuzz_families_scan.py)."""
     from . import (fuzz_families_bounds, fuzz_families_casts, fuzz_families_control, fuzz_families_fp8,
                    fuzz_families_grid, fuzz_families_guards, fuzz_families_layouts, fuzz_families_names,
-                   fuzz_families_reducers, fuzz_families_regions, fuzz_families_tc, fuzz_families_tilelang,
-                   fuzz_families_views)
+                   fuzz_families_reducers, fuzz_families_regions, fuzz_families_scan, fuzz_families_tc,
+                   fuzz_families_tilelang, fuzz_families_views)
 
     return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
             + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES
             + fuzz_families_bounds.FAMILIES + fuzz_families_views.FAMILIES + fuzz_families_fp8.FAMILIES
             + fuzz_families_grid.FAMILIES + fuzz_families_casts.FAMILIES + fuzz_families_regions.FAMILIES
-            + fuzz_families_tilelang.FAMILIES)
+            + fuzz_families_tilelang.FAMILIES + fuzz_families_scan.FAMILIES)
 
 
 def gen_valid(c) -> Program:

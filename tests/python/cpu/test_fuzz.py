@@ -77,6 +77,9 @@ def test_generator_covers_the_language():
                "convert_bfloat16_float32"]
     # gemms on regions of shared buffers (fuzz_families_regions.py)
     wanted += ["gen_gemm_regions"]
+    # T.cumsum (fuzz_families_scan.py)
+    wanted += ["cumsum_shared_shared", "cumsum_fragment_fragment", "cumsum_shared_fragment", "cumsum_fragment_shared",
+               "cumsum_dim0", "cumsum_dim1", "cumsum_reverse", "cumsum_band", "cumsum_1d", "cumsum_after_parallel"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
