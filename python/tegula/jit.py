@@ -29,7 +29,7 @@ import time
 import warnings
 
 from . import env, jit_index, registers
-from .frontend.dtypes import to_torch
+from .frontend.dtypes import is_packed, to_torch
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc
 from .transform import PYTHON_SIDE, to_options
@@ -319,13 +319,26 @@ def launch_device():
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def storage_shape(shape, dtype_name: str, name: str = "output") -> tuple:
+    """The torch shape holding a tensor of logical `shape`: a 4-bit type's last dimension
+    holds two elements a byte (TileLang's packed storage: (3, 16) int4 is an int8 (3, 8))."""
+    if not is_packed(dtype_name):
+        return tuple(shape)
+    if not shape or shape[-1] % 2:
+        raise ValueError(f"'{name}' is {dtype_name}, packed two elements a byte, so its last dimension must be even, "
+                         f"got shape {tuple(shape)}")
+    return (*shape[:-1], shape[-1] // 2)
+
+
 def allocate_outputs(params, device) -> list:
-    """Fresh tensors for the output parameters of `params` on `device`. With no input
-    tensor every dimension is static: a dynamic one must be read off an input
-    (JITKernel._setup_params refuses the kernel otherwise)."""
+    """Fresh tensors for the output parameters of `params` on `device`, in torch's storage
+    of their dtype (storage_shape). With no input tensor every dimension is static: a
+    dynamic one must be read off an input (JITKernel._setup_params refuses the kernel
+    otherwise)."""
     import torch
 
-    return [torch.empty(p.shape, dtype=p.dtype, device=device) for p in params if p.is_output]
+    return [torch.empty(storage_shape(p.shape, p.dtype_name, p.name), dtype=p.dtype, device=device)
+            for p in params if p.is_output]
 
 
 def _launch_outputs_only(kernel: JITKernel, program, *args):

@@ -59,7 +59,7 @@ const Named<ir::ForKind> kForKinds[] = {
 const Named<int> kTileOps[] = {
     {"copy", 0}, {"fill", 0}, {"reduce", 0}, {"gemm", 0}, {"atomic_add", 0}, {"annotate_layout", 0}, {"use_swizzle", 0},
     {"finalize_reducer", 0}, {"im2col", 0}, {"annotate_safe_value", 0},
-    {"annotate_min_blocks_per_sm", 0},
+    {"annotate_min_blocks_per_sm", 0}, {"cumsum", 0},
 };
 
 template <typename T, size_t N>
@@ -323,11 +323,16 @@ void init_ir_builder(py::module_& m) {
   }, py::arg("op"), py::arg("args"), py::arg("dtype"));
 
   m.def("buffer", [](const std::string& name, const std::string& scope, const std::string& dtype,
-                     std::vector<Expr> shape) {
+                     std::vector<Expr> shape, bool scalar) {
     for (const Expr& d : shape) require_int(d, "a buffer dimension");
-    return BufferHandle{ir::make_buffer(name, lookup(kScopes, scope, "scope"), parse_dtype(dtype), std::move(shape),
-                                        current_loc())};
-  }, py::arg("name"), py::arg("scope"), py::arg("dtype"), py::arg("shape"));
+    ir::Buffer b = ir::make_buffer(name, lookup(kScopes, scope, "scope"), parse_dtype(dtype), std::move(shape),
+                                   current_loc());
+    if (scalar) {
+      if (b->scope != ir::Scope::Local || b->num_elements_const() != 1) fail("a scalar buffer is one local element");
+      std::const_pointer_cast<ir::BufferNode>(b)->scalar = true;  // not yet shared: still ours to set
+    }
+    return BufferHandle{b};
+  }, py::arg("name"), py::arg("scope"), py::arg("dtype"), py::arg("shape"), py::arg("scalar") = false);
   m.def("strided_buffer", [](const std::string& name, const std::string& dtype, std::vector<Expr> shape,
                              std::vector<Expr> strides) {
     for (const Expr& d : shape) require_int(d, "a buffer dimension");

@@ -91,7 +91,13 @@ class Printer {
     }
     // A register array read or written as a vector is aligned to the widest such access.
     std::map<const BufferNode*, int64_t> vector_bytes;
+    for (auto& b : k_.allocs) {
+      if (b->scalar && b->scope == Scope::Local && b->num_elements_const() == 1 && !b->dtype.is_packed()) {
+        scalars_.insert(b.get());
+      }
+    }
     auto note_vector = [&](const Buffer& b, int lanes) {
+      if (lanes > 1) scalars_.erase(b.get());  // read as a vector: stays an array
       if (b->scope != Scope::Local || lanes < 2) return;
       int64_t bytes = int64_t(b->dtype.bytes()) * lanes,& align = vector_bytes[b.get()];
       align = std::max(align, std::min<int64_t>(bytes & -bytes, 16));
@@ -105,6 +111,8 @@ class Printer {
       if (b->scope == Scope::Shared) {
         line() << cuda_type(b->dtype) << "* " << name(b) << " = reinterpret_cast<" << cuda_type(b->dtype)
                << "*>(tegula_smem + " << k_.smem_offset.at(b.get()) << ");\n";
+      } else if (scalars_.count(b.get())) {
+        line() << cuda_type(b->dtype) << " " << name(b) << ";\n";
       } else if (b->scope == Scope::Local) {
         int64_t n = b->num_elements_const();
         int64_t align = b->dtype.bytes() * n % 16 == 0 ? 16 : vector_bytes.count(b.get()) ? vector_bytes[b.get()] : 0;
@@ -393,6 +401,7 @@ class Printer {
       internal_assert(lanes == 1 && read) << "a 4-bit tensor is accessed one element at a time (store_packed)";
       return "packed_load<" + cuda_type(b->dtype) + ">(" + name(b) + ", " + offset(b, idx) + ")";
     }
+    if (scalars_.count(b.get())) return name(b);  // a T.alloc_var: its one element is the variable
     std::string elem = name(b) + "[" + offset(b, idx) + "]";
     if (lanes == 1) return elem;
     std::string vt = native ? memory_vector_type(b->dtype, lanes)
@@ -809,6 +818,7 @@ class Printer {
   std::map<const void*, std::string> names_;
   std::set<std::string> used_;
   std::map<std::string, std::string> instructions_;  // wgmma instruction structs, by name
+  std::set<const BufferNode*> scalars_;  // T.alloc_var buffers declared as plain variables
   bool proxy_dirty_ = false;  // an ordinary store into a wgmma operand since the last barrier
   int proxy_loops_ = 0;       // enclosing loops whose bodies make such stores
 

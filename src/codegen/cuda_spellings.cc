@@ -60,6 +60,8 @@ const std::map<std::string, CallSpelling>& call_table() {
       {"shfl_idx", {"tegula::shfl_idx", false}}, {"shfl_up", {"tegula::shfl_up", false}},
       {"shfl_down", {"tegula::shfl_down", false}}, {"shfl_bfly", {"tegula::shfl_bfly", false}},
       {"sync_warp", {"tegula::sync_warp", false}},
+      // async.h: a named barrier whose id is computed at run time (T.sync_threads(id, n)).
+      {"barrier_sync", {"tegula::barrier_sync", false}},
       // CUDA's own: warp votes (a ballot is a uint64 here, TileLang's type: the upper 32 bits
       // zero), warp match, bit search, block votes, programmatic dependent launch (warp.h
       // defines the last two where NVRTC does not).

@@ -409,6 +409,8 @@ ExprFn Compiler::block_call(const CallNode* c) {
       return 0.0;
     };
   }
+  // A named barrier of a run-time id (T.sync_threads(id, n)): one logical thread waits for none.
+  if (op == "barrier_sync") return [](Frame&) { return 0.0; };
   if (op.rfind("cluster_", 0) != 0) return nullptr;
   bool arrives = op != "cluster_wait", waits = op != "cluster_arrive" && op != "cluster_arrive_relaxed";
   return [arrives, waits](Frame& f) {

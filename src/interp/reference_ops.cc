@@ -10,6 +10,8 @@
 //               src along dim, combined with dst's old value when clear=0.
 //   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double.
 //   atomic_add  an element (scalar value) or a region added elementwise.
+//   cumsum      dst = the inclusive prefix sum of src along dim (suffix sum with reverse),
+//               the running sum rounded to dst's dtype at each step.
 //   im2col      the convolution's lowered input tile (ops/im2col.cc), pixel by pixel.
 // Global accesses past a tensor's edge read 0 and are skipped (element()); any other
 // out-of-bounds access is the user's error at the op's line.
@@ -244,6 +246,47 @@ StmtFn reduce(const TileOpNode* op, Compiler& c) {
   };
 }
 
+StmtFn cumsum(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 2, loc) << "T.cumsum takes a source and a destination";
+  size_t dim = size_t(op->attr_int("dim", 0));
+  bool reverse = op->attr_int("reverse", 0) != 0;
+  RegionFn src = c.region(op->regions[0], loc), dst = c.region(op->regions[1], loc);
+  DataType t = op->regions[1].buffer->dtype;
+  return [src, dst, loc, t, dim, reverse](Frame& f) {
+    RegionVal s = eval_region(src, f, loc), d = eval_region(dst, f, loc);
+    bool same = s.rank == d.rank && dim < s.rank;
+    for (size_t i = 0; same && i < s.rank; ++i) same = s.ext[i] == d.ext[i];
+    user_assert(same, loc) << "T.cumsum: the regions of '" << s.b->node->name << "' and '" << d.b->node->name
+                           << "' must have the same extents, and dim " << dim << " must be one of their dimensions";
+    std::vector<size_t> lines;  // every dimension but dim: one line each point
+    for (size_t i = 0; i < s.rank; ++i) {
+      if (i != dim) lines.push_back(i);
+    }
+    int64_t n = s.ext[dim];
+    int64_t si[kMaxRank], di[kMaxRank];
+    std::vector<double> line(size_t(std::max<int64_t>(n, 0)));
+    for_each_point(s.ext, lines, [&](const int64_t* at) {
+      for (size_t k = 0; k < lines.size(); ++k) {
+        si[lines[k]] = s.min[lines[k]] + at[k];
+        di[lines[k]] = d.min[lines[k]] + at[k];
+      }
+      for (int64_t q = 0; q < n; ++q) {  // read the whole line first: src may be dst
+        si[dim] = s.min[dim] + q;
+        double* p = element(*s.b, si, loc);
+        line[size_t(q)] = round_to_dtype(t, p ? *p : 0.0);
+      }
+      double acc = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t q = reverse ? n - 1 - k : k;
+        acc = k == 0 ? line[size_t(q)] : round_to_dtype(t, acc + line[size_t(q)]);
+        di[dim] = d.min[dim] + q;
+        if (double* p = element(*d.b, di, loc)) *p = acc;
+      }
+    });
+  };
+}
+
 // A gemm operand: the region's last two dimensions, every other extent 1.
 struct Matrix {
   RegionVal r;
@@ -379,6 +422,7 @@ StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
   if (op->op == "copy") return copy(op, c);
   if (op->op == "fill") return fill(op, c);
   if (op->op == "reduce") return reduce(op, c);
+  if (op->op == "cumsum") return cumsum(op, c);
   if (op->op == "gemm") return gemm(op, c);
   if (op->op == "atomic_add") return atomic_add(op, c);
   // Layout and rasterisation hints: no effect on the values computed.

@@ -86,6 +86,33 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     ++epoch_;
     return {1, std::vector<double>(n, r)};
   }
+  if (f == "barrier_sync") {
+    // A named barrier of a run-time id: each warp's threads name one barrier, and each
+    // barrier named is reached by its count of threads (bar.sync id, count).
+    Vals id = eval(op->args.at(0), ts), count = eval(op->args.at(1), ts);
+    require_defined(id, ts, "names a barrier with");
+    std::map<int, int> arrived;
+    std::map<int, int> warp_id;
+    for (size_t i = 0; i < n; ++i) {
+      int b = int(id.at(i));
+      if (b < 0 || b > 15) error("T.sync_threads: barrier id " + std::to_string(b) + " in " + thread_name(ts[i]) +
+                                 " (the hardware has named barriers 0..15)");
+      auto w = warp_id.emplace(ts[i] / 32, b).first;
+      if (w->second != b) {
+        error("T.sync_threads: the threads of warp " + std::to_string(ts[i] / 32) + " name barriers " +
+              std::to_string(w->second) + " and " + std::to_string(b) + " (a warp's threads must name one)");
+      }
+      ++arrived[b];
+    }
+    for (auto& [b, got] : arrived) {
+      if (got != int(count.at(0))) {
+        error("T.sync_threads: named barrier " + std::to_string(b) + " reached by " + std::to_string(got) + " threads, "
+              "but its arrive_count is " + std::to_string(int(count.at(0))));
+      }
+    }
+    ++epoch_;
+    return {1, std::vector<double>(n, 0.0)};
+  }
   if (f == "block_rank_in_cluster") {
     return {1, std::vector<double>(n, double(rank_in_cluster(k_.cluster_dims, block_index_)))};
   }

@@ -125,6 +125,9 @@ struct BufferNode {
   // resolve_views rewrites every access into one of view_of's. A view of another dtype
   // (T.view(buf, dtype=...), a whole number of view_of's elements each) reads their bytes.
   std::shared_ptr<const BufferNode> view_of;
+  // A T.alloc_var: one element of a thread's own, which the CUDA printer declares as a
+  // plain variable (`float x;`, read and written as `x`) rather than a 1-element array.
+  bool scalar = false;
   int64_t num_elements_const() const;  // -1 when a dimension is symbolic
 };
 using Buffer = std::shared_ptr<const BufferNode>;

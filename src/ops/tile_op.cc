@@ -14,6 +14,7 @@ const TileOp* atomic_add_op();
 const TileOp* gemm_op();
 const TileOp* annotation_op();
 const TileOp* reducer_op();
+const TileOp* cumsum_op();
 
 ir::Stmt TileOp::lower(const ir::TileOpNode* op, transform::PassContext&, const ir::Kernel&) const {
   internal_error << op->op << " is expanded before lowering";
@@ -25,6 +26,7 @@ const TileOp* find_tile_op(const std::string& name) {
       {"copy", copy_op()},          {"fill", fill_op()},          {"reduce", reduce_op()},
       {"atomic_add", atomic_add_op()}, {"gemm", gemm_op()},        {"annotate_layout", annotation_op()},
       {"use_swizzle", annotation_op()}, {"finalize_reducer", reducer_op()}, {"im2col", im2col_op()},
+      {"cumsum", cumsum_op()},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

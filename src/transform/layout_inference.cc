@@ -8,7 +8,9 @@
 //   strict  - ops whose instruction fixes a layout (gemm), T.annotate_layout
 //   common  - derived from a neighbour: a loop that touches a fragment element-for-element
 //             takes its layout; fragments a loop touches take the loop's layout, or a
-//             projection of it when indexed by a subset of the loop variables; a
+//             projection of it when indexed by a subset of the loop variables, or the
+//             loop's layout reshaped when indexed by the loop's row-major position
+//             under another shape (f[i * N + j] in a loop over (M, N)); a
 //             reduction's output is its input without the reduced dimension
 //   free    - the first loop still open gets a blocked layout with the widest vector that
 //             its memory accesses allow; then back to `common`
@@ -42,6 +44,10 @@ struct Access {
   Buffer buf;
   std::vector<int> keep;  // which loop variable each index is, when every index is one
   bool identity = false;
+  // f[i * N + j] in `for i, j in T.Parallel(M, N)` (flattens): the fragment, of M * N
+  // elements, read in the loop's own order under another shape, so its layout is the
+  // loop's reshaped (layout::make_reshaped), as with identity.
+  bool flat = false;
   bool store = false;
   std::vector<Expr> idx;  // the index as written
   bool outer = false;     // the index reads a variable of a loop around the nest
@@ -130,7 +136,7 @@ class Collector : public IRVisitor {
     }
     if (b->scope != Scope::Fragment) return;
     used_by_scope(b, current_->outer->loc);
-    Access a{b, {}, false, store, idx, false, {}};
+    Access a{b, {}, false, false, store, idx, false, {}};
     for (auto& e : idx) {
       post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
         if (!x.as<VarNode>()) return;
@@ -184,7 +190,36 @@ class Collector : public IRVisitor {
         a.identity = extent && *extent == current_->extents[keep[d]];
       }
     }
+    if (!ok && !a.outer) a.flat = flattens(b, idx, *current_);
     current_->fragments.push_back(a);
+  }
+
+  // Whether fragment b, indexed by idx inside nest n, is read in the nest's row-major
+  // order: element (row-major) k at iteration k, for every iteration (checked point by
+  // point, up to 65536 of them).
+  static bool flattens(const Buffer& b, const std::vector<Expr>& idx, const Nest& n) {
+    int64_t total = 1;
+    for (int64_t e : n.extents) total *= e;
+    if (n.vars.size() < 2 || total > (int64_t(1) << 16) || b->num_elements_const() != total) return false;
+    std::vector<int64_t> shape;
+    for (auto& d : b->shape) shape.push_back(*as_const_int(d));
+    VarValues values;
+    std::vector<int64_t> at(n.vars.size(), 0);
+    for (int64_t k = 0; k < total; ++k) {
+      for (size_t v = 0; v < at.size(); ++v) values[n.vars[v].get()] = at[v];
+      int64_t flat = 0;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        int64_t x;
+        if (!eval_int(idx[d], values, &x) || x < 0 || x >= shape[d]) return false;
+        flat = flat * shape[d] + x;
+      }
+      if (flat != k) return false;
+      for (size_t v = at.size(); v-- > 0;) {  // the next iteration, the last variable fastest
+        if (++at[v] < n.extents[v]) break;
+        at[v] = 0;
+      }
+    }
+    return true;
   }
   // A fragment's registers are laid out over one set of threads: a fragment used both
   // under a thread guard and outside it (or under another) has no layout for both.
@@ -340,6 +375,11 @@ class Inference {
             changed = true;
             break;
           }
+          if (a.flat && f != lm_.fragment.end()) {
+            lm_.loop[n.outer] = layout::make_reshaped(f->second, n.extents);
+            changed = true;
+            break;
+          }
         }
         if (!lm_.loop.count(n.outer)) {
           if (auto l = reshaped_from_projection(n)) {
@@ -355,6 +395,11 @@ class Inference {
         auto w = write_exchanges.find(n.outer);
         if (w != write_exchanges.end() && w->second == a.buf) continue;
         if (f != lm_.fragment.end()) {
+          if (a.flat) {
+            auto seen = layout::make_reshaped(known->second, frag_shape(a.buf));
+            if (!seen->same_as(*f->second)) conflict(n, a, known->second, f->second);
+            continue;
+          }
           if (a.identity && !f->second->same_as(*known->second)) {
             // The loop converts a fragment into a narrower one held in another layout
             // (P = cast(S) between two gemms): it runs with the source's layout and its
@@ -401,6 +446,14 @@ class Inference {
             lm_.decided_at[a.buf.get()] = n.outer->loc;
             changed = true;
           }
+          continue;
+        }
+        if (a.flat) {
+          auto derived = layout::make_reshaped(known->second, frag_shape(a.buf));
+          check_size(a.buf, derived, n);
+          lm_.fragment[a.buf.get()] = derived;
+          lm_.decided_at[a.buf.get()] = n.outer->loc;
+          changed = true;
           continue;
         }
         if (a.keep.empty()) continue;

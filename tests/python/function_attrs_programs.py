@@ -20,3 +20,48 @@ def doubling(rows, cols):
         return B
 
     return kernel
+
+
+def packed_output(rows, cols, dtype):
+    """A T.empty output of a 4-bit type (int4, float4_e2m1fn): torch holds it packed, two
+    elements a byte (the last dimension halved); element (i, j) is (i * cols + j) % 8 - 4,
+    converted (every such value is exact in both types)."""
+    @T.prim_func
+    def kernel():
+        out = T.empty((rows, cols), dtype)
+        with T.Kernel(1, threads=1):
+            for i in T.serial(rows):
+                for j in T.serial(cols):
+                    out[i, j] = T.cast((i * cols + j) % 8 - 4, dtype)
+        return out
+
+    return kernel
+
+
+def packed_dynamic_output(rows, dtype):
+    """A T.empty output whose packed last dimension, n * 2, comes from a scalar argument
+    declared in the signature (`n: T.int32`)."""
+    @T.prim_func
+    def kernel(n: T.int32):
+        out = T.empty((rows, n * 2), dtype)
+        with T.Kernel(1, threads=1):
+            T.evaluate(0)
+        return out
+
+    return kernel
+
+
+def unpack_int4(storage):
+    """The int4 elements of an int8 tensor holding two a byte, low nibble first."""
+    import torch
+
+    b = storage.view(torch.uint8).to(torch.int16)
+    lo, hi = b & 0xF, b >> 4
+    both = torch.stack([lo, hi], dim=-1).reshape(*storage.shape[:-1], storage.shape[-1] * 2)
+    return torch.where(both >= 8, both - 16, both)
+
+
+def packed_expected(rows, cols):
+    import torch
+
+    return ((torch.arange(rows * cols) % 8) - 4).reshape(rows, cols)

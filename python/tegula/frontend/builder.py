@@ -12,7 +12,7 @@ import inspect
 
 from .errors import ArgError
 from .stack import STACK
-from .values import BufferValue, PrimExpr, ir, to_expr
+from .values import BufferValue, PrimExpr, VarBuffer, ir, to_expr
 
 
 class KernelFrame:
@@ -118,7 +118,8 @@ class Builder:
 
     def allocate(self, name: str, scope: str, dtype: str, shape: tuple, cls=BufferValue) -> BufferValue:
         name = self.unique_name(name)
-        buf = ir().buffer(name, scope, dtype, [to_expr(s, "int32") for s in shape])
+        # A T.alloc_var is printed as a plain variable (ir BufferNode::scalar).
+        buf = ir().buffer(name, scope, dtype, [to_expr(s, "int32") for s in shape], cls is VarBuffer)
         value = cls(buf, name, shape, dtype, scope)
         self.allocs.append(value)
         return value

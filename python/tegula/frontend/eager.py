@@ -67,7 +67,7 @@ def _signature_specs(fn) -> dict:
     (`n: T.int32`). Plain `int`/`str` annotations mark constants, as in TileLang."""
     specs = {}
     for name, annotation in getattr(fn, "__annotations__", {}).items():
-        if isinstance(annotation, str):  # postponed annotations
+        if isinstance(annotation, str) and not isinstance(annotation, DType):  # postponed (a DType is a str too)
             try:
                 annotation = eval(annotation, fn.__globals__, closure_of(fn))  # noqa: S307 - the user's own annotation
             except Exception:  # noqa: BLE001 - not a kernel declaration we can read

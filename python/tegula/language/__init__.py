@@ -13,6 +13,7 @@
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
+  scan.py      T.cumsum
   eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
@@ -39,6 +40,7 @@ from .views import reshape, view
 from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
+from .scan import cumsum
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, atomic_addx2, atomic_addx4, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)

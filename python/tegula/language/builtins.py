@@ -375,24 +375,48 @@ def _barrier_int(value, arg: str):
     return int(value)
 
 
+def _arrive_count(kernel, arrive_count) -> int:
+    threads = kernel.threads if arrive_count is None else _barrier_int(arrive_count, "arrive_count")
+    if threads <= 0 or threads % 32 or threads > kernel.threads:
+        raise ArgError("arrive_count", f"T.sync_threads: arrive_count must be a positive multiple of 32 up to the "
+                       f"block's {kernel.threads} threads, got {threads}")
+    return threads
+
+
+def _sync_runtime_barrier(frame, kernel, barrier_id, arrive_count) -> None:
+    """A named barrier whose id is computed at run time (`T.sync_threads(tx // 128 + 1, 128)`):
+    `bar.sync id, n` with the id a register. The threads of a warp must name one barrier, and
+    each barrier must be reached by arrive_count threads (the simulator checks both). The
+    compiler's own barriers are placed as if it were not there."""
+    if not is_int(barrier_id.expr.dtype):
+        raise ArgError("barrier_id", f"T.sync_threads: 'barrier_id' must be an int, got {barrier_id!r}")
+    if frame.parallel:
+        raise ArgError("barrier_id", "T.sync_threads: a barrier id computed at run time is for thread-level code; "
+                       "inside a T.Parallel loop (split at its barriers) give a constant id")
+    threads = _arrive_count(kernel, arrive_count)
+    frame.emit(ir().evaluate(call("barrier_sync", [cast_value(barrier_id, "int32"), threads], "int32").expr))
+
+
 @intrinsic("T.sync_threads")
 def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block (`__syncthreads()`); the compiler places the barriers
     shared memory needs by itself. With TileLang's arguments, `T.sync_threads(id, n)` is
     named barrier `id` (0..15) for `n` threads (a multiple of 32; the block's threads when
-    left out): `bar.sync id, n`."""
+    left out): `bar.sync id, n`. The id may be computed at run time (`tx // 128 + 1`): every
+    warp's threads must then name one barrier."""
     frame = builder.current("T.sync_threads")
     if barrier_id is None and arrive_count is None:
         frame.emit_barrier(ir().sync(), "T.sync_threads")
         return
     kernel = frame.require_kernel("T.sync_threads")
+    if isinstance(barrier_id, VarBuffer):
+        barrier_id = barrier_id.load()
+    if isinstance(barrier_id, PrimExpr) and barrier_id.expr.const is None:
+        return _sync_runtime_barrier(frame, kernel, barrier_id, arrive_count)
     barrier = _barrier_int(0 if barrier_id is None else barrier_id, "barrier_id")
     if not 0 <= barrier <= 15:
         raise ArgError("barrier_id", f"T.sync_threads: the hardware has named barriers 0..15, got {barrier}")
-    threads = kernel.threads if arrive_count is None else _barrier_int(arrive_count, "arrive_count")
-    if threads <= 0 or threads % 32 or threads > kernel.threads:
-        raise ArgError("arrive_count", f"T.sync_threads: arrive_count must be a positive multiple of 32 up to the "
-                       f"block's {kernel.threads} threads, got {threads}")
+    threads = _arrive_count(kernel, arrive_count)
     frame.emit_barrier(ir().sync(barrier, threads) if (barrier, threads) != (0, kernel.threads) else ir().sync(),
                        "T.sync_threads")
 

@@ -81,3 +81,40 @@ def test_other_compile_flags_warn_that_they_are_ignored():
     with pytest.warns(UserWarning, match="-lineinfo"):
         compiled = tegula.compile(kernel, target="sm_90a")
     assert "fast_math" not in compiled.options
+
+
+# ---- 4-bit T.empty outputs: torch's packed storage (two elements a byte) ----
+
+_STORAGE = {"int4": torch.int8, "float4_e2m1fn": getattr(torch, "float4_e2m1fn_x2", torch.int8)}
+
+
+@pytest.mark.parametrize("dtype", ["int4", "float4_e2m1fn"])
+def test_a_packed_output_is_allocated_in_torchs_storage(dtype):
+    jit_module = sys.modules["tegula.jit"]
+    compiled = tegula.compile(fp.packed_output(3, 16, dtype), target="sm_90a")
+    made = jit_module.allocate_outputs(compiled.params, torch.device("meta"))
+    assert [(tuple(t.shape), t.dtype) for t in made] == [((3, 8), _STORAGE[dtype])]
+    assert len(compiled.cubin()) > 0
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+def test_a_packed_output_holds_its_elements(run):
+    compiled = tegula.compile(fp.packed_output(3, 16, "int4"), target="sm_90a")
+    out = run(compiled)
+    assert out.dtype == torch.int8 and tuple(out.shape) == (3, 8)
+    assert torch.equal(fp.unpack_int4(out), fp.packed_expected(3, 16))
+
+
+def test_an_odd_packed_output_is_refused_naming_it():
+    jit_module = sys.modules["tegula.jit"]
+    compiled = tegula.compile(fp.packed_output(3, 15, "int4"), target="sm_90a")
+    with pytest.raises(ValueError, match="'out' is int4, packed two elements a byte, so its last dimension must be even"):
+        jit_module.allocate_outputs(compiled.params, torch.device("meta"))
+
+
+def test_a_dtype_annotation_in_the_signature_declares_a_scalar():
+    # `n: T.int32` in the signature of a body-declared prim_func is a scalar parameter (a
+    # T dtype is a str too, and was once taken for a postponed annotation).
+    compiled = tegula.compile(fp.packed_dynamic_output(3, "float4_e2m1fn"), target="sm_90a")
+    assert [(p.name, p.is_scalar, p.is_output) for p in compiled.params] == [("n", True, False), ("out", False, True)]
+    assert compiled.params[1].shape == (3, None)

@@ -79,6 +79,9 @@ def test_generator_covers_the_language():
     wanted += ["gen_gemm_regions"]
     # one warpgroup over its registers, lowered on two (fuzz_families_widen.py)
     wanted += ["widen_sm_90a_128x256", "widen_sm_90a_256x128"]
+    # T.cumsum (fuzz_families_scan.py)
+    wanted += ["cumsum_shared_shared", "cumsum_fragment_fragment", "cumsum_shared_fragment", "cumsum_fragment_shared",
+               "cumsum_dim0", "cumsum_dim1", "cumsum_reverse", "cumsum_band", "cumsum_1d", "cumsum_after_parallel"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

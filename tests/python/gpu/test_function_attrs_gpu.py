@@ -15,3 +15,17 @@ def test_body_declared_function_against_torch(rows, cols):
     compiled = tegula.compile(fp.doubling(rows, cols))
     a = torch.randn(rows, cols, device="cuda")
     torch.testing.assert_close(compiled(a), a * 2 + 1)
+
+
+@pytest.mark.parametrize("rows,cols", [(3, 16), (5, 30), (64, 128)])
+def test_packed_int4_output_is_torch_storage(rows, cols):
+    compiled = tegula.compile(fp.packed_output(rows, cols, "int4"))
+    out = compiled()
+    assert out.dtype == torch.int8 and tuple(out.shape) == (rows, cols // 2)
+    assert torch.equal(fp.unpack_int4(out.cpu()), fp.packed_expected(rows, cols))
+
+
+def test_packed_float4_output_is_torch_storage():
+    compiled = tegula.compile(fp.packed_output(3, 16, "float4_e2m1fn"))
+    out = compiled()
+    assert out.dtype == getattr(torch, "float4_e2m1fn_x2", torch.int8) and tuple(out.shape) == (3, 8)
