@@ -254,6 +254,22 @@ class JITKernel:
         return "\n".join(f"// ---- kernel {i} of {len(sources)} (launched in this order) ----\n{source}"
                          for i, source in enumerate(sources))
 
+    def get_host_source(self) -> str:
+        """How the launcher calls each kernel (argument order, grid, block, shared memory,
+        cluster), written as C++ for a reader: Tegula has no generated host code, one
+        C++ launcher runs every kernel (tegula/host_source.py)."""
+        from . import host_source
+
+        return host_source.render(self)
+
+    @property
+    def adapter(self):
+        """TileLang's execution-backend object: the prim_func as compiled, and the module
+        that runs it (tegula/adapter.py)."""
+        from .adapter import KernelAdapter
+
+        return KernelAdapter(self)
+
     def get_ir(self, stage: str = "final") -> str:
         if len(self._lowered_all) == 1:
             return self._lowered.ir(stage)

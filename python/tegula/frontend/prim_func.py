@@ -38,6 +38,7 @@ class PrimFunc:
         # TileLang's function attributes: "tilelang_out_idx" (the T.empty outputs it
         # returns), "tilelang_pass_configs", "tilelang_compile_flags" (T.annotate_*).
         self.attrs = dict(attrs or {})
+        self.attrs.setdefault("global_symbol", name)  # the kernel's entry name, as TVM records it
         self.kernels = list(kernels)  # one per `with T.Kernel` block, launched in this order
         self.kernel = self.kernels[0]
         self.workspaces = list(workspaces)  # T.alloc_global buffers: allocated per call

@@ -15,3 +15,22 @@ def test_body_declared_function_against_torch(rows, cols):
     compiled = tegula.compile(fp.doubling(rows, cols))
     a = torch.randn(rows, cols, device="cuda")
     torch.testing.assert_close(compiled(a), a * 2 + 1)
+
+
+@pytest.mark.parametrize("m", [1, 19, 1000])
+def test_manual_out_idx_with_affine_outputs_against_torch(m):
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2])
+    assert list(compiled.adapter.prim_func.attrs["tilelang_out_idx"]) == [1, 2]
+    a = torch.randn(m, device="cuda")
+    outputs = compiled(a)
+    assert isinstance(outputs, list)
+    for got, want in zip(outputs, fp.expected_two_outputs(a)):
+        torch.testing.assert_close(got, want)
+
+
+def test_adapter_module_function_launches_the_kernel():
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2])
+    launch = compiled.adapter.get_exportable_executable().jit().get_function("kernel")
+    a = torch.randn(37, device="cuda")
+    for got, want in zip(launch(a), fp.expected_two_outputs(a)):
+        torch.testing.assert_close(got, want)
