@@ -215,12 +215,28 @@ class Parser(Evaluator):
             self.restore_loc(loc)
 
     def _assert(self, stmt):
-        test = self.eval(stmt.test)
+        test = self._same_sizes(stmt.test)
+        if test is None:
+            test = self.eval(stmt.test)
         if isinstance(test, PrimExpr):
-            raise self.error(stmt.test, "assert needs a Python value (it is checked while parsing)")
+            raise self.error(stmt.test, "assert needs a Python value (it is checked while parsing); kernel values "
+                             "compare only as `a == b` or `a != b` of the same expression (one T.dynamic size)")
         if not test:
             message = self.eval(stmt.msg) if stmt.msg is not None else "assertion failed"
             raise self.error(stmt, f"AssertionError: {message}")
+
+    def _same_sizes(self, test):
+        """`assert M == M_` where both are the same kernel expression (a T.dynamic size read
+        off two shapes): True (False for `!=`), as TVM decides it; None for any other test."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Name)):
+            return None  # names only: evaluating them twice has no effect
+        left, right = self.eval(test.left), self.eval(test.comparators[0])
+        if not (isinstance(left, PrimExpr) and isinstance(right, PrimExpr)):
+            return None
+        if not self._ir.structural_equal(left.expr, right.expr):
+            return None
+        return isinstance(test.ops[0], ast.Eq)
 
     def _assign(self, stmt):
         value = self.eval(stmt.value)
