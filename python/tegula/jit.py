@@ -95,7 +95,7 @@ class JITKernel:
         C = env.native()
         try:
             # One lowered kernel per `with T.Kernel` block, launched in order by one call.
-            self._lowered_all = [C.lower(k, self.target, options) for k in func.kernels]
+            self._lowered_all = [lower_kernel(C, k, self.target, options) for k in func.kernels]
         except C.CompileError as err:
             raise from_native(err, func.source) from None
         self._lowered = self._lowered_all[0]
@@ -327,6 +327,15 @@ class JITKernel:
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
 
 
+def lower_kernel(C, kernel, target: str, options: dict):
+    """One `with T.Kernel` block through the passes; a T.CUDASourceCodeKernel's CUDA as
+    the user wrote it."""
+    attrs = getattr(kernel, "attrs", None) or {}
+    if "cuda_source" in attrs:
+        return C.lower_source(kernel, target, attrs["cuda_source"], attrs["entry_name"], options)
+    return C.lower(kernel, target, options)
+
+
 def launch_device():
     """The device a kernel with no input tensor runs on: torch's current CUDA device (what
     `torch.cuda.set_device` and `with torch.cuda.device(i)` choose), as in TileLang."""
@@ -465,14 +474,39 @@ def par_compile_configs(fn, configs, num_workers, ignore_error) -> list[JITKerne
     return build_in_parallel(kernels, num_workers, ignore_error)
 
 
+class DeviceFunction:
+    """A kernel entry of a lowered artifact, by the name TVM's GlobalVar has (`name_hint`)."""
+
+    __slots__ = ("name_hint",)
+
+    def __init__(self, name_hint: str):
+        self.name_hint = name_hint
+
+    def __repr__(self):
+        return f"I.GlobalVar({self.name_hint!r})"
+
+
+class DeviceModule:
+    """TileLang's `artifact.device_mod`: `functions` maps each kernel's entry (a
+    DeviceFunction) to its lowered kernel, in launch order."""
+
+    def __init__(self, lowered: list):
+        self.functions = {DeviceFunction(l.entry): l for l in lowered}
+
+    def __repr__(self):
+        return f"<DeviceModule {[f.name_hint for f in self.functions]}>"
+
+
 class LoweredArtifact:
-    """What `tegula.lower` gives: the generated CUDA source (`kernel_source`) and the kernel
-    (`kernel`, a JITKernel; launched, it compiles with NVRTC)."""
+    """What `tegula.lower` gives: the generated CUDA source (`kernel_source`), the kernel
+    (`kernel`, a JITKernel; launched, it compiles with NVRTC) and `device_mod`, whose
+    `functions` name the kernels' entries."""
 
     def __init__(self, kernel: JITKernel):
         self.kernel = kernel
         self.kernel_source = kernel.get_kernel_source()
         self.params = kernel.params
+        self.device_mod = DeviceModule(kernel._lowered_all)
 
     def __repr__(self):
         return f"<LoweredArtifact of {self.kernel!r}>"

@@ -193,7 +193,8 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
                 frame.threads,
                 [b.buf for b in allocs],
                 body,
-                {},
+                {} if frame.user_source is None else {"cuda_source": frame.user_source[0],
+                                                      "entry_name": frame.user_source[1]},
                 list(frame.cluster_dims or ()),
             ))
         except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's
