@@ -15,6 +15,7 @@
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   eager_ops.py T.const, T.empty, T.ptr, T.make_tensor (the body of an eager @tegula.jit function)
   source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
+  tile_schedule.py  T.PersistentTileScheduler: the tile each block of a persistent kernel takes (a while loop)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
   dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
@@ -38,6 +39,7 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
 from .source_kernel import CUDASourceCodeKernel
+from .tile_schedule import PersistentTileScheduler
 from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)
