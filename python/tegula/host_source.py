@@ -26,8 +26,9 @@ def _ctype(dtype: str) -> str:
 
 
 def _extent(value) -> str:
+    """A grid extent in C: sizes are non-negative, so the IR's floor division is C's `/`."""
     const = getattr(value, "const", None)
-    return str(const) if const is not None else str(value)
+    return str(const) if const is not None else str(value).replace("//", " / ")
 
 
 def render_kernel(func, ir_kernel, lowered) -> str:

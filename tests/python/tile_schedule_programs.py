@@ -140,3 +140,26 @@ def halving_steps(n):
         return torch.tensor([max(int(v), 1).bit_length() - 1 for v in A], dtype=torch.int32)
 
     return main, ref
+
+
+def per_thread_halving(n, threads=64):
+    """halving_steps with one element per thread: each thread's while loop runs its own
+    number of iterations (the loop diverges within a warp)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int32"), S: T.Tensor((n,), "int32")):
+        with T.Kernel(T.ceildiv(n, threads), threads=threads) as bx:
+            i = bx * threads + T.get_thread_binding()
+            x = T.alloc_var("int32")
+            steps = T.alloc_var("int32")
+            x = 1
+            if i < n:
+                x = A[i]
+            steps = 0
+            while x > 1:
+                x = x // 2
+                steps = steps + 1
+            if i < n:
+                S[i] = steps
+
+    return main, halving_steps(n)[1]

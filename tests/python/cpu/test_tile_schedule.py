@@ -127,3 +127,14 @@ def test_scheduler_mistakes_are_named():
                 for i in T.Parallel(32):
                     while A[i] > 0:
                         A[i] = A[i] - 1
+
+
+@pytest.mark.parametrize("n", [64, 100])
+def test_a_while_that_diverges_between_threads_in_the_simulator(n):
+    # The reference runs one logical thread per block, so it refuses the thread index.
+    prog, ref = tp.per_thread_halving(n)
+    kernel = tegula.compile(prog, target="sm_90a")
+    a = torch.randint(1, 1 << 30, (n,), dtype=torch.int32, generator=torch.Generator().manual_seed(n))
+    s = torch.full((n,), -1, dtype=torch.int32)
+    tt.simulate(kernel, a, s)
+    assert torch.equal(s, ref(a))

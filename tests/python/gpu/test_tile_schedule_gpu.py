@@ -50,3 +50,12 @@ def test_while_on_a_variable_matches_python():
     s = torch.full((1000,), -1, dtype=torch.int32, device="cuda")
     tegula.compile(prog)(a, s)
     assert torch.equal(s.cpu(), ref(a.cpu()))
+
+
+@pytest.mark.parametrize("n", [64, 1000, 100000])
+def test_a_while_that_diverges_between_threads_matches_python(n):
+    prog, ref = tp.per_thread_halving(n)
+    a = torch.randint(1, 1 << 30, (n,), dtype=torch.int32, device="cuda")
+    s = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+    tegula.compile(prog)(a, s)
+    assert torch.equal(s.cpu(), ref(a.cpu()))
