@@ -24,6 +24,7 @@ import re
 from ..frontend import builder
 from ..frontend.builder import KernelFrame, intrinsic
 from ..frontend.errors import ArgError
+from ..frontend.prim_func import SOURCE_OBSERVERS
 from ..frontend.values import PrimExpr, ir
 from .kernel import kernel_spec
 
@@ -44,6 +45,8 @@ def load_cuda_source(source_code_or_path) -> str:
     text = source_code_or_path
     expanded = os.path.expanduser(text)
     if os.path.isfile(expanded):
+        for observe in SOURCE_OBSERVERS:  # the JIT's persistent index then depends on the file
+            observe(expanded)
         with open(expanded, encoding="utf-8") as f:
             return f.read()
     if any(marker in text for marker in _SOURCE_MARKERS):

@@ -32,6 +32,16 @@ def test_source_from_a_file(tmp_path):
         sp.axpby(source=str(tmp_path / "missing.cu"))
 
 
+def test_a_source_file_is_a_dependency_of_the_jit_index(tmp_path):
+    from tegula import jit_index
+
+    path = tmp_path / "axpby.cu"
+    path.write_text(sp.AXPBY)
+    with jit_index.Tracker() as tracker:
+        sp.axpby(source=path)
+    assert str(path) in tracker.files  # an edit of the file is a new kernel, not a stale one
+
+
 def test_a_language_kernel_then_a_source_kernel():
     kernel = tegula.compile(sp.scaled_row_sum(), target="sm_90a")
     assert kernel.num_kernels == 2
