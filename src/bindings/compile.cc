@@ -150,6 +150,16 @@ struct LoweredKernel {
   codegen::CudaSource source;
   double compile_seconds = 0;
   bool cache_hit = false;
+  // T.CUDASourceCodeKernel: `source` is the user's CUDA, `input` only its launch (grid,
+  // threads, cluster, parameters); no pass ran, and there is no IR body to interpret.
+  bool user_source = false;
+
+  void require_ir_body(const char* what) const {
+    if (user_source) {
+      throw py::value_error(std::string(what) + ": kernel '" + input->name + "' is T.CUDASourceCodeKernel, whose body is "
+                            "CUDA source (entry " + source.entry + "), which only the GPU runs");
+    }
+  }
 
   std::string ir(const std::string& stage) const {
     if (stage == "final") return ir::to_string(lowered.stages.back().second);
@@ -216,7 +226,7 @@ struct LoweredKernel {
     l.grid = k.grid;
     l.threads = k.threads;
     l.smem_bytes = int(k.smem_bytes);
-    l.rules.fold = codegen::folds_grid(k);
+    l.rules.fold = !user_source && codegen::folds_grid(k);  // user CUDA reads blockIdx as launched
     l.cooperative = codegen::launches_cooperatively(k);
     l.cluster_dims = k.cluster_dims;
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
@@ -426,10 +436,13 @@ void init_compile(py::module_& m) {
       .def("build", [](std::shared_ptr<LoweredKernel> l, const std::vector<int>& out_idx) {
         return build_program({l}, out_idx, 0);
       }, py::arg("out_idx") = std::vector<int>{})
+      .def_property_readonly("user_source", [](const LoweredKernel& l) { return l.user_source; })
       .def("reference", [](const LoweredKernel& l, const py::list& args) {
+        l.require_ir_body("tegula.testing.reference");
         run_reference(l.lowered.stages.front().second, args);
       }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
       .def("simulate", [](const LoweredKernel& l, const py::list& args) {
+        l.require_ir_body("tegula.testing.simulate");
         if (!l.lowered.kernel.consumer_threads) return run_simulator(l.lowered, args);
         // The simulator models cp.async pipelines, not the copy engine and its mbarriers:
         // a warp-specialised kernel is simulated in the form the pass config gives.
@@ -467,6 +480,22 @@ void init_compile(py::module_& m) {
     }
     return l;
   }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
+
+  m.def("lower_source", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const std::string& code,
+                           const std::string& entry, const py::dict& options) {
+    // T.CUDASourceCodeKernel: the user's translation unit, launched as `entry` with the
+    // kernel's arguments in the generated kernels' order (tensor pointers and scalars as
+    // declared, then the T.dynamic sizes).
+    auto l = std::make_shared<LoweredKernel>();
+    l->input = k;
+    l->target = transform::Target::parse(target);
+    l->options = parse_options(options);
+    l->lowered.kernel = *k;
+    l->lowered.stages = {{"input", *k}};
+    l->source = codegen::CudaSource{code, entry};
+    l->user_source = true;
+    return l;
+  }, py::arg("kernel"), py::arg("target"), py::arg("source"), py::arg("entry"), py::arg("options") = py::dict());
 
   m.def("load_program", [](const py::bytes& b) { return Program::load(std::string(b)); }, py::arg("data"),
         "A Program from Program.save()'s bytes: launchable, without lowering.");
