@@ -626,8 +626,10 @@ class Printer {
       for (size_t i = 1; i < c->args.size(); ++i) s += ", " + expr(c->args[i]);
       // A program's own arrival (T.barrier_arrive) in a wgmma kernel: its threads' ordinary
       // stores into shared memory are ordered before the wgmma reads of the waiting threads.
+      // (The compiler's own warp-specialised pipelines order theirs already.)
       bool arrival = c->op == "mbar_arrive" || c->op == "mbar_cp_async_arrive_noinc";
-      return (arrival && k_.uses_wgmma ? "fence_proxy_async(), " : "") + s + ")";
+      bool fence = arrival && k_.uses_wgmma && !k_.consumer_threads;
+      return (fence ? "fence_proxy_async(), " : "") + s + ")";
     }
     if (c->op == "ptx_cp_async") {
       // T.ptx_cp_async(dst, src, bytes): cp_async_<bytes>(&dst, &src) (async.h); a source

@@ -193,6 +193,12 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       user_assert(c->op.rfind("rng_", 0) != 0, loc)
           << "the reference cannot run '" << c->op << "': the reference runs one logical thread per block, "
           << "and random numbers are each thread's own";
+      // Register counts are the hardware's business: no effect on what the program computes.
+      if (c->op == "set_max_nreg" || c->op == "no_set_max_nreg") return [](Frame&) { return 0.0; };
+      user_assert(c->op.rfind("mbar_", 0) != 0 && c->op != "ptx_cp_async", loc)
+          << "the reference does not run programs whose threads meet at T.alloc_barrier's mbarriers or copy "
+             "with T.ptx_cp_async yet (their warpgroups would have to run side by side); compile the kernel and "
+             "compare on the GPU";
       if (!eval_intrinsic(c->op, std::vector<double>(args.size(), 1.0), t, &probe)) {
         internal_error << "reference: cannot interpret the call '" << c->op << "' at " << loc.str();
       }

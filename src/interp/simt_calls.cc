@@ -718,6 +718,10 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
     const int64_t* keep = op->args.size() == 2 ? as_const_int(op->args[1]) : nullptr;
     if (!keep) cannot("a wgmma_wait whose count is not a constant");
     while (int64_t(wgmma_.size()) > *keep) retire_wgmma(*this);
+  } else if (f == "set_max_nreg" || f == "no_set_max_nreg") {
+    // Register counts do not change what the threads compute.
+  } else if (f.rfind("mbar_", 0) == 0 || f == "ptx_cp_async" || f == "fence_barrier_init") {
+    cannot("'" + f + "': the simulator does not model T.alloc_barrier's mbarriers or T.ptx_cp_async yet");
   } else if (f.rfind("print", 0) == 0) {
     // Printing has no effect on the kernel's results.
   } else {
