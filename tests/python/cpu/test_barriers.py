@@ -2,8 +2,9 @@
 producer/consumer programs of barrier_programs.py lower and NVRTC-compile for sm_90a with
 the barriers initialised once by thread 0, no block-wide barrier inside the warpgroups'
 branches and no warp specialisation of the compiler's own; T.set_max_nreg and
-T.disable_warp_group_reg_alloc leave what a program computes unchanged (reference and
-simulator); a gemm operand picked from stacked stages runs on both interpreters; bad
+T.disable_warp_group_reg_alloc leave what a program computes unchanged; the reference and the
+simulator run the programs (their warpgroups as coroutines) and agree with torch, and report
+a wait that nobody completes; a gemm operand picked from stacked stages runs on both interpreters; bad
 arguments are errors at the DSL line. The GPU runs of the programs:
 tests/python/gpu/test_barriers_gpu.py."""
 import os
@@ -17,6 +18,10 @@ import barrier_programs as bp
 import tegula
 import tegula.language as T
 import tegula.testing as tt
+
+
+RUNS = pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+SHAPES = pytest.mark.parametrize("M,N,K", [(64, 64, 128), (128, 64, 96)])
 
 
 def _kernel(prog):
@@ -79,7 +84,7 @@ def test_stage_operand_runs_on_both_interpreters():
         torch.testing.assert_close(c, want, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+@RUNS
 def test_register_counts_leave_results_alone(run):
     @T.prim_func
     def regs(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
@@ -99,16 +104,47 @@ def test_register_counts_leave_results_alone(run):
     src = k.get_kernel_source()
     assert "setmaxnreg_inc<240>()" in src and "setmaxnreg_dec<40>()" in src
     a = torch.randn(256)
-    b = run(k, a, torch.zeros(256))
+    b = torch.zeros(256)
+    run(k, a, b)
     assert torch.equal(b[:128], a[:128] * 2) and torch.equal(b[128:], a[128:] + 1)
 
 
-@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
-def test_interpreters_refuse_mbarrier_programs_clearly(run):
-    k = _kernel(bp.tma_wgmma_program(64, 64, 64))
-    a, b = bp.inputs(64, 64, 64)
-    with pytest.raises(Exception, match="mbarrier"):
-        run(k, a, b, torch.zeros(64, 64))
+@RUNS
+@SHAPES
+def test_tma_copy_and_wgmma_gemm_ring(run, M, N, K):
+    k = _kernel(bp.tma_wgmma_program(M, N, K))
+    a, b = bp.inputs(M, N, K)
+    c = torch.full((M, N), 12345.0)
+    run(k, a, b, c)
+    torch.testing.assert_close(c, bp.ref(a, b), rtol=1e-3, atol=1e-3)
+
+
+@RUNS
+@SHAPES
+def test_ptx_cp_async_ring_with_one_producer_thread(run, M, N, K):
+    k = _kernel(bp.cp_async_single_program(M, N, K))
+    a, b = bp.inputs(M, N, K, transpose_B=True)
+    c = torch.full((M, N), 12345.0)
+    run(k, a, b, c)
+    torch.testing.assert_close(c, bp.ref(a, b, transpose_B=True), rtol=1e-3, atol=1e-3)
+
+
+@SHAPES
+def test_ptx_cp_async_ring_with_a_producer_warp_simulated(M, N, K):
+    # Each producer thread copies its own chunks (the thread index in the indices): the
+    # simulator runs it; the reference runs one logical thread per warpgroup.
+    k = _kernel(bp.cp_async_program(M, N, K))
+    a, b = bp.inputs(M, N, K, transpose_B=True)
+    c = torch.full((M, N), 12345.0)
+    tt.simulate(k, a, b, c)
+    torch.testing.assert_close(c, bp.ref(a, b, transpose_B=True), rtol=1e-3, atol=1e-3)
+
+
+@RUNS
+def test_a_wait_nobody_completes_is_reported(run):
+    k = _kernel(bp.deadlock_program())
+    with pytest.raises(Exception, match=r"wait for each other forever.*T.barrier_wait\(full\[0\], 0\)"):
+        run(k, torch.randn(128), torch.zeros(128))
 
 
 def _compile_error(body, threads=128, target="sm_90a"):
