@@ -41,3 +41,13 @@ def test_ptx_cp_async_and_noinc_arrival_ring(M, N, K):
     c = torch.full((M, N), POISON, device="cuda")
     k(a, b, c)
     torch.testing.assert_close(c, bp.ref(a, b, transpose_B=True), rtol=1e-3, atol=1e-3)
+
+
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", [(64, 64, 128), (128, 64, 96)])
+def test_ptx_cp_async_ring_with_one_producer_thread(M, N, K):
+    k = tegula.compile(bp.cp_async_single_program(M, N, K))
+    a, b = bp.inputs(M, N, K, transpose_B=True, device="cuda")
+    c = torch.full((M, N), POISON, device="cuda")
+    k(a, b, c)
+    torch.testing.assert_close(c, bp.ref(a, b, transpose_B=True), rtol=1e-3, atol=1e-3)
