@@ -80,8 +80,6 @@ def init_barriers(b, buffer: BufferValue, counts: list) -> None:
 
 
 def barriers_of(b) -> dict:
-    if not hasattr(b, "mbarriers"):
-        b.mbarriers = {}
     return b.mbarriers
 
 
@@ -110,9 +108,9 @@ def barrier_arrive(mbarrier):
     """Every thread that runs it makes one arrival on the mbarrier, without waiting; its
     memory writes before it are visible to the threads that wait for the phase."""
     load, buffer = _barrier(mbarrier, "T.barrier_arrive", "mbarrier")
-    pending = getattr(builder.current(), "pending_tma", [])
-    block = id(builder.current().blocks[-1])
-    builder.current().pending_tma = [p for p in pending if not (p[0] == block and p[1] == buffer.name)]
+    b = builder.current()
+    block = id(b.blocks[-1])
+    b.pending_tma = [p for p in b.pending_tma if not (p[0] == block and p[1] == buffer.name)]
     _emit("T.barrier_arrive", "mbar_arrive", [load])
 
 
@@ -171,14 +169,12 @@ def tma_copy(src, dst, barrier=None, cluster_mask=None, leader_scope_threads=Non
             raise ArgError(arg, f"{fn}: '{arg}' must be a {scope} buffer or region of one, got {value!r}")
     b = builder.current(fn)
     _copy(src, dst)
-    if not hasattr(b, "pending_tma"):
-        b.pending_tma = []
     b.pending_tma.append((id(b.blocks[-1]), buffer.name, getattr(dst, "name", None) or dst.buffer.name))
 
 
 def check_tma_arrivals(b) -> None:
     """At the end of a kernel: every T.tma_copy was followed by an arrival on its barrier."""
-    for _, bar, dst in getattr(b, "pending_tma", []):
+    for _, bar, dst in b.pending_tma:
         raise ArgError(None, f"T.tma_copy into '{dst}' completes on '{bar}', but no T.barrier_arrive({bar}) follows "
                              "it in the same block: Tegula's copy is published by that arrival")
     b.pending_tma = []

@@ -353,8 +353,9 @@ def all_families() -> list:
     (fuzz_families_views.py), gemms of 8-bit floats (fuzz_families_fp8.py), barriers between
     blocks (fuzz_families_grid.py), conversions between float types (fuzz_families_casts.py),
     gemms on regions of shared buffers (fuzz_families_regions.py), TileLang's T.transpose,
-    T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py)."""
-    from . import (fuzz_families_bounds, fuzz_families_casts, fuzz_families_control, fuzz_families_fp8,
+    T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py), producer and
+    consumer sides ordered by explicit mbarriers (fuzz_families_barriers.py)."""
+    from . import (fuzz_families_barriers, fuzz_families_bounds, fuzz_families_casts, fuzz_families_control, fuzz_families_fp8,
                    fuzz_families_grid, fuzz_families_guards, fuzz_families_layouts, fuzz_families_names,
                    fuzz_families_reducers, fuzz_families_regions, fuzz_families_tc, fuzz_families_tilelang,
                    fuzz_families_views)
@@ -363,7 +364,7 @@ def all_families() -> list:
             + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES
             + fuzz_families_bounds.FAMILIES + fuzz_families_views.FAMILIES + fuzz_families_fp8.FAMILIES
             + fuzz_families_grid.FAMILIES + fuzz_families_casts.FAMILIES + fuzz_families_regions.FAMILIES
-            + fuzz_families_tilelang.FAMILIES)
+            + fuzz_families_tilelang.FAMILIES + fuzz_families_barriers.FAMILIES)
 
 
 def gen_valid(c) -> Program:
@@ -379,11 +380,12 @@ def gen_valid(c) -> Program:
 
 def all_invalid() -> dict:
     """Every family of invalid programs: kind -> family (fuzz_invalid.py, and the tile code
-    under undividable thread guards of fuzz_families_guards.py)."""
-    from . import fuzz_families_guards
+    under undividable thread guards of fuzz_families_guards.py, the barriers allocated in a
+    branch of fuzz_families_barriers.py)."""
+    from . import fuzz_families_barriers, fuzz_families_guards
     from .fuzz_invalid import INVALID
 
-    return {**INVALID, **fuzz_families_guards.INVALID}
+    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID}
 
 
 def gen_invalid(c) -> Program:
