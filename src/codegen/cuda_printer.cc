@@ -638,7 +638,7 @@ class Printer {
       auto* masked = c->args[1].as<SelectNode>();
       auto* src = (masked ? masked->t : c->args[1]).as<BufferLoadNode>();
       internal_assert(dst && src) << "ptx_cp_async: its operands are buffer elements";
-      std::string s = "cp_async_" + expr(c->args[2]) + (masked ? "_pred" : "") + "(&" +
+      std::string s = "cp_async_" + std::to_string(*as_const_int(c->args[2])) + (masked ? "_pred" : "") + "(&" +
                       access(dst->buffer, dst->indices, 1, false) + ", &" + access(src->buffer, src->indices, 1, true);
       return s + (masked ? ", " + expr(masked->cond) : std::string()) + ")";
     }
