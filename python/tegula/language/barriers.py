@@ -87,6 +87,12 @@ def _barrier(bar, fn: str, arg: str = "barrier"):
     """The IR load of one mbarrier: `bar` (its first) or `bar[i]`."""
     b = builder.current(fn)
     b.require_kernel(fn)
+    if b.parallel:
+        raise ArgError(None, f"{fn} inside a T.Parallel loop: its iterations are divided among the threads, so how "
+                             "many arrive or wait would depend on the layout; call it outside the loop")
+    if b.pipelined:
+        raise ArgError(None, f"{fn} inside a T.Pipelined loop: the pipeline issues later iterations' copies ahead "
+                             "of this iteration's statements; order the stages with the barriers in a T.serial loop")
     known = barriers_of(b)
     if isinstance(bar, BufferValue) and bar.name in known:
         if len(known[bar.name][1]) != 1:

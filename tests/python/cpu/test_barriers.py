@@ -188,6 +188,10 @@ IND = "        "
     (IND + "T.ptx_cp_async(S[0], X[0], 8)", "must be a T.access_ptr"),
     (IND + "T.set_max_nreg(250, 1)", "multiple of 8"),
     (IND + "T.wait_wgmma(-1)", "int >= 0"),
+    (IND + "bar = T.alloc_barrier(arrive_count=128)\n" + IND + "for i in T.Parallel(128):\n" + IND +
+     "    T.barrier_arrive(bar)", "inside a T.Parallel loop"),
+    (IND + "bar = T.alloc_barrier(arrive_count=128)\n" + IND + "for k in T.Pipelined(4, num_stages=2):\n" + IND +
+     "    T.barrier_wait(bar, k % 2)", "inside a T.Pipelined loop"),
 ])
 def test_bad_arguments_are_errors(body, match):
     err = _compile_error(body)
