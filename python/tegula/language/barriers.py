@@ -94,12 +94,13 @@ def _barrier(bar, fn: str, arg: str = "barrier"):
         raise ArgError(None, f"{fn} inside a T.Pipelined loop: the pipeline issues later iterations' copies ahead "
                              "of this iteration's statements; order the stages with the barriers in a T.serial loop")
     known = barriers_of(b)
-    if isinstance(bar, BufferValue) and bar.name in known:
+    if isinstance(bar, BufferValue) and bar.name in known and known[bar.name][0] is bar:
         if len(known[bar.name][1]) != 1:
             raise ArgError(arg, f"{fn}: '{bar.name}' holds {len(known[bar.name][1])} barriers: name one, "
                                 f"{bar.name}[i]")
         return ir().load(bar.buf, [to_expr(0, "int32")], 1), bar
-    if isinstance(bar, LoadValue) and bar.buffer.name in known and len(bar.indices) == 1:
+    if isinstance(bar, LoadValue) and bar.buffer.name in known and known[bar.buffer.name][0] is bar.buffer \
+            and len(bar.indices) == 1:
         return bar.expr, bar.buffer
     raise ArgError(arg, f"{fn}: '{arg}' must be a barrier of T.alloc_barrier (bar or bar[i]), got {bar!r}")
 
