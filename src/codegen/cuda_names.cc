@@ -41,7 +41,7 @@ const char* const kReservedWords[] = {
     "fence_proxy_async", "fence_registers", "floor", "floordiv", "fp4_e2m1_t", "fp8_e4m3_t", "fp8_e5m2_t", "fp8_e8m0_t", "floormod", "fma", "gemm_rs", "gemm_ss",
     "half_t", "infinity", "int4b_t", "is_pow2", "kPanel", "ldmatrix_x1", "ldmatrix_x1_trans", "ldmatrix_x2",
     "ldmatrix_x2_trans", "ldmatrix_x4", "ldmatrix_x4_trans", "load_vec", "load_vec_pred", "log", "log2",
-    "log2_fast", "max", "max_value", "mbar_arrive", "mbar_arrive_expect_tx", "mbar_init", "mbar_wait",
+    "log2_fast", "max", "max_value", "mbar_arrive", "mbar_arrive_expect_tx", "mbar_cp_async_arrive_noinc", "mbar_init", "mbar_wait",
     "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_expect_tx", "mbarrier_init", "mbarrier_try_wait",
     "mbarrier_wait", "memory_order_acq_rel", "memory_order_acquire", "memory_order_consume",
     "memory_order_relaxed", "memory_order_release", "memory_order_seq_cst", "min", "min_value", "mma_f32",

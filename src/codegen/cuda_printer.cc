@@ -30,7 +30,12 @@ namespace {
 class Printer {
  public:
   Printer(const Kernel& k, const transform::Target& target)
-      : k_(k), target_(target), an_(kernel_analyzer(k)), wide_ints_(has_huge_dimension(k)) {}
+      : k_(k), target_(target), an_(kernel_analyzer(k)), wide_ints_(has_huge_dimension(k)) {
+    post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+      auto* c = e.as<CallNode>();
+      if (c && c->op == "no_set_max_nreg") no_set_max_nreg_ = true;
+    });
+  }
 
   CudaSource run() {
     CudaSource out;
@@ -616,6 +621,7 @@ class Printer {
     // T.isfinite / isinf / isnan: CUDA's own, of a float or double (the frontend casts).
     if (c->op == "isfinite" || c->op == "isinf" || c->op == "isnan") return c->op + "(" + expr(c->args.at(0)) + ")";
     if (c->op == "setmaxnreg_inc" || c->op == "setmaxnreg_dec") {
+      if (no_set_max_nreg_) return "/* " + c->op + ": T.disable_warp_group_reg_alloc */ (void)0";
       WsRegisters r = ws_registers(k_);
       bool inc = c->op == "setmaxnreg_inc";
       int n = inc ? r.consumer : r.producer;
@@ -627,8 +633,29 @@ class Printer {
       auto* bar = c->args[0].as<BufferLoadNode>();
       std::string s = c->op + "(&" + access(bar->buffer, bar->indices, 1, false);
       for (size_t i = 1; i < c->args.size(); ++i) s += ", " + expr(c->args[i]);
-      return s + ")";
+      // A program's own arrival (T.barrier_arrive) in a wgmma kernel: its threads' ordinary
+      // stores into shared memory are ordered before the wgmma reads of the waiting threads.
+      // (The compiler's own warp-specialised pipelines order theirs already.)
+      bool arrival = c->op == "mbar_arrive" || c->op == "mbar_cp_async_arrive_noinc";
+      bool fence = arrival && k_.uses_wgmma && !k_.consumer_threads;
+      return (fence ? "fence_proxy_async(), " : "") + s + ")";
     }
+    if (c->op == "ptx_cp_async") {
+      // T.ptx_cp_async(dst, src, bytes): cp_async_<bytes>(&dst, &src) (async.h); a source
+      // masked at the tensor's edge, (in bounds ? x[i] : 0), reads nothing and fills zeros.
+      auto* dst = c->args[0].as<BufferLoadNode>();
+      auto* masked = c->args[1].as<SelectNode>();
+      auto* src = (masked ? masked->t : c->args[1]).as<BufferLoadNode>();
+      internal_assert(dst && src) << "ptx_cp_async: its operands are buffer elements";
+      std::string s = "cp_async_" + std::to_string(*as_const_int(c->args[2])) + (masked ? "_pred" : "") + "(&" +
+                      access(dst->buffer, dst->indices, 1, false) + ", &" + access(src->buffer, src->indices, 1, true);
+      return s + (masked ? ", " + expr(masked->cond) : std::string()) + ")";
+    }
+    if (c->op == "set_max_nreg") {
+      // T.set_max_nreg(n, is_inc): the warpgroup's registers per thread.
+      return std::string(is_const_int(c->args[1], 0) ? "setmaxnreg_dec<" : "setmaxnreg_inc<") + expr(c->args[0]) + ">()";
+    }
+    if (c->op == "no_set_max_nreg") return "/* T.disable_warp_group_reg_alloc */ (void)0";
     if (c->op == "cp_async_commit") return "cp_async_commit()";
     if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
     if (c->op == "gemm_ss" || c->op == "gemm_rs") {
@@ -829,6 +856,8 @@ class Printer {
   std::set<std::string> used_;
   std::map<std::string, std::string> instructions_;  // wgmma instruction structs, by name
   std::set<const BufferNode*> scalars_;  // T.alloc_var buffers declared as plain variables
+  // T.disable_warp_group_reg_alloc: the warp-specialised form keeps the launch's registers.
+  bool no_set_max_nreg_ = false;
   bool proxy_dirty_ = false;  // an ordinary store into a wgmma operand since the last barrier
   int proxy_loops_ = 0;       // enclosing loops whose bodies make such stores
 

@@ -169,6 +169,7 @@ ExprFn Compiler::expr(const Expr& e, const SourceLoc& at) {
       auto* c = e.as<CallNode>();
       DataType t = c->dtype;
       if (ExprFn fn = block_call(c)) return fn;
+      if (ExprFn fn = barrier_call(c, loc)) return fn;
       if (c->op == "atomic_add") return atomic_add(c, loc);
       if (c->op == "reinterpret" || wide_access(c)) {
         VecFn v = vexpr(e, loc);
@@ -457,6 +458,17 @@ StmtFn Compiler::thread_branch(const IfThenElseNode* i, const SourceLoc& loc) {
     return fn;
   };
   StmtFn t = side(i->then_case, true), e = side(i->else_case, false);
+  if (has_mbarriers_) {
+    // Warpgroups that meet at mbarriers run side by side (reference_barriers.cc).
+    return [uniform, t, e, then_any, else_any](Frame& f) {
+      bool u = !uniform || uniform(f) != 0;
+      std::vector<std::function<void()>> sides;
+      if (u && then_any && t) sides.push_back([&] { t(f); });
+      if ((!u || else_any) && e) sides.push_back([&] { e(f); });
+      if (sides.size() == 1) sides[0]();
+      else if (sides.size() > 1) f.coop->run_all(sides);
+    };
+  }
   return [uniform, t, e, then_any, else_any](Frame& f) {
     bool u = !uniform || uniform(f) != 0;
     if (u && then_any) t(f);
@@ -636,7 +648,12 @@ void run_reference(const Kernel& k, CallArgs& args) {
       for (auto& v : al->views) std::fill(v.out.begin(), v.out.end(), 0), v.handed.clear();
     }
     fb.ticket = &t;
+    Coop coop;
+    std::map<std::pair<int, int64_t>, Mbarrier> mbarriers;
+    fb.coop = &coop;
+    fb.mbarriers = &mbarriers;
     body(fb);
+    fb.coop = nullptr, fb.mbarriers = nullptr;
   };
   CoRun mode = co_run_of(k);
   // Views of another dtype keep elements of their own, one set for the kernel: blocks that

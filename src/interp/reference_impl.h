@@ -10,7 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <map>
+
 #include "interp/block_scheduler.h"
+#include "interp/coop.h"
 #include "interp/interp.h"
 #include "ir/thread_guard.h"
 #include "support/error.h"
@@ -52,10 +55,20 @@ struct Aliases {
   void write_back(int except);
 };
 
+// One mbarrier of T.alloc_barrier: `pending` arrivals complete the current phase, after
+// `phases` completed ones (reference_barriers.cc).
+struct Mbarrier {
+  int64_t count = 0, pending = 0, phases = 0;
+};
+
 struct Frame {
   std::vector<double> vars;
   std::vector<Buf> bufs;
   const BlockTicket* ticket = nullptr;  // how the block meets the others at grid and cluster barriers
+  // A kernel with T.alloc_barrier: the block's warpgroups (the sides of thread branches) run
+  // as coroutines, and its mbarriers by (buffer slot, index).
+  Coop* coop = nullptr;
+  std::map<std::pair<int, int64_t>, Mbarrier>* mbarriers = nullptr;
 };
 
 using ExprFn = std::function<double(Frame&)>;
@@ -93,7 +106,8 @@ struct RegionVal {
 
 class Compiler {
  public:
-  explicit Compiler(const ir::Kernel& k) : k_(k), range_{0, k.threads} {}
+  explicit Compiler(const ir::Kernel& k);
+  bool has_mbarriers() const { return has_mbarriers_; }
   // Slots of the call's signature (parameters, dynamic dims) and the block indices.
   // A vector variable takes one slot per lane, from the one returned.
   int declare_var(const ir::ExprNode* var, int lanes = 1);
@@ -123,9 +137,12 @@ class Compiler {
   StmtFn store(const ir::BufferStoreNode* s);
   StmtFn loop(const ir::ForNode* f);
   StmtFn thread_branch(const ir::IfThenElseNode* i, const SourceLoc& loc);
+  // reference_barriers.cc: T.alloc_barrier's mbarriers and T.ptx_cp_async; null for other calls.
+  ExprFn barrier_call(const ir::CallNode* c, const SourceLoc& loc);
 
   const ir::Kernel& k_;
   ir::ThreadRange range_;                              // the threads that reach the code compiled now
+  bool has_mbarriers_ = false;                         // the kernel's threads meet at mbarriers
   std::vector<std::pair<ir::Expr, ir::Expr>> lets_;   // the lets around it
   std::unordered_map<const ir::ExprNode*, int> vars_;
   int next_slot_ = 0;

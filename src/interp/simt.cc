@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "interp/simt_machine.h"
+#include "ir/functor.h"
 #include "ir/printer.h"
 #include "transform/pipeline.h"
 
@@ -21,6 +22,10 @@ constexpr size_t kMaxReports = 20;
 Machine::Machine(const Kernel& k, const RegisterLayouts& layouts, CallArgs& args)
     : k_(k), layouts_(layouts), args_(args), threads_(k.threads) {
   scalars_ = bind_call_values(k, args);
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (c && c->op.rfind("mbar_", 0) == 0) has_mbarriers_ = true;
+  });
   for (size_t i = 0; i < k.params.size(); ++i) {
     const Buffer& b = k.params[i].buffer;
     if (!b) continue;
@@ -199,7 +204,10 @@ void Machine::run_block(const std::vector<int64_t>& bi) {
   wgmma_.clear();
   Threads all(threads_);
   for (int t = 0; t < threads_; ++t) all[t] = t;
+  mbarriers_.clear();
+  coop_ = std::make_unique<Coop>();
   exec(k_.body, all);
+  coop_.reset();
   end_block();
 }
 
@@ -554,6 +562,11 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
       Vals c = eval(n->cond, ts);
       require_defined(c, ts, "branches on");
       split(c, ts, &yes, &no);
+      if (has_mbarriers_ && !yes.empty() && !no.empty() && n->else_case) {
+        // Warpgroups that meet at mbarriers run side by side (simt_barriers.cc).
+        coop_->run_all({[&] { exec(n->then_case, yes); }, [&] { exec(n->else_case, no); }});
+        break;
+      }
       exec(n->then_case, yes);
       exec(n->else_case, no);
       break;

@@ -375,18 +375,26 @@ static void land(Machine& m, const Landing& l, int t) {
 
 // cp.async of 16 bytes: read at issue, landing at the wait that retires its group; a
 // false predicate fills zeros (the src-size 0 form).
+// T.ptx_cp_async(dst, src, bytes) too: `bytes` of elements, its source masked at a tensor's
+// edge (in bounds ? x[i] : 0) predicated on the mask.
 static void issue_async_copy(Machine& m, const CallNode* op, const Threads& ts) {
   auto* dst_load = op->args.at(0).as<BufferLoadNode>();
   if (!dst_load || dst_load->buffer->scope != Scope::Shared) m.cannot("a cp_async into anything but shared memory");
-  int lanes = 16 / dst_load->buffer->dtype.bytes();
-  Vals pred = m.eval(op->args.at(2), ts);
+  bool user = op->op == "ptx_cp_async";
+  const int64_t* bytes = user ? as_const_int(op->args.at(2)) : nullptr;
+  if (user && !bytes) m.cannot("a ptx_cp_async of a size that is not a constant");
+  int lanes = int((user ? *bytes : 16) / dst_load->buffer->dtype.bytes());
+  auto* masked = user ? op->args.at(1).as<SelectNode>() : nullptr;
+  Expr src_expr = masked ? masked->t : op->args.at(1);
+  Vals pred = user ? (masked ? m.eval(masked->cond, ts) : Vals{1, std::vector<double>(ts.size(), 1.0)})
+                   : m.eval(op->args.at(2), ts);
   m.require_defined(pred, ts, "predicates a cp.async on");
   Address dst = address_of(m, op->args.at(0), lanes, ts, "a cp_async");
   Threads reading;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (pred.at(i) != 0) reading.push_back(ts[i]);
   }
-  Address src = address_of(m, op->args.at(1), lanes, reading, "a cp_async");
+  Address src = address_of(m, src_expr, lanes, reading, "a cp_async");
   size_t r = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     int t = ts[i];
@@ -745,12 +753,26 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
     const int64_t* keep = op->args.size() == 2 ? as_const_int(op->args[1]) : nullptr;
     if (!keep) cannot("a wgmma_wait whose count is not a constant");
     while (int64_t(wgmma_.size()) > *keep) retire_wgmma(*this);
+  } else if (f == "set_max_nreg" || f == "no_set_max_nreg") {
+    // Register counts do not change what the threads compute.
+  } else if (f == "ptx_cp_async") {
+    issue_async_copy(*this, op, ts);
+  } else if (barrier_statement(op, ts)) {
   } else if (f.rfind("print", 0) == 0) {
     // Printing has no effect on the kernel's results.
   } else {
     return false;
   }
   return true;
+}
+
+void Machine::land_all(int t) {
+  for (const Landing& l : open_[t]) land(*this, l, t);
+  open_[t].clear();
+  while (!committed_[t].empty()) {
+    for (const Landing& l : committed_[t].front()) land(*this, l, t);
+    committed_[t].pop_front();
+  }
 }
 
 void Machine::end_block() {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "interp/block_scheduler.h"
+#include "interp/coop.h"
 #include "interp/simt.h"
 
 namespace tegula::interp::simt {
@@ -127,6 +128,10 @@ class Machine {
   // an ordinary expression call.
   bool call_statement(const ir::CallNode* op, const Threads& ts);
   void end_block();
+  // ---- simt_barriers.cc: T.alloc_barrier's mbarriers; false for other calls.
+  bool barrier_statement(const ir::CallNode* op, const Threads& ts);
+  // Lands every cp.async thread t has issued (T.cp_async_barrier_noinc's arrival waits for them).
+  void land_all(int t);
   // ---- simt_bits.cc: T.reinterpret and the explicit-width accesses (ir/wide_access.h)
   Vals bits_call(const ir::CallNode* op, const Threads& ts);  // reinterpret, the loads
   void wide_store(const ir::CallNode* op, const Threads& ts);
@@ -147,6 +152,14 @@ class Machine {
   std::vector<std::vector<Landing>> open_;                  // per thread: issued, uncommitted
   std::vector<std::deque<std::vector<Landing>>> committed_;  // per thread: groups in flight
   std::deque<WgmmaGroup> wgmma_;                             // the block's groups in flight
+  // A kernel with T.alloc_barrier: the sides of divergent branches run as coroutines of the
+  // block (interp/coop.h), and its mbarriers by (storage, element).
+  struct Mbarrier {
+    int64_t count = 0, pending = 0, phases = 0;
+  };
+  bool has_mbarriers_ = false;
+  std::unique_ptr<Coop> coop_;
+  std::map<std::pair<Storage*, int64_t>, Mbarrier> mbarriers_;
   // T.rng_*: each thread's Philox state (kernels/include/tegula/random.h); ready once initialised.
   struct Rng {
     uint32_t ctr[4], out[4], key[2];

@@ -31,6 +31,7 @@
 #include <map>
 #include <set>
 
+#include "ir/analyzer.h"
 #include "layout/mma.h"
 #include "ir/functor.h"
 #include "ir/printer.h"
@@ -124,10 +125,14 @@ Placement placement(const BufferRegion& r, const SourceLoc& loc) {
   p.cols = *as_const_int(r.buffer->shape[1]);
   const int64_t* row = as_const_int(r.mins.at(0));
   const int64_t* col = as_const_int(r.mins.at(1));
-  user_assert(row && col, loc) << "T.gemm: the region of '" << r.buffer->name
+  // A row that varies (a stage of stacked tiles, flatten_stage_buffers.cc) must be a known
+  // multiple of 8 that the region's rows leave room for; it counts as row 0 of the checks.
+  int64_t div = row ? 0 : Analyzer().known_divisor(r.mins[0]);
+  bool stacked = !row && div > 0 && div % 8 == 0 && div >= *as_const_int(r.extents[0]);
+  user_assert((row || stacked) && col, loc) << "T.gemm: the region of '" << r.buffer->name
                                << "' must start at a constant offset in it (got [" << to_string(r.mins[0]) << ", "
                                << to_string(r.mins[1]) << "])";
-  p.row = *row, p.col = *col;
+  p.row = row ? *row : 0, p.col = *col;
   return p;
 }
 

@@ -25,6 +25,9 @@ class ScopedThreads {
   int threads_;
 };
 void read_annotations(ir::Kernel& k, PassContext& ctx);
+void flatten_stage_buffers(ir::Kernel& k, PassContext& ctx);
+// Kernels with T.alloc_barrier: checks, and none of the compiler's own warp specialisation.
+void check_user_barriers(ir::Kernel& k, PassContext& ctx);
 void expand_tile_ops(ir::Kernel& k, PassContext& ctx);
 void resolve_views(ir::Kernel& k, PassContext& ctx);
 void apply_safe_values(ir::Kernel& k, PassContext& ctx);

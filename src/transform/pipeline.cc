@@ -21,6 +21,8 @@ const Step kPipeline[] = {
     {"simplify", simplify},
     {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
+    {"check_user_barriers", check_user_barriers},
+    {"flatten_stage_buffers", flatten_stage_buffers},
     {"inline_loop_lets", inline_loop_lets},
     {"plan_bulk_copies", plan_bulk_copies},
     {"expand_tile_ops", expand_tile_ops},

@@ -95,6 +95,8 @@ const Stage kStages[] = {
     {"simplify", transform::simplify},
     {"bound_parallel_extents", transform::bound_parallel_extents},
     {"read_annotations", transform::read_annotations},
+    {"check_user_barriers", transform::check_user_barriers},
+    {"flatten_stage_buffers", transform::flatten_stage_buffers},
     {"inline_loop_lets", transform::inline_loop_lets},
     {"plan_bulk_copies", transform::plan_bulk_copies},
     {"expand_tile_ops", transform::expand_tile_ops},

@@ -27,6 +27,11 @@ struct alignas(64) TensorMap {
 TEGULA_DEVICE void mbar_init(void* bar, int count) { mbarrier_init(static_cast<uint64_t*>(bar), count); }
 TEGULA_DEVICE void mbar_wait(void* bar, int parity) { mbarrier_wait(static_cast<uint64_t*>(bar), parity); }
 TEGULA_DEVICE void mbar_arrive(void* bar) { mbarrier_arrive(static_cast<uint64_t*>(bar)); }
+// One arrival on bar once all of this thread's earlier cp.async copies have landed
+// (T.cp_async_barrier_noinc): the arrival counts toward the barrier's expected count.
+TEGULA_DEVICE void mbar_cp_async_arrive_noinc(void* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 TEGULA_DEVICE void mbar_arrive_expect_tx(void* bar, int bytes) {
   mbarrier_arrive_expect_tx(static_cast<uint64_t*>(bar), uint32_t(bytes));
 }

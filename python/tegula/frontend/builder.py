@@ -54,6 +54,10 @@ class Builder:
         self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)
         # T.annotate_pass_configs / T.annotate_compile_flags: the function's attributes.
         self.func_attrs: dict = {}
+        # T.alloc_barrier buffers of the kernel being parsed: name -> (buffer, arrive counts);
+        # T.tma_copy calls still waiting for an arrival on their barrier (language/barriers.py).
+        self.mbarriers: dict = {}
+        self.pending_tma: list = []
 
     # ---- statements ----
     def emit(self, stmt) -> None:

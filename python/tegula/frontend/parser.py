@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import inspect
 
-from ..language import reducers
+from ..language import barriers, reducers
 from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
 from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
@@ -334,6 +334,8 @@ class Parser(Evaluator):
         cls = VarBuffer if request.is_var else BufferValue
         buffer = self.builder.allocate(name, request.scope, request.dtype, request.shape, cls)
         self.bind(name, buffer)
+        if isinstance(request, barriers.BarrierRequest):
+            barriers.init_barriers(self.builder, buffer, request.counts)
         if request.init is not None:
             self.builder.emit(store(buffer, [0], request.init))
 
@@ -552,6 +554,7 @@ class Parser(Evaluator):
         self.parse_block(stmt.body)
         try:
             reducers.check_finalized(self.builder)
+            barriers.check_tma_arrivals(self.builder)
         except ArgError as err:
             raise self.error(stmt, err.message, err.kind) from None
         body = self.builder.pop_optional()

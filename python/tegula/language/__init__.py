@@ -10,6 +10,8 @@
   builtins.py  math, casts, loops, allocations
   kernel.py    T.Kernel, T.get_thread_binding, T.launch_thread (TileLang's tilelang.language.kernel)
   intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
+  barriers.py  T.alloc_barrier / barrier_arrive / barrier_wait, T.tma_copy, T.wgmma_gemm, T.set_max_nreg,
+               T.ptx_cp_async with T.access_ptr: explicit mbarriers and manual warp specialisation
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
@@ -29,6 +31,9 @@ from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipel
                        sigmoid, sin, sqrt, sync_threads, tanh, unroll)
 from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
+from .barriers import (access_ptr, alloc_barrier, barrier_arrive, barrier_wait, cp_async_barrier_noinc,
+                       disable_warp_group_reg_alloc, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_cp_async,
+                       set_max_nreg, tma_copy, wait_wgmma, wgmma_gemm)
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)

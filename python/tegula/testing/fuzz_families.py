@@ -361,6 +361,7 @@ FAMILY_MODULES = (
     "fuzz_families_tilelang",  # T.transpose, T.annotate_safe_value, T.let, T.isfinite
     "fuzz_families_scan",      # T.cumsum
     "fuzz_families_widen",     # one warpgroup over its registers, lowered on two
+    "fuzz_families_barriers",  # producer and consumer sides ordered by explicit mbarriers
 )
 
 
@@ -387,11 +388,12 @@ def gen_valid(c) -> Program:
 
 def all_invalid() -> dict:
     """Every family of invalid programs: kind -> family (fuzz_invalid.py, and the tile code
-    under undividable thread guards of fuzz_families_guards.py)."""
-    from . import fuzz_families_guards
+    under undividable thread guards of fuzz_families_guards.py, the barriers allocated in a
+    branch of fuzz_families_barriers.py)."""
+    from . import fuzz_families_barriers, fuzz_families_guards
     from .fuzz_invalid import INVALID
 
-    return {**INVALID, **fuzz_families_guards.INVALID}
+    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID}
 
 
 def gen_invalid(c) -> Program:

@@ -82,6 +82,9 @@ def test_generator_covers_the_language():
     # T.cumsum (fuzz_families_scan.py)
     wanted += ["cumsum_shared_shared", "cumsum_fragment_fragment", "cumsum_shared_fragment", "cumsum_fragment_shared",
                "cumsum_dim0", "cumsum_dim1", "cumsum_reverse", "cumsum_band", "cumsum_1d", "cumsum_after_parallel"]
+    # producer and consumer sides ordered by explicit mbarriers (fuzz_families_barriers.py)
+    wanted += ["gen_barrier_ring", "barrier_producer_copy", "barrier_producer_tma_copy", "barrier_producer_ptx",
+               "barrier_stages_3", "barrier_whole_block_arrival", "barrier_set_max_nreg"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -17,13 +17,13 @@ def _error_text(build) -> str:
     return ""
 
 
-def test_explicit_hopper_primitives_are_not_in_the_language():
+def test_explicit_blackwell_primitives_are_not_in_the_language():
     def build():
         @T.prim_func
         def f(A: T.Tensor((64,), "float32")):
             with T.Kernel(1, threads=128) as bx:
-                b = T.alloc_barrier(1)  # noqa: F841
-    assert re.search(r"no attribute 'alloc_barrier'", _error_text(build))
+                m = T.alloc_tmem([128, 128], "float32")  # noqa: F841
+    assert re.search(r"no attribute 'alloc_tmem'", _error_text(build))
 
 
 def test_registers_a_on_a_two_by_two_warpgroup_split():
