@@ -34,6 +34,10 @@ def packed_output(rows, cols, dtype):
                 for j in T.serial(cols):
                     out[i, j] = T.cast((i * cols + j) % 8 - 4, dtype)
         return out
+
+    return kernel
+
+
 def two_outputs():
     """B = A[i % m] + 1 over 2m + 1 elements and C = i over m + 1: two outputs sized by
     affine expressions of one dynamic size, allocated by the call (out_idx=[1, 2])."""
