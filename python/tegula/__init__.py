@@ -12,7 +12,7 @@ import os as _os
 from . import language, layout
 from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
-from .jit import JITKernel, KernelParam, compile, jit, lower
+from .jit import JITKernel, KernelParam, compile, jit, lower, par_compile
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning
@@ -29,7 +29,7 @@ __all__ = [
     "jit", "compile", "lower", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",
 ]
-__all__ += ["cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]
+__all__ += ["par_compile", "cdiv", "next_power_of_2", "RegisterPressureWarning", "custom_op"]
 __all__ += ["enable_cache", "disable_cache", "is_cache_enabled", "DataType", "set_log_level"]
 
 

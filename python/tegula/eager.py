@@ -264,6 +264,14 @@ class EagerJITFunction:
     def get_kernel_source(self, *args, **kwargs) -> str:
         return self.compile(*args, **kwargs).get_kernel_source()
 
+    def par_compile(self, configs, num_workers=None, ignore_error=False) -> list[JITKernel]:
+        """`.compile` for each configuration (a dict of keywords or a tuple; a T.ptr
+        parameter's value may be `T.ptr()`), NVRTC building the kernels in parallel; calls
+        with tensors of those sizes then use them."""
+        from .jit import par_compile_configs
+
+        return par_compile_configs(self.compile, configs, num_workers, ignore_error)
+
     def cache_clear(self) -> None:
         self._templates.clear()
         self._compiled.clear()

@@ -95,7 +95,7 @@ class JITKernel:
         C = env.native()
         try:
             # One lowered kernel per `with T.Kernel` block, launched in order by one call.
-            self._lowered_all = [C.lower(k, self.target, options) for k in func.kernels]
+            self._lowered_all = [lower_kernel(C, k, self.target, options) for k in func.kernels]
         except C.CompileError as err:
             raise from_native(err, func.source) from None
         self._lowered = self._lowered_all[0]
@@ -254,6 +254,22 @@ class JITKernel:
         return "\n".join(f"// ---- kernel {i} of {len(sources)} (launched in this order) ----\n{source}"
                          for i, source in enumerate(sources))
 
+    def get_host_source(self) -> str:
+        """How the launcher calls each kernel (argument order, grid, block, shared memory,
+        cluster), written as C++ for a reader: Tegula has no generated host code, one
+        C++ launcher runs every kernel (tegula/host_source.py)."""
+        from . import host_source
+
+        return host_source.render(self)
+
+    @property
+    def adapter(self):
+        """TileLang's execution-backend object: the prim_func as compiled, and the module
+        that runs it (tegula/adapter.py)."""
+        from .adapter import KernelAdapter
+
+        return KernelAdapter(self)
+
     def get_ir(self, stage: str = "final") -> str:
         if len(self._lowered_all) == 1:
             return self._lowered.ir(stage)
@@ -309,6 +325,15 @@ class JITKernel:
     def __repr__(self):
         name = self.__dict__.get("_name") or self.prim_func.name
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
+
+
+def lower_kernel(C, kernel, target: str, options: dict):
+    """One `with T.Kernel` block through the passes; a T.CUDASourceCodeKernel's CUDA as
+    the user wrote it."""
+    attrs = getattr(kernel, "attrs", None) or {}
+    if "cuda_source" in attrs:
+        return C.lower_source(kernel, target, attrs["cuda_source"], attrs["entry_name"], options)
+    return C.lower(kernel, target, options)
 
 
 def launch_device():
@@ -389,14 +414,112 @@ def compile(func: PrimFunc, out_idx=None, target="auto", pass_configs=None, verb
                      compile_flags=compile_flags)
 
 
+def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", target_host=None,  # noqa: ARG001
+                verbose=False, pass_configs=None, compile_flags=None, num_workers=None,
+                ignore_error=False) -> list[JITKernel]:
+    """TileLang's `tilelang.par_compile`: `compile` for each prim_func, the NVRTC builds
+    run in `num_workers` threads (NVRTC releases the GIL). With `ignore_error`, a function
+    that fails gives None in its place and a warning, instead of the exception."""
+    funcs = list(funcs)
+    kernels = []
+    for index, func in enumerate(funcs):
+        if not isinstance(func, PrimFunc):
+            raise TypeError(f"par_compile: funcs[{index}] must be a T.prim_func, got {type(func).__name__}")
+        kernels.append(_guarded(ignore_error, f"funcs[{index}]", compile, func, out_idx=out_idx, target=target,
+                                pass_configs=pass_configs, verbose=verbose, execution_backend=execution_backend,
+                                compile_flags=compile_flags))
+    return build_in_parallel(kernels, num_workers, ignore_error)
+
+
+def _guarded(ignore_error: bool, what: str, fn, *args, **kwargs):
+    if not ignore_error:
+        return fn(*args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - ignore_error: reported, the caller gets None
+        warnings.warn(f"par_compile: {what} failed to compile and is None: {type(err).__name__}: {err}", stacklevel=3)
+        return None
+
+
+def build_in_parallel(kernels: list, num_workers=None, ignore_error: bool = False) -> list:
+    """Builds (NVRTC, through the cache) every kernel of `kernels` not built yet, in
+    threads; a build that fails is raised, or with `ignore_error` its kernel becomes None."""
+    import concurrent.futures
+
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                    or num_workers < 1):
+        raise ValueError(f"par_compile: num_workers must be a positive int or None, got {num_workers!r}")
+    jobs = [(position, index) for position, kernel in enumerate(kernels)
+            if kernel is not None and kernel.__dict__.get("_program") is None
+            for index in range(len(kernel._lowered_all))]
+    if not jobs:
+        return kernels
+    workers = num_workers or min(len(jobs), os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(workers, "tegula-par-compile") as pool:
+        futures = [(position, pool.submit(kernels[position]._lowered_all[index].compile)) for position, index in jobs]
+    failed = {}
+    for position, future in futures:
+        if future.exception() is not None and position not in failed:
+            failed[position] = future.exception()
+    for position, err in failed.items():
+        if not ignore_error:
+            raise err
+        warnings.warn(f"par_compile: kernel {position} failed to build and is None: {err}", stacklevel=3)
+        kernels[position] = None
+    return kernels
+
+
+def _config_call(fn, config, index: int):
+    """One configuration of a function's par_compile: a dict of keyword arguments or a
+    tuple of positional ones."""
+    if isinstance(config, dict):
+        return fn(**config)
+    if isinstance(config, tuple):
+        return fn(*config)
+    raise ValueError(f"par_compile: configs[{index}] must be a dict of keyword arguments or a tuple of positional "
+                     f"ones, got {type(config).__name__}")
+
+
+def par_compile_configs(fn, configs, num_workers, ignore_error) -> list[JITKernel]:
+    """`fn.par_compile(configs)` of a @jit function: each configuration compiled (and
+    cached as a call with those arguments would be), the NVRTC builds in threads."""
+    kernels = [_guarded(ignore_error, f"configs[{i}]", _config_call, fn, c, i) for i, c in enumerate(list(configs))]
+    return build_in_parallel(kernels, num_workers, ignore_error)
+
+
+class DeviceFunction:
+    """A kernel entry of a lowered artifact, by the name TVM's GlobalVar has (`name_hint`)."""
+
+    __slots__ = ("name_hint",)
+
+    def __init__(self, name_hint: str):
+        self.name_hint = name_hint
+
+    def __repr__(self):
+        return f"I.GlobalVar({self.name_hint!r})"
+
+
+class DeviceModule:
+    """TileLang's `artifact.device_mod`: `functions` maps each kernel's entry (a
+    DeviceFunction) to its lowered kernel, in launch order."""
+
+    def __init__(self, lowered: list):
+        self.functions = {DeviceFunction(l.entry): l for l in lowered}
+
+    def __repr__(self):
+        return f"<DeviceModule {[f.name_hint for f in self.functions]}>"
+
+
 class LoweredArtifact:
-    """What `tegula.lower` gives: the generated CUDA source (`kernel_source`) and the kernel
-    (`kernel`, a JITKernel; launched, it compiles with NVRTC)."""
+    """What `tegula.lower` gives: the generated CUDA source (`kernel_source`), the kernel
+    (`kernel`, a JITKernel; launched, it compiles with NVRTC) and `device_mod`, whose
+    `functions` name the kernels' entries."""
 
     def __init__(self, kernel: JITKernel):
         self.kernel = kernel
         self.kernel_source = kernel.get_kernel_source()
         self.params = kernel.params
+        self.device_mod = DeviceModule(kernel._lowered_all)
 
     def __repr__(self):
         return f"<LoweredArtifact of {self.kernel!r}>"
@@ -515,6 +638,11 @@ class JITFunction:
 
     def cache_clear(self) -> None:
         self._kernels.clear()
+
+    def par_compile(self, configs, num_workers=None, ignore_error=False) -> list[JITKernel]:
+        """The kernels of several argument sets (each a dict of keywords or a tuple),
+        NVRTC building them in parallel; later calls with those arguments reuse them."""
+        return par_compile_configs(self, configs, num_workers, ignore_error)
 
     def get_kernel_source(self, *args, **kwargs) -> str:
         """The CUDA source of the kernel these arguments give (compiled, or from the cache):

@@ -313,8 +313,8 @@ def kernel_usage(jit_kernel, index: int = 0) -> RegisterUsage | None:
     name = jit_kernel.prim_func.name
     if len(jit_kernel._lowered_all) > 1:
         name += f" (T.Kernel {index} of {len(jit_kernel._lowered_all)})"
-    # The threads the program declared: the ones that hold the fragments.
-    threads = jit_kernel.prim_func.kernels[index].threads
+    # The threads that hold the fragments: the program's, or two warpgroups for its one.
+    threads = lowered.tile_threads
     raised = re.search(r"setmaxnreg_inc<(\d+)>", lowered.source)
     limit = int(raised.group(1)) if raised else register_limit(lowered.threads)
     return usage_of(lowered.ir(STAGE), name, threads, limit)

@@ -38,6 +38,9 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
     TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    # Tegula's own: lower on exactly the threads T.Kernel declares, never on two warpgroups
+    # for one whose fragments do not fit its registers (src/transform/widen_threads.h).
+    TEGULA_KEEP_THREADS = "tegula.keep_threads"
     TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
     TL_ENABLE_LOWER_LDGSTG = "tl.enable_lower_ldgstg"
     TL_ENABLE_LOWER_LDGSTG_PREDICATED = "tl.enable_lower_ldgstg_predicated"
@@ -95,6 +98,7 @@ _OPTIONS = {
     # gives the cp.async pipeline (the path for other targets too).
     K.TL_DISABLE_TMA_LOWER: ("disable_tma", bool),
     K.TL_DISABLE_WARP_SPECIALIZED: ("disable_warp_specialized", bool),
+    K.TEGULA_KEEP_THREADS: ("keep_threads", bool),
     K.TL_CONFIG_INDEX_BITWIDTH: (None, _index_bitwidth),
     # Read by jit.py, not by the C++ side (see PYTHON_SIDE).
     K.TL_ENABLE_DUMP_IR: ("dump_ir", bool),

@@ -150,6 +150,16 @@ struct LoweredKernel {
   codegen::CudaSource source;
   double compile_seconds = 0;
   bool cache_hit = false;
+  // T.CUDASourceCodeKernel: `source` is the user's CUDA, `input` only its launch (grid,
+  // threads, cluster, parameters); no pass ran, and there is no IR body to interpret.
+  bool user_source = false;
+
+  void require_ir_body(const char* what) const {
+    if (user_source) {
+      throw py::value_error(std::string(what) + ": kernel '" + input->name + "' is T.CUDASourceCodeKernel, whose body is "
+                            "CUDA source (entry " + source.entry + "), which only the GPU runs");
+    }
+  }
 
   std::string ir(const std::string& stage) const {
     if (stage == "final") return ir::to_string(lowered.stages.back().second);
@@ -216,7 +226,7 @@ struct LoweredKernel {
     l.grid = k.grid;
     l.threads = k.threads;
     l.smem_bytes = int(k.smem_bytes);
-    l.rules.fold = codegen::folds_grid(k);
+    l.rules.fold = !user_source && codegen::folds_grid(k);  // user CUDA reads blockIdx as launched
     l.cooperative = codegen::launches_cooperatively(k);
     l.cluster_dims = k.cluster_dims;
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
@@ -363,6 +373,7 @@ transform::Options parse_options(const py::dict& d) {
     else if (key == "disable_tma") o.disable_tma = item.second.cast<bool>();
     else if (key == "disable_warp_specialized") o.disable_warp_specialized = item.second.cast<bool>();
     else if (key == "dynamic_alignment") o.dynamic_alignment = item.second.cast<int>();
+    else if (key == "keep_threads") o.keep_threads = item.second.cast<bool>();
     else throw py::value_error("unknown lowering option '" + key + "'");
   }
   return o;
@@ -425,10 +436,13 @@ void init_compile(py::module_& m) {
       .def("build", [](std::shared_ptr<LoweredKernel> l, const std::vector<int>& out_idx) {
         return build_program({l}, out_idx, 0);
       }, py::arg("out_idx") = std::vector<int>{})
+      .def_property_readonly("user_source", [](const LoweredKernel& l) { return l.user_source; })
       .def("reference", [](const LoweredKernel& l, const py::list& args) {
+        l.require_ir_body("tegula.testing.reference");
         run_reference(l.lowered.stages.front().second, args);
       }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
       .def("simulate", [](const LoweredKernel& l, const py::list& args) {
+        l.require_ir_body("tegula.testing.simulate");
         if (!l.lowered.kernel.consumer_threads) return run_simulator(l.lowered, args);
         // The simulator models cp.async pipelines, not the copy engine and its mbarriers:
         // a warp-specialised kernel is simulated in the form the pass config gives.
@@ -437,6 +451,11 @@ void init_compile(py::module_& m) {
         return run_simulator(transform::lower(*l.input, l.target, o, false), args);
       }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
       .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })
+      .def_property_readonly("tile_threads", [](const LoweredKernel& l) {
+        const ir::Kernel& k = l.lowered.kernel;
+        return k.consumer_threads ? k.consumer_threads : k.threads;
+      }, "The threads that run the tile program and hold its fragments: T.Kernel's, or two warpgroups for one "
+         "whose fragments do not fit its registers (src/transform/widen_threads.h); a producer warpgroup not counted.")
       .def_property_readonly("tensor_maps", [](const LoweredKernel& l) { return l.lowered.kernel.tensor_maps.size(); })
       .def("layouts", [](const LoweredKernel& l) { return describe_layouts(l.lowered); },
            "Per fragment and shared buffer the kernel declares, the layout the passes chose (a dict each).")
@@ -461,6 +480,22 @@ void init_compile(py::module_& m) {
     }
     return l;
   }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
+
+  m.def("lower_source", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const std::string& code,
+                           const std::string& entry, const py::dict& options) {
+    // T.CUDASourceCodeKernel: the user's translation unit, launched as `entry` with the
+    // kernel's arguments in the generated kernels' order (tensor pointers and scalars as
+    // declared, then the T.dynamic sizes).
+    auto l = std::make_shared<LoweredKernel>();
+    l->input = k;
+    l->target = transform::Target::parse(target);
+    l->options = parse_options(options);
+    l->lowered.kernel = *k;
+    l->lowered.stages = {{"input", *k}};
+    l->source = codegen::CudaSource{code, entry};
+    l->user_source = true;
+    return l;
+  }, py::arg("kernel"), py::arg("target"), py::arg("source"), py::arg("entry"), py::arg("options") = py::dict());
 
   m.def("load_program", [](const py::bytes& b) { return Program::load(std::string(b)); }, py::arg("data"),
         "A Program from Program.save()'s bytes: launchable, without lowering.");

@@ -374,6 +374,9 @@ void init_ir_builder(py::module_& m) {
   m.def("if_", [](const Expr& cond, const Stmt& then_case, std::optional<Stmt> else_case) {
     return ir::make_if(cond, then_case, else_case.value_or(Stmt()), current_loc());
   }, py::arg("cond"), py::arg("then"), py::arg("else_") = py::none());
+  m.def("while_", [](const Expr& cond, const Stmt& body) {
+    return ir::make_while(cond, body, current_loc());
+  }, py::arg("cond"), py::arg("body"));
   m.def("seq", [](std::vector<Stmt> stmts) { return ir::make_seq(std::move(stmts), current_loc()); }, py::arg("stmts"));
   m.def("let", [](const Expr& var, const Expr& value, const Stmt& body) {
     require_var(var, "a let variable");

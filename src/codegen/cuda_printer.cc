@@ -796,6 +796,16 @@ class Printer {
         line() << "}\n";
         break;
       }
+      case NodeKind::While: {
+        auto* w = s.as<WhileNode>();
+        line() << "while (" << expr(w->cond) << ") {\n";
+        bool stores = stores_to_operands(w->body);
+        proxy_loops_ += stores;
+        block(w->body);
+        proxy_loops_ -= stores;
+        line() << "}\n";
+        break;
+      }
       case NodeKind::TileOp:
         internal_error << "tile op '" << s.as<TileOpNode>()->op << "' reached code generation";
         break;

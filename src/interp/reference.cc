@@ -328,6 +328,22 @@ StmtFn Compiler::stmt(const Stmt& s) {
     }
     case NodeKind::BufferStore: return store(s.as<BufferStoreNode>());
     case NodeKind::For: return loop(s.as<ForNode>());
+    case NodeKind::While: {
+      // Per block, as the tile code is run; past kMaxIterations the condition is taken for
+      // one that never turns false.
+      auto* w = s.as<WhileNode>();
+      ExprFn c = expr(w->cond, loc);
+      StmtFn body = stmt(w->body);
+      return [c, body, loc](Frame& f) {
+        constexpr int64_t kMaxIterations = int64_t(1) << 24;
+        for (int64_t it = 0; c(f) != 0; ++it) {
+          if (it >= kMaxIterations) {
+            user_error(loc) << "this while loop ran " << kMaxIterations << " iterations: its condition never turned false";
+          }
+          body(f);
+        }
+      };
+    }
     case NodeKind::IfThenElse: {
       auto* i = s.as<IfThenElseNode>();
       if (k_.thread_var && reads_var(i->cond, k_.thread_var)) return thread_branch(i, loc);

@@ -521,6 +521,26 @@ void Machine::loop(const ForNode* op, const Threads& ts) {
   }
 }
 
+// Each thread runs the body while its own condition holds; the loop ends when it fails for
+// all. A loop past kMaxWhileIterations is reported (a condition that never turns false).
+void Machine::while_loop(const WhileNode* op, const Threads& ts) {
+  Threads active = ts;
+  for (int64_t it = 0; !active.empty(); ++it) {
+    if (it >= kMaxWhileIterations) {
+      error("a while loop (line " + std::to_string(op->loc.line) + ") ran " + std::to_string(kMaxWhileIterations) +
+            " iterations: its condition " + to_string(op->cond) + " never turned false");
+      stopped_ = true;
+      throw Abort{};
+    }
+    Threads yes, no;
+    Vals c = eval(op->cond, active);
+    require_defined(c, active, "loops while");
+    split(c, active, &yes, &no);
+    exec(op->body, yes);
+    active = std::move(yes);
+  }
+}
+
 void Machine::exec(const Stmt& s, const Threads& ts) {
   if (!s || ts.empty()) return;
   switch (s.kind()) {
@@ -539,6 +559,7 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
       break;
     }
     case NodeKind::For: loop(s.as<ForNode>(), ts); break;
+    case NodeKind::While: while_loop(s.as<WhileNode>(), ts); break;
     case NodeKind::LetStmt: {
       auto* l = s.as<LetStmtNode>();
       Vals v = eval(l->value, ts);

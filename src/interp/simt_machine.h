@@ -173,6 +173,8 @@ class Machine {
   Vals select(const ir::Expr& cond, const ir::Expr& t, const ir::Expr& f, const Threads& ts);
   void store(const ir::BufferStoreNode* op, const Threads& ts);
   void loop(const ir::ForNode* op, const Threads& ts);
+  void while_loop(const ir::WhileNode* op, const Threads& ts);
+  static constexpr int64_t kMaxWhileIterations = int64_t(1) << 24;
 };
 
 }  // namespace tegula::interp::simt

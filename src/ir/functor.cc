@@ -55,6 +55,7 @@ void IRVisitor::visit_TileOp(const TileOpNode* op) {
   for (auto& a : op->args) visit(a);
 }
 void IRVisitor::visit_Sync(const SyncNode*) {}
+void IRVisitor::visit_While(const WhileNode* op) { visit(op->cond), visit(op->body); }
 
 // ---------------------------------------------------------------- mutator
 
@@ -149,6 +150,12 @@ Stmt IRMutator::mutate_IfThenElse(const Stmt& self, const IfThenElseNode* op) {
   Stmt t = mutate(op->then_case), e = mutate(op->else_case);
   if (c.same_as(op->cond) && t.same_as(op->then_case) && e.same_as(op->else_case)) return self;
   return make_if(c, t, e, op->loc);
+}
+Stmt IRMutator::mutate_While(const Stmt& self, const WhileNode* op) {
+  Expr c = mutate(op->cond);
+  Stmt b = mutate(op->body);
+  if (c.same_as(op->cond) && b.same_as(op->body)) return self;
+  return make_while(c, b, op->loc);
 }
 Stmt IRMutator::mutate_Seq(const Stmt& self, const SeqNode* op) {
   std::vector<Stmt> out;

@@ -222,6 +222,10 @@ class Printer {
     line(indent, head + "):");
     block(op->body, indent + 1);
   }
+  void print_While(const WhileNode* op, int indent) {
+    line(indent, "while " + operand(op->cond, kLowest) + ":");
+    block(op->body, indent + 1);
+  }
   void print_IfThenElse(const IfThenElseNode* op, int indent) {
     line(indent, "if " + operand(op->cond, kLowest) + ":");
     block(op->then_case, indent + 1);

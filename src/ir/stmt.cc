@@ -52,6 +52,9 @@ Stmt make_for(Expr var, Expr min, Expr extent, ForKind k, Stmt body, int num_sta
 Stmt make_if(Expr cond, Stmt then_case, Stmt else_case, SourceLoc loc) {
   return make_node<IfThenElseNode>(std::move(loc), std::move(cond), std::move(then_case), std::move(else_case));
 }
+Stmt make_while(Expr cond, Stmt body, SourceLoc loc) {
+  return make_node<WhileNode>(std::move(loc), std::move(cond), std::move(body));
+}
 Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc) {
   std::vector<Stmt> flat;
   for (Stmt& s : stmts) {

@@ -75,6 +75,15 @@ struct LetStmtNode : StmtNode {
   LetStmtNode(Expr v, Expr val, Stmt b) : StmtNode(kKind), var(std::move(v)), value(std::move(val)), body(std::move(b)) {}
 };
 
+// `while cond: body`: runs body as long as cond (a bool of kernel values, evaluated by
+// each thread before every iteration) holds.
+struct WhileNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::While;
+  Expr cond;
+  Stmt body;
+  WhileNode(Expr c, Stmt b) : StmtNode(kKind), cond(std::move(c)), body(std::move(b)) {}
+};
+
 // An attribute of a tile op: an integer, a float or a string.
 using TileAttr = std::variant<int64_t, double, std::string>;
 
@@ -106,6 +115,7 @@ Stmt make_evaluate(Expr v, SourceLoc loc = {});
 Stmt make_store(Buffer b, std::vector<Expr> indices, Expr value, SourceLoc loc = {});
 Stmt make_for(Expr var, Expr min, Expr extent, ForKind k, Stmt body, int num_stages = 0, SourceLoc loc = {});
 Stmt make_if(Expr cond, Stmt then_case, Stmt else_case = {}, SourceLoc loc = {});
+Stmt make_while(Expr cond, Stmt body, SourceLoc loc = {});
 // Flattens nested Seqs and drops empty statements; a single statement is returned as is.
 Stmt make_seq(std::vector<Stmt> stmts, SourceLoc loc = {});
 Stmt make_let(Expr var, Expr value, Stmt body, SourceLoc loc = {});

@@ -25,6 +25,7 @@ struct Options {
   bool disable_tma = false;    // tl.disable_tma_lower: no bulk tensor copies (and so no warp specialisation)
   bool disable_warp_specialized = false;  // tl.disable_warp_specialized: today's cp.async pipeline
   int dynamic_alignment = 1;  // elements every dynamic dimension is assumed to be a multiple of
+  bool keep_threads = false;  // tegula.keep_threads: never lower on more threads than declared (widen_threads.h)
 };
 
 struct LayoutMap {

@@ -123,6 +123,13 @@ class Barriers : public IRMutator {
     if (!touched(body).writes.empty()) body = make_seq({body, make_sync(op->loc)});
     return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
   }
+  // As a loop: the next iteration (and the condition that starts it) follows this one.
+  Stmt mutate_While(const Stmt& self, const WhileNode* op) {
+    Stmt body = mutate(op->body);
+    Touch t = touched(body);
+    if (!t.writes.empty()) body = make_seq({body, make_sync(op->loc)});
+    return make_while(op->cond, body, op->loc);
+  }
 
  static bool is_scope(const Stmt& s) {
     auto* let = s.as<LetStmtNode>();

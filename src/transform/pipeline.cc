@@ -6,6 +6,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "transform/passes.h"
+#include "transform/widen_threads.h"
 
 namespace tegula::transform {
 
@@ -60,9 +61,8 @@ Lowered lower_once(const ir::Kernel& k, const Target& target, const Options& opt
   ir::verify(out.kernel, "final");
   return out;
 }
-}  // namespace
 
-Lowered lower(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
+Lowered lower_as_declared(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
   try {
     return lower_once(k, target, options, dump);
   } catch (const WarpSpecializationRefused&) {
@@ -72,6 +72,22 @@ Lowered lower(const ir::Kernel& k, const Target& target, const Options& options,
     o.disable_warp_specialized = true;
     return lower_once(k, target, o, dump);
   }
+}
+}  // namespace
+
+Lowered lower(const ir::Kernel& k, const Target& target, const Options& options, bool dump) {
+  // widen_threads.h: one warpgroup of wgmma tiles over its registers runs on two.
+  if (!options.keep_threads && !options.disable_wgmma && target.sm >= 90 && k.threads == 128 &&
+      has_gemm(k) && fragment_registers(k) > kWidenAboveRegisters && thread_count_free(k)) {
+    ir::Kernel wide = k;
+    wide.threads = 2 * k.threads;
+    try {
+      return lower_as_declared(wide, target, options, dump);
+    } catch (const UserError&) {
+      // A tile the wider layouts cannot split: the kernel as declared.
+    }
+  }
+  return lower_as_declared(k, target, options, dump);
 }
 
 }  // namespace tegula::transform

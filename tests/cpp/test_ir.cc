@@ -110,6 +110,21 @@ TEST(IrPrinter, StatementsAndVectorAccess) {
             "        sync_threads()\n");
 }
 
+TEST(IrPrinter, WhileLoopAndItsHash) {
+  Buffer x = make_buffer("x", Scope::Local, DataType::i32(), {c(1)});
+  auto loop = [&](int64_t limit) {
+    Expr cur = make_load(x, {c(0)}, {});
+    return make_while(cur < c(limit), make_store(x, {c(0)}, cur + c(1)));
+  };
+  EXPECT_EQ(to_string(loop(8)),
+            "while x[0] < 8:\n"
+            "    x[0] = x[0] + 1\n");
+  EXPECT_TRUE(structural_equal(loop(8), loop(8)));
+  EXPECT_EQ(structural_hash(loop(8)), structural_hash(loop(8)));
+  EXPECT_FALSE(structural_equal(loop(8), loop(9)));
+  EXPECT_NE(structural_hash(loop(8)), structural_hash(loop(9)));
+}
+
 TEST(IrPrinter, DistinctVarsWithOneNameAreNumbered) {
   Buffer S = make_buffer("S", Scope::Local, DataType::i32(), {c(4), c(4)});
   Expr outer = make_var("i"), inner = make_var("i");

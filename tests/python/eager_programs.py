@@ -165,3 +165,43 @@ def lazy_softmax(target="auto"):
         return softmax
 
     return softmax_program
+
+
+# ---- T.ptr: parameters passed as pointers, made tensors by T.make_tensor ----
+
+def pointer_gemm(target="auto"):
+    """C = A @ B with A, B, C given as T.ptr parameters and their sizes as int constants
+    (TileLang's test_jit2_gemm_ptr); C is written in place."""
+    @tegula.jit(target=target)
+    def gemm_ptr(A: T.ptr, B: T.ptr, C: T.ptr, M: int, N: int, K: int, dtype: T.dtype, out_dtype: T.dtype,
+                 block_M: int = 64, block_N: int = 64, block_K: int = 32):
+        A = T.make_tensor(A, (M, K), dtype)
+        B = T.make_tensor(B, (K, N), dtype)
+        C = T.make_tensor(C, (M, N), out_dtype)
+        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), out_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, by * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[bx * block_M, by * block_N])
+
+    return gemm_ptr
+
+
+def pointer_scale(target="auto"):
+    """y[i] = 2 x[i] + 1 over n elements, x and y T.ptr parameters; blocks of 128 with a
+    guard, so n need not be a multiple of 128."""
+    @tegula.jit(target=target)
+    def scale(x: T.ptr, y: T.ptr(T.float32), n: int):
+        x = T.make_tensor(x, (n,), T.float32)
+        y = T.make_tensor(y, n, T.float32)
+        with T.Kernel(T.ceildiv(n, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < n:
+                    y[bx * 128 + i] = x[bx * 128 + i] * 2.0 + 1.0
+
+    return scale

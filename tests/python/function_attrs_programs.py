@@ -34,6 +34,20 @@ def packed_output(rows, cols, dtype):
                 for j in T.serial(cols):
                     out[i, j] = T.cast((i * cols + j) % 8 - 4, dtype)
         return out
+def two_outputs():
+    """B = A[i % m] + 1 over 2m + 1 elements and C = i over m + 1: two outputs sized by
+    affine expressions of one dynamic size, allocated by the call (out_idx=[1, 2])."""
+    @T.prim_func
+    def kernel(A, B, C):
+        m = T.dynamic("m")
+        A: T.Tensor[[m], T.float32]
+        B: T.Tensor[[m * 2 + 1], T.float32]
+        C: T.Tensor[[m + 1], T.float32]
+        with T.Kernel(1, threads=1):
+            for i in T.serial(m * 2 + 1):
+                B[i] = A[i % m] + 1.0
+            for i in T.serial(m + 1):
+                C[i] = T.cast(i, T.float32)
 
     return kernel
 
@@ -65,3 +79,11 @@ def packed_expected(rows, cols):
     import torch
 
     return ((torch.arange(rows * cols) % 8) - 4).reshape(rows, cols)
+
+
+def expected_two_outputs(a):
+    """What two_outputs() gives for input a (torch, any device)."""
+    import torch
+
+    m = a.shape[0]
+    return [a.repeat(3)[:2 * m + 1] + 1, torch.arange(m + 1, dtype=torch.float32, device=a.device)]

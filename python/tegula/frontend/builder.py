@@ -26,6 +26,7 @@ class KernelFrame:
         self.threads = threads
         self.cluster_dims = cluster_dims  # (x, y, z) of a thread block cluster, or None
         self.node = None  # the T.Kernel(...) call, once parsed
+        self.user_source = None  # T.CUDASourceCodeKernel: (CUDA source, entry name)
 
 
 class Builder:

@@ -74,6 +74,8 @@ def _signature_specs(fn) -> dict:
                 continue
         if name != "return" and isinstance(annotation, (TensorSpec, DType)):
             specs[name] = annotation
+        elif name != "return" and eager_ops.is_pointer_annotation(annotation):
+            specs[name] = annotation if isinstance(annotation, eager_ops.PointerSpec) else eager_ops.PointerSpec()
     return specs
 
 
@@ -176,6 +178,27 @@ class _Undeclared:
         return f"parameter '{self.name}' (not declared yet)"
 
 
+class _Pointer:
+    """A `T.ptr` parameter before `T.make_tensor` gives it a shape and dtype."""
+
+    def __init__(self, name: str, spec, node):
+        self.name, self.spec, self.node = name, spec, node
+
+    def _early(self, *args):
+        raise ArgError(None, f"parameter '{self.name}' is a T.ptr: make it a tensor first "
+                       f"(`{self.name} = T.make_tensor({self.name}, shape, dtype)`)")
+
+    __getitem__ = __setitem__ = _early
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._early()
+
+    def __repr__(self):
+        return f"pointer parameter '{self.name}'"
+
+
 class _Session:
     """The state of one eager parse: what T.const, the annotations, T.empty and `return`
     declared. `arguments`: kernel parameter name -> the call's tensor (or T.Tensor spec,
@@ -185,7 +208,9 @@ class _Session:
     def __init__(self, source, fn_node, kernel_names: tuple, arguments: dict, sizes: dict):
         self.source, self.fn_node = source, fn_node
         self.kernel_names = kernel_names
-        self.arguments = arguments
+        # T.ptr() stands for a pointer argument ahead of a call: no tensor to read sizes off.
+        self.arguments = {k: None if isinstance(v, eager_ops.PointerSpec) else v for k, v in arguments.items()}
+        self.parser = None  # set by _parse_eager
         self.sizes = sizes
         self.consts: dict = {}  # T.const name -> _Pending or int
         self.bound_by: dict = {}  # T.const name -> where its value came from, for errors
@@ -266,7 +291,33 @@ class _Session:
             raise parser.error(node, f"parameter '{name}' is declared twice")
         if parser.builder.blocks:
             raise parser.error(node, f"declare parameter '{name}' before the `with T.Kernel(...)` blocks")
-        kind, dims, elements, dtype, strides = self._read_annotation(parser, annotation)
+        self._declare_read(parser, name, self._read_annotation(parser, annotation), node)
+
+    def make_tensor(self, pointer, shape, dtype, strides):
+        """`T.make_tensor(A, shape, dtype, strides)` on T.ptr parameter A: declares A."""
+        if not isinstance(pointer, _Pointer):
+            raise ArgError("ptr", f"T.make_tensor takes a T.ptr parameter of the function (`A: T.ptr`), got {pointer!r}")
+        if pointer.name in self.declared:
+            raise ArgError("ptr", f"T.make_tensor: parameter '{pointer.name}' is already a tensor")
+        dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        try:
+            dtype = normalize_dtype(dtype)
+        except ValueError as err:
+            raise ArgError("dtype", f"T.make_tensor: {err}") from None
+        if pointer.spec.dtype is not None and pointer.spec.dtype != dtype:
+            raise ArgError("dtype", f"T.make_tensor: parameter '{pointer.name}' is T.ptr({pointer.spec.dtype}), "
+                           f"the tensor {dtype}")
+        if strides is not None:
+            strides = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
+            if len(strides) != len(dims):
+                raise ArgError("strides", f"T.make_tensor: {len(strides)} strides for {len(dims)} dimensions")
+        self._declare_read(self.parser, pointer.name, ("tensor", dims, None, dtype, strides or ()), pointer.node)
+        return self.declared[pointer.name][1]
+
+    def _declare_read(self, parser, name: str, read: tuple, node) -> None:
+        kind, dims, elements, dtype, strides = read
+        if parser.builder.blocks:
+            raise parser.error(node, f"declare parameter '{name}' before the `with T.Kernel(...)` blocks")
         previous = parser.set_loc(node)
         if kind == "scalar":
             value, spec = PrimExpr.var(name, DType(dtype)), DType(dtype)
@@ -455,6 +506,9 @@ class _Session:
         """(name, value, spec) of the kernel's parameters: the declared ones in signature
         order, then the returned outputs in `return` order."""
         for name in self.kernel_names:
+            if name not in self.declared and isinstance(parser.lookup_local(name), _Pointer):
+                raise parser.error(self.fn_node, f"parameter '{name}' is a T.ptr that is never made a tensor: write "
+                                   f"`{name} = T.make_tensor({name}, shape, dtype)` at the top of the body")
             if name not in self.declared:
                 raise parser.error(self.fn_node, f"parameter '{name}' is never declared: write `{name}: "
                                    "T.Tensor(shape, dtype)` (or a dtype for a scalar) at the top of the body")
@@ -523,8 +577,11 @@ def _parse_eager(fn, kernel_names, signature_specs, constants, arguments, sizes)
                              "(undeclared parameters are compile-time constants)", EagerArgumentError)
             parser.bind(name, value)
         args = {a.arg: a for a in fn_node.args.args + fn_node.args.kwonlyargs}
+        session.parser = parser
         for name in kernel_names:
-            if name in signature_specs:
+            if isinstance(signature_specs.get(name), eager_ops.PointerSpec):
+                parser.bind(name, _Pointer(name, signature_specs[name], args[name]))
+            elif name in signature_specs:
                 session.declare(parser, name, signature_specs[name], args[name])
             else:
                 parser.bind(name, _Undeclared(name))

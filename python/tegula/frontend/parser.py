@@ -31,7 +31,6 @@ _AUG_OPERATORS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", a
                   ast.BitXor: "^=", ast.FloorDiv: "//=", ast.Mod: "%=", ast.LShift: "<<=", ast.RShift: ">>="}
 
 UNSUPPORTED_STMTS = {
-    ast.While: "while loops are not supported in a kernel: use `for i in T.serial(n)` with an `if`",
     ast.Try: "try statements are not supported in a kernel",
     ast.Raise: "raise is not supported in a kernel",
     ast.Break: "break is not supported in a kernel",
@@ -215,12 +214,28 @@ class Parser(Evaluator):
             self.restore_loc(loc)
 
     def _assert(self, stmt):
-        test = self.eval(stmt.test)
+        test = self._same_sizes(stmt.test)
+        if test is None:
+            test = self.eval(stmt.test)
         if isinstance(test, PrimExpr):
-            raise self.error(stmt.test, "assert needs a Python value (it is checked while parsing)")
+            raise self.error(stmt.test, "assert needs a Python value (it is checked while parsing); kernel values "
+                             "compare only as `a == b` or `a != b` of the same expression (one T.dynamic size)")
         if not test:
             message = self.eval(stmt.msg) if stmt.msg is not None else "assertion failed"
             raise self.error(stmt, f"AssertionError: {message}")
+
+    def _same_sizes(self, test):
+        """`assert M == M_` where both are the same kernel expression (a T.dynamic size read
+        off two shapes): True (False for `!=`), as TVM decides it; None for any other test."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Name)):
+            return None  # names only: evaluating them twice has no effect
+        left, right = self.eval(test.left), self.eval(test.comparators[0])
+        if not (isinstance(left, PrimExpr) and isinstance(right, PrimExpr)):
+            return None
+        if not self._ir.structural_equal(left.expr, right.expr):
+            return None
+        return isinstance(test.ops[0], ast.Eq)
 
     def _assign(self, stmt):
         value = self.eval(stmt.value)
@@ -354,6 +369,36 @@ class Parser(Evaluator):
         if then_case is None:
             cond, then_case, else_case = PrimExpr(self._ir.not_(cond.expr)), else_case, None
         self.builder.emit(self._ir.if_(cond.expr, then_case, else_case))
+        return None
+
+    def _while(self, stmt):
+        """`while cond:` on a kernel value (T.alloc_var state, buffer elements): each thread
+        tests cond before every iteration, as CUDA's while does."""
+        if stmt.orelse:
+            raise self.error(stmt, "while ... else is not supported in a kernel")
+        if not self.builder.blocks:
+            raise self.error(stmt, "a while loop must be inside `with T.Kernel(...)`")
+        if self.builder.parallel or self.builder.pipelined:
+            what = "T.Parallel" if self.builder.parallel else "T.Pipelined"
+            raise self.error(stmt, f"a while loop inside a {what} loop is not supported: put the {what} loop "
+                             "inside the while loop instead")
+        cond = self.eval(stmt.test)
+        if isinstance(cond, VarBuffer):
+            cond = cond.load()
+        if not isinstance(cond, PrimExpr):
+            raise self.error(stmt.test, f"a while loop in a kernel tests a kernel value (a T.alloc_var, a buffer "
+                             f"element), got the Python value {cond!r}, which the loop could never change")
+        if cond.expr.dtype != "bool":
+            cond = binop("ne", cond, 0)
+        self.builder.push()
+        self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
+        self.scopes.append({})
+        try:
+            self.parse_block(stmt.body)
+        finally:
+            self.scopes.pop()
+        body = self.builder.pop_optional()
+        self.builder.emit(self._ir.while_(cond.expr, body if body is not None else self._ir.seq([])))
         return None
 
     def _for(self, stmt):
@@ -520,7 +565,7 @@ class Parser(Evaluator):
     _STMTS = {
         ast.Expr: _expr_stmt, ast.Pass: _pass, ast.Return: _return, ast.Assert: _assert,
         ast.Assign: _assign, ast.AnnAssign: _ann_assign, ast.AugAssign: _aug_assign,
-        ast.If: _if, ast.For: _for, ast.With: _with,
+        ast.If: _if, ast.For: _for, ast.With: _with, ast.While: _while,
     }
 
     # ---- the signature ----

@@ -38,6 +38,7 @@ class PrimFunc:
         # TileLang's function attributes: "tilelang_out_idx" (the T.empty outputs it
         # returns), "tilelang_pass_configs", "tilelang_compile_flags" (T.annotate_*).
         self.attrs = dict(attrs or {})
+        self.attrs.setdefault("global_symbol", name)  # the kernel's entry name, as TVM records it
         self.kernels = list(kernels)  # one per `with T.Kernel` block, launched in this order
         self.kernel = self.kernels[0]
         self.workspaces = list(workspaces)  # T.alloc_global buffers: allocated per call
@@ -192,7 +193,8 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
                 frame.threads,
                 [b.buf for b in allocs],
                 body,
-                {},
+                {} if frame.user_source is None else {"cuda_source": frame.user_source[0],
+                                                      "entry_name": frame.user_source[1]},
                 list(frame.cluster_dims or ()),
             ))
         except Exception as err:  # noqa: BLE001 - the verifier's complaints are the user's

@@ -14,7 +14,9 @@
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   scan.py      T.cumsum
-  eager_ops.py T.const, T.empty (the body of an eager @tegula.jit function)
+  eager_ops.py T.const, T.empty, T.ptr, T.make_tensor (the body of an eager @tegula.jit function)
+  source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
+  tile_schedule.py  T.PersistentTileScheduler: the tile each block of a persistent kernel takes (a while loop)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
   dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
@@ -30,13 +32,15 @@ from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop 
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)
-from .eager_ops import const, empty
+from .eager_ops import const, empty, make_tensor, ptr
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
                          shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
+from .source_kernel import CUDASourceCodeKernel
+from .tile_schedule import PersistentTileScheduler
 from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)

@@ -343,28 +343,35 @@ def gen_gemm(k: Kernel) -> None:
 FAMILIES = [(gen_elementwise, 5), (gen_accumulate, 2), (gen_serial_var, 1), (gen_atomic, 1), (gen_gemm, 2)]
 
 
-def all_families() -> list:
-    """(family, weight) of every module of families: this one, control flow and scopes
-    (fuzz_families_control.py), tensor-core programs (fuzz_families_tc.py), names the
-    generated CUDA must rename (fuzz_families_names.py), tile code under thread guards
-    (fuzz_families_guards.py), global tensors stored in a T.Layout's order and fragments
-    read across layouts (fuzz_families_layouts.py), reducers (fuzz_families_reducers.py),
-    T.Parallel over bounded run-time extents (fuzz_families_bounds.py), views and T.im2col
-    (fuzz_families_views.py), gemms of 8-bit floats (fuzz_families_fp8.py), barriers between
-    blocks (fuzz_families_grid.py), conversions between float types (fuzz_families_casts.py),
-    gemms on regions of shared buffers (fuzz_families_regions.py), TileLang's T.transpose,
-    T.annotate_safe_value, T.let and T.isfinite (fuzz_families_tilelang.py), T.cumsum
-    (fuzz_families_scan.py)."""
-    from . import (fuzz_families_bounds, fuzz_families_casts, fuzz_families_control, fuzz_families_fp8,
-                   fuzz_families_grid, fuzz_families_guards, fuzz_families_layouts, fuzz_families_names,
-                   fuzz_families_reducers, fuzz_families_regions, fuzz_families_scan, fuzz_families_tc,
-                   fuzz_families_tilelang, fuzz_families_views)
+# The other modules of families, each with its FAMILIES list of (family, weight), in the
+# order their families join the table (a seed's program depends on it).
+FAMILY_MODULES = (
+    "fuzz_families_control",   # control flow and scopes
+    "fuzz_families_tc",        # tensor-core programs
+    "fuzz_families_names",     # names the generated CUDA must rename
+    "fuzz_families_guards",    # tile code under thread guards
+    "fuzz_families_layouts",   # global tensors in a T.Layout's order, fragments read across layouts
+    "fuzz_families_reducers",  # reducers
+    "fuzz_families_bounds",    # T.Parallel over bounded run-time extents
+    "fuzz_families_views",     # views and T.im2col
+    "fuzz_families_fp8",       # gemms of 8-bit floats
+    "fuzz_families_grid",      # barriers between blocks
+    "fuzz_families_casts",     # conversions between float types
+    "fuzz_families_regions",   # gemms on regions of shared buffers
+    "fuzz_families_tilelang",  # T.transpose, T.annotate_safe_value, T.let, T.isfinite
+    "fuzz_families_scan",      # T.cumsum
+    "fuzz_families_widen",     # one warpgroup over its registers, lowered on two
+)
 
-    return (FAMILIES + fuzz_families_control.FAMILIES + fuzz_families_tc.FAMILIES + fuzz_families_names.FAMILIES
-            + fuzz_families_guards.FAMILIES + fuzz_families_layouts.FAMILIES + fuzz_families_reducers.FAMILIES
-            + fuzz_families_bounds.FAMILIES + fuzz_families_views.FAMILIES + fuzz_families_fp8.FAMILIES
-            + fuzz_families_grid.FAMILIES + fuzz_families_casts.FAMILIES + fuzz_families_regions.FAMILIES
-            + fuzz_families_tilelang.FAMILIES + fuzz_families_scan.FAMILIES)
+
+def all_families() -> list:
+    """(family, weight) of this module and of every module in FAMILY_MODULES."""
+    import importlib
+
+    table = list(FAMILIES)
+    for name in FAMILY_MODULES:
+        table += importlib.import_module(f".{name}", __package__).FAMILIES
+    return table
 
 
 def gen_valid(c) -> Program:

@@ -14,7 +14,7 @@ time column offsets of copies, T.Pipelined ones too), chains of copies that chan
 between scopes, whole or in parts at offsets, T.fill/T.clear of every scope and of
 sub-regions, loops over part of a tile, swizzled shared tiles, histograms and tiles added
 with T.atomic_add into shared memory, and several loops writing disjoint parts of one
-output.
+output, and T.PersistentTileScheduler's `while` loops over tiles.
 
 The rules of fuzz_gen.py hold: every element read was written, T.Parallel iterations are
 independent, comparisons look only at exact values (inputs, integers, indices).
@@ -697,6 +697,35 @@ def gen_persistent(k: Kernel) -> None:
     k.body.close()
 
 
+def gen_tile_scheduler(k: Kernel) -> None:
+    """T.PersistentTileScheduler with `while sched.valid()`: fewer workers than tiles, a
+    ragged domain, a swizzle and either traversal order, the tile coordinates and the
+    iteration count used in the copies and the arithmetic."""
+    c = k.c
+    rows, cols = c.choice([8, 16, 32]), c.choice([16, 32, 64])
+    mt, nt = c.int(1, 5), c.int(1, 6)
+    M, N = mt * rows - c.int(0, rows - 1), nt * cols - c.int(0, cols - 1)
+    workers, swizzle, column_major = c.int(1, 7), c.choice([1, 2, 3, 8]), c.flip(0.5)
+    dt = c.choice(["float32", "float16"])
+    k.dtypes.add(dt)
+    X = k.tensor("X", [str(M), str(N)], [M, N], dt)
+    O = k.tensor("O", [str(M), str(N)], [M, N], dt, role="out")
+    k.header = f"with T.Kernel({workers}, threads={c.choice([32, 64, 128])}) as worker:"
+    k.features.add("while")
+    f = k.alloc("fragment", (rows, cols), dt, "f")
+    k.body.emit(f"sched = T.PersistentTileScheduler({mt}, {nt}, num_workers={workers}, swizzle_size={swizzle}, "
+                f"column_major={column_major})")
+    k.body.emit("sched.init(worker)")
+    k.body.open("while sched.valid():")
+    k.body.emit(f"T.copy({X}[sched.m_idx * {rows}, sched.n_idx * {cols}], {f})")
+    k.body.open(f"for i, j in T.Parallel({rows}, {cols}):")
+    k.body.emit(f"{f}[i, j] = {f}[i, j] * 2 + sched.m_idx - sched.n_idx + sched.current_iter")
+    k.body.close()
+    k.body.emit(f"T.copy({f}, {O}[sched.m_idx * {rows}, sched.n_idx * {cols}])")
+    k.body.emit("sched.next_tile()")
+    k.body.close()
+
+
 FAMILIES: list = [(gen_persistent, 1), (gen_masked_tail, 1), (gen_nested_loops, 1), (gen_shared_reorder, 1), (gen_grid3d, 1),
                   (gen_cast_chain, 1), (gen_swizzle, 1), (gen_shared_atomic, 1), (gen_disjoint_writes, 1),
-                  (gen_shared_loops, 1)]
+                  (gen_shared_loops, 1), (gen_tile_scheduler, 1)]

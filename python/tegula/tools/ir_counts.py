@@ -33,6 +33,9 @@ causal key loop whose length depends on the block counts each block's own trips.
   T.Parallel, a loop over a fragment replicated across threads): they read one address,
   which the hardware serves as one request per warp, so the program's single access is
   what is counted.
+- A nest whose guards or indices are not intervals of its loop variables (an im2col's
+  padding) is counted by enumerating its points in every block; past DENSE_LIMIT points,
+  in a seeded random sample of the blocks, scaled to all of them (a note says so).
 - A branch whose condition depends on values in registers or shared memory counts as
   taken (a note says so). A bound or index read from a tensor (sequence lengths, a block
   table) is evaluated from that tensor's values, which must then be given.
@@ -52,6 +55,7 @@ from .ir_text import KernelText, dtype_bits, is_float_dtype, parse_kernel
 STAGE = "expand_tile_ops"
 LANE_CHUNK = 1 << 20        # blocks evaluated together
 DENSE_ELEMENTS = 1 << 22    # nest points x blocks enumerated at once when a count is not affine
+DENSE_LIMIT = 1 << 22       # past this many points, a sample of the blocks is enumerated
 _ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
 
 
@@ -495,6 +499,14 @@ class _Walker:
         volume = math.prod(sizes)
         if volume == 0 or blocks.size == 0:
             return 0
+        scale = 1.0
+        if volume * blocks.size > DENSE_LIMIT:
+            # Too many points to enumerate (an im2col's padding over a million blocks): the
+            # blocks of a seeded random sample are, and the count scales to all of them.
+            keep = max(1, DENSE_LIMIT // volume)
+            scale = blocks.size / keep
+            self.counts.notes.add(f"a nest's masked accesses are estimated from {keep} of {blocks.size} blocks")
+            blocks = np.sort(np.random.default_rng(0).choice(blocks, keep, replace=False))
         chunk = max(1, DENSE_ELEMENTS // volume)
         total = 0
         for start in range(0, blocks.size, chunk):
@@ -517,7 +529,7 @@ class _Walker:
             for cond in conds:
                 ok = ok & self._dense_condition(cond, env)
             total += _sum(np.broadcast_to(ok, (pick.size, *sizes)))
-        return total
+        return total if scale == 1.0 else round(total * scale)
 
     def _dense_condition(self, cond, env):
         if isinstance(cond, _InBounds):

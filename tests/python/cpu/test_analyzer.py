@@ -503,3 +503,23 @@ def test_branches_and_flat_indices_in_a_nest_are_enumerated_exactly():
     assert r.cuda_flops == taken
     assert r.kernels[0].loads == {"X": 4 * loads} and r.kernels[0].stores == {"Y": 4 * stores}
     assert stores > loads  # ragged columns of the flat index land inside Y
+
+
+def test_a_nest_too_large_to_enumerate_is_estimated_from_a_sample_of_blocks(monkeypatch):
+    """The convolution's im2col masks padding with a guard the count cannot split into
+    intervals, so its points are enumerated; past DENSE_LIMIT a seeded sample of the blocks
+    is, and says so. The estimate lands near the exact count, and the FLOPs stay exact."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    import view_programs as vp
+    from tegula.tools import ir_counts
+
+    prog, _ = vp.convolution(4, 32, 32, 32, 64, 3, 1, 1, 1, block_M=32, block_N=32, block_K=32)
+    device = _device_model("NVIDIA H100 80GB HBM3", "sm_90a")
+    exact = Analyzer.analysis(prog, device, compile=False)
+    monkeypatch.setattr(ir_counts, "DENSE_LIMIT", 32 * 32 * 16)  # 16 of the blocks
+    sampled = Analyzer.analysis(prog, device, compile=False)
+    assert not any("estimated" in n for n in exact.kernels[0].notes)
+    assert any("estimated from 16 of" in n for n in sampled.kernels[0].notes)
+    assert sampled.total_flops == exact.total_flops
+    assert abs(sampled.load_bytes - exact.load_bytes) <= 0.1 * exact.load_bytes

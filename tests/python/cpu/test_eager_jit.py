@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 import eager_programs as P  # noqa: E402
 import tegula.eager  # noqa: E402
 import tegula.language as T  # noqa: E402
+import tegula.testing as tt  # noqa: E402
 from tegula.eager import EagerJITFunction, is_eager  # noqa: E402
 from tegula.jit import JITFunction  # noqa: E402
 
@@ -460,3 +461,125 @@ def test_a_const_may_be_used_before_the_annotation_that_gives_it():
     kernel = splitk.compile(a, b, c, block_M=64, block_N=64, block_K=32, split_k=2)
     reference(kernel, a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
+
+
+# ---- T.ptr, T.make_tensor and par_compile ----
+
+def test_pointer_parameters_are_tensors_of_make_tensor():
+    kernel = P.pointer_gemm(target="sm_90a").compile(T.ptr(), T.ptr(), T.ptr(), 128, 64, 64, T.float16, T.float32)
+    assert [(p.name, p.shape, p.dtype_name) for p in kernel.params] == [
+        ("A", (128, 64), "float16"), ("B", (64, 64), "float16"), ("C", (128, 64), "float32")]
+    assert kernel.num_inputs == 3  # written in place: no output
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+@pytest.mark.parametrize("n", [128, 200])
+def test_pointer_kernel_agrees_with_torch(run, n):
+    kernel = P.pointer_scale(target="sm_90a").compile(T.ptr(), T.ptr(), n)
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    y = torch.zeros(n)
+    run(kernel, x, y)
+    torch.testing.assert_close(y, x * 2 + 1)
+
+
+def test_pointer_gemm_agrees_with_torch_in_the_reference():
+    kernel = P.pointer_gemm(target="sm_90a").compile(T.ptr(), T.ptr(), T.ptr(), 64, 64, 32, T.float16, T.float32)
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(64, 32, generator=gen).half()
+    b = torch.randn(32, 64, generator=gen).half()
+    c = torch.zeros(64, 64)
+    tt.reference(kernel, a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
+
+
+def test_pointer_mistakes_are_named():
+    @tegula.jit(target="sm_90a")
+    def never_made(x: T.ptr, n: int):
+        with T.Kernel(1, threads=32):
+            T.evaluate(0)
+
+    with pytest.raises(tegula.TegulaCompileError, match="'x' is a T.ptr that is never made a tensor"):
+        never_made.compile(T.ptr(), 4)
+
+    @tegula.jit(target="sm_90a")
+    def used_early(x: T.ptr, n: int):
+        with T.Kernel(1, threads=32):
+            x[0] = 1.0
+
+    with pytest.raises(tegula.TegulaCompileError, match="'x' is a T.ptr: make it a tensor first"):
+        used_early.compile(T.ptr(), 4)
+
+    @tegula.jit(target="sm_90a")
+    def wrong_dtype(x: T.ptr(T.float16), n: int):
+        x = T.make_tensor(x, (n,), T.float32)
+        with T.Kernel(1, threads=32):
+            x[0] = 1.0
+
+    with pytest.raises(tegula.TegulaCompileError, match=r"T.ptr\(float16\), the tensor float32"):
+        wrong_dtype.compile(T.ptr(), 4)
+    with pytest.raises(ValueError, match="storage_scope"):
+        T.ptr(storage_scope="shared")
+
+
+def test_par_compile_builds_each_configuration():
+    gemm = P.pointer_gemm(target="sm_90a")
+    configs = [{"A": T.ptr(), "B": T.ptr(), "C": T.ptr(), "M": 128, "N": 128, "K": 64, "dtype": dtype,
+                "out_dtype": T.float32} for dtype in (T.float16, T.bfloat16)]
+    kernels = gemm.par_compile(configs, num_workers=2)
+    assert [k.params[0].dtype_name for k in kernels] == ["float16", "bfloat16"]
+    assert all(k.cubin() for k in kernels)
+    assert gemm.compile(**configs[0]) is kernels[0]  # cached as the call would be
+    with pytest.raises(ValueError, match=r"configs\[0\] must be a dict"):
+        gemm.par_compile([[1, 2]])
+    with pytest.raises(ValueError, match="num_workers"):
+        gemm.par_compile(configs, num_workers=0)
+
+
+def test_module_par_compile_takes_prim_funcs():
+    funcs = [P.pointer_scale(target="sm_90a").get_tir(T.ptr(), T.ptr(), n) for n in (128, 300)]
+    kernels = tegula.par_compile(funcs, target="sm_90a")
+    assert [k.params[0].shape for k in kernels] == [(128,), (300,)]
+    with pytest.raises(TypeError, match=r"funcs\[0\] must be a T.prim_func"):
+        tegula.par_compile(["not a function"])
+    with pytest.warns(UserWarning, match="failed to compile"):
+        assert tegula.par_compile([funcs[0]], target="sm_70x", ignore_error=True) == [None]
+
+
+def test_assert_on_one_dynamic_size_read_twice():
+    @T.macro
+    def copy_checked(A, B):
+        M, N = A.shape
+        M_, N_ = B.shape
+        assert M == M_, f"M mismatch {M} {M_}"
+        assert not (N != N_)
+        with T.Kernel(T.ceildiv(M, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                for j in T.serial(N):
+                    if bx * 32 + i < M:
+                        B[bx * 32 + i, j] = A[bx * 32 + i, j]
+
+    @tegula.jit(target="sm_90a")
+    def copy(A, B):
+        M = T.dynamic("M")
+        N = T.const("N")
+        A: T.Tensor[[M, N], T.float32]
+        B: T.Tensor[[M, N], T.float32]
+        copy_checked(A, B)
+
+    kernel = copy.compile(T.Tensor((50, 4)), T.Tensor((50, 4)))
+    a = torch.randn(50, 4)
+    b = torch.zeros(50, 4)
+    tt.reference(kernel, a, b)
+    torch.testing.assert_close(b, a)
+
+    @tegula.jit(target="sm_90a")
+    def mismatched(A, B):
+        M, K = T.dynamic("M, K")
+        A: T.Tensor[[M], T.float32]
+        B: T.Tensor[[K], T.float32]
+        assert M == K
+        with T.Kernel(1, threads=32):
+            B[0] = A[0]
+
+    with pytest.raises(tegula.TegulaCompileError, match="assert needs a Python value"):
+        mismatched.compile(T.Tensor((8,)), T.Tensor((8,)))

@@ -118,3 +118,46 @@ def test_a_dtype_annotation_in_the_signature_declares_a_scalar():
     compiled = tegula.compile(fp.packed_dynamic_output(3, "float4_e2m1fn"), target="sm_90a")
     assert [(p.name, p.is_scalar, p.is_output) for p in compiled.params] == [("n", True, False), ("out", False, True)]
     assert compiled.params[1].shape == (3, None)
+def test_the_function_records_its_global_symbol():
+    assert fp.doubling(64, 32).attrs["global_symbol"] == "kernel"
+
+
+def test_adapter_shows_the_outputs_the_call_allocates():
+    func = fp.two_outputs()
+    assert "tilelang_out_idx" not in func.attrs
+    compiled = tegula.compile(func, out_idx=[1, -1], target="sm_90a")
+    adapter = compiled.adapter
+    assert list(adapter.prim_func.attrs["tilelang_out_idx"]) == [1, 2]
+    assert "tilelang_out_idx" not in func.attrs  # the function itself is left as written
+    assert adapter.dynamic_symbolic_map is None
+    assert [p.name for p in adapter.params] == ["A", "B", "C"]
+    declared = tegula.compile(fp.doubling(64, 32), target="sm_90a")
+    assert list(declared.adapter.prim_func.attrs["tilelang_out_idx"]) == [-1]
+
+
+def test_adapter_module_holds_only_the_kernel():
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2], target="sm_90a")
+    module = compiled.adapter.get_exportable_executable().jit()
+    assert module.get_function("kernel") is not None
+    with pytest.raises(AttributeError, match="kernel_auto_output"):
+        module.get_function("kernel_auto_output", query_imports=True)
+    with pytest.raises(TypeError, match="name must be a str"):
+        module.get_function(3)
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+@pytest.mark.parametrize("m", [1, 19, 64])
+def test_two_affine_outputs_agree_with_torch(run, m):
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2], target="sm_90a")
+    a = torch.randn(m, generator=torch.Generator().manual_seed(m))
+    b, c = fp.expected_two_outputs(a)
+    got_b, got_c = run(compiled, a)
+    torch.testing.assert_close(got_b, b)
+    torch.testing.assert_close(got_c, c)
+
+
+def test_host_source_shows_the_launch():
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2], target="sm_90a")
+    host = compiled.get_host_source()
+    assert "void* args[] = {&A, &B, &C, &m};" in host
+    assert "config.blockDimX = 1;" in host and "clusterDim" not in host

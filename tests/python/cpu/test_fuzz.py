@@ -59,7 +59,7 @@ def test_generator_covers_the_language():
                "local_in_parallel", "loop_in_loop_parallel", "grid3d", "dynamic_2d", "copy_changes_dtype",
                "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
                "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",
-               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent"]
+               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent", "while"]
     # names the generated CUDA renames (fuzz_families_names.py)
     wanted += ["names"]
     # tile code under thread guards (fuzz_families_guards.py)
@@ -77,6 +77,8 @@ def test_generator_covers_the_language():
                "convert_bfloat16_float32"]
     # gemms on regions of shared buffers (fuzz_families_regions.py)
     wanted += ["gen_gemm_regions"]
+    # one warpgroup over its registers, lowered on two (fuzz_families_widen.py)
+    wanted += ["widen_sm_90a_128x256", "widen_sm_90a_256x128"]
     # T.cumsum (fuzz_families_scan.py)
     wanted += ["cumsum_shared_shared", "cumsum_fragment_fragment", "cumsum_shared_fragment", "cumsum_fragment_shared",
                "cumsum_dim0", "cumsum_dim1", "cumsum_reverse", "cumsum_band", "cumsum_1d", "cumsum_after_parallel"]

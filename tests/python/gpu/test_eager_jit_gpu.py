@@ -100,3 +100,35 @@ def test_in_place_write_returns_none():
         expected = x * 3.0
         assert _scale_in_place(x, factor=3.0) is None
         assert torch.equal(x, expected)
+
+
+# ---- T.ptr, T.make_tensor and par_compile ----
+
+@pytest.mark.parametrize("M,N,K", [(256, 128, 64), (1024, 1024, 1024)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_pointer_gemm_matches_torch(M, N, K, dtype):
+    gemm = P.pointer_gemm()
+    gemm.par_compile([{"A": T.ptr(), "B": T.ptr(), "C": T.ptr(), "M": M, "N": N, "K": K, "dtype": dtype,
+                       "out_dtype": torch.float32}])
+    a = torch.randn(M, K, device="cuda").to(dtype)
+    b = torch.randn(K, N, device="cuda").to(dtype)
+    c = torch.empty(M, N, device="cuda")
+    gemm(a, b, c, M, N, K, dtype, torch.float32)
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("n", [128, 1000, 4096])
+def test_pointer_kernel_matches_torch(n):
+    x = torch.randn(n, device="cuda")
+    y = torch.empty(n, device="cuda")
+    P.pointer_scale()(x, y, n)
+    torch.testing.assert_close(y, x * 2 + 1)
+
+
+def test_module_par_compile_kernels_launch():
+    funcs = [P.pointer_scale().get_tir(T.ptr(), T.ptr(), n) for n in (128, 333)]
+    for n, kernel in zip((128, 333), tegula.par_compile(funcs)):
+        x = torch.randn(n, device="cuda")
+        y = torch.empty(n, device="cuda")
+        kernel(x, y)
+        torch.testing.assert_close(y, x * 2 + 1)

@@ -29,3 +29,20 @@ def test_packed_float4_output_is_torch_storage():
     compiled = tegula.compile(fp.packed_output(3, 16, "float4_e2m1fn"))
     out = compiled()
     assert out.dtype == getattr(torch, "float4_e2m1fn_x2", torch.int8) and tuple(out.shape) == (3, 8)
+@pytest.mark.parametrize("m", [1, 19, 1000])
+def test_manual_out_idx_with_affine_outputs_against_torch(m):
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2])
+    assert list(compiled.adapter.prim_func.attrs["tilelang_out_idx"]) == [1, 2]
+    a = torch.randn(m, device="cuda")
+    outputs = compiled(a)
+    assert isinstance(outputs, list)
+    for got, want in zip(outputs, fp.expected_two_outputs(a)):
+        torch.testing.assert_close(got, want)
+
+
+def test_adapter_module_function_launches_the_kernel():
+    compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2])
+    launch = compiled.adapter.get_exportable_executable().jit().get_function("kernel")
+    a = torch.randn(37, device="cuda")
+    for got, want in zip(launch(a), fp.expected_two_outputs(a)):
+        torch.testing.assert_close(got, want)
