@@ -361,6 +361,7 @@ FAMILY_MODULES = (
     "fuzz_families_tilelang",  # T.transpose, T.annotate_safe_value, T.let, T.isfinite
     "fuzz_families_scan",      # T.cumsum
     "fuzz_families_widen",     # one warpgroup over its registers, lowered on two
+    "fuzz_families_flat",      # fragments indexed by a loop's row-major position (composable index)
 )
 
 

@@ -82,6 +82,8 @@ def test_generator_covers_the_language():
     # T.cumsum (fuzz_families_scan.py)
     wanted += ["cumsum_shared_shared", "cumsum_fragment_fragment", "cumsum_shared_fragment", "cumsum_fragment_shared",
                "cumsum_dim0", "cumsum_dim1", "cumsum_reverse", "cumsum_band", "cumsum_1d", "cumsum_after_parallel"]
+    # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
+    wanted += ["flat_write", "flat_read"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
