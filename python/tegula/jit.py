@@ -355,15 +355,29 @@ def storage_shape(shape, dtype_name: str, name: str = "output") -> tuple:
     return (*shape[:-1], shape[-1] // 2)
 
 
-def allocate_outputs(params, device) -> list:
+def allocate_outputs(params, device, func: PrimFunc | None = None, scalars: dict | None = None) -> list:
     """Fresh tensors for the output parameters of `params` on `device`, in torch's storage
-    of their dtype (storage_shape). With no input tensor every dimension is static: a
-    dynamic one must be read off an input (JITKernel._setup_params refuses the kernel
-    otherwise)."""
+    of their dtype (storage_shape). With no input tensor a dimension that is not constant
+    is computed from the scalar arguments (`T.empty((3, n * 2), ...)` with `n: T.int32`):
+    `scalars` maps their parameter indices to their values, read through `func`."""
     import torch
 
-    return [torch.empty(storage_shape(p.shape, p.dtype_name, p.name), dtype=p.dtype, device=device)
-            for p in params if p.is_output]
+    values = [(func.params[i].value.expr, int(v)) for i, v in (scalars or {}).items()] if func else []
+    out = []
+    for index, p in enumerate(params):
+        if not p.is_output:
+            continue
+        shape = list(p.shape)
+        for d, size in enumerate(shape):
+            if size is None:
+                dim = func.params[index].shape[d] if func else None
+                size = env.native().ir.eval_int(dim.expr, values) if hasattr(dim, "expr") else None
+                if size is None or size < 0:
+                    raise ValueError(f"output '{p.name}': dimension {d} ({dim}) cannot be computed from this call's "
+                                     f"scalar arguments (got {size})")
+                shape[d] = size
+        out.append(torch.empty(storage_shape(shape, p.dtype_name, p.name), dtype=p.dtype, device=device))
+    return out
 
 
 def _launch_outputs_only(kernel: JITKernel, program, *args):
@@ -376,7 +390,10 @@ def _launch_outputs_only(kernel: JITKernel, program, *args):
         names = ", ".join(p.name for p in expected)
         name = kernel.__dict__.get("_name") or kernel.prim_func.name
         raise env.native().ArgumentError(f"{name}: expected {len(expected)} argument(s) ({names}), got {len(args)}")
-    outputs = allocate_outputs(kernel.params, launch_device())
+    inputs = [i for i, p in enumerate(kernel.params) if not p.is_output]
+    scalars = {i: a for i, a in zip(inputs, args) if kernel.params[i].is_scalar
+               and isinstance(a, int) and not isinstance(a, bool)}
+    outputs = allocate_outputs(kernel.params, launch_device(), kernel.prim_func, scalars)
     given, made = iter(args), iter(outputs)
     program.launch([next(made) if p.is_output else next(given) for p in kernel.params], 0)
     if not outputs:

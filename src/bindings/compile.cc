@@ -254,6 +254,19 @@ static bool over_dynamic_sizes(const ir::Expr& e, const std::vector<ir::Expr>& d
   return ir::eval_int(e, values, &out);
 }
 
+// Whether `e` is computed from the kernel's integer scalar parameters (and dynamic sizes)
+// alone: T.empty((3, n * 2), ...) with `n: T.int32` a parameter, sized at each call.
+static bool over_scalars(const ir::Expr& e, const ir::Kernel& k) {
+  ir::VarValues values;
+  bool any = false;
+  for (auto& p : k.params) {
+    if (!p.buffer && p.var.dtype().is_int()) values[p.var.get()] = 1, any = true;
+  }
+  for (auto& v : k.dynamic_vars) values[v.get()] = 1;
+  int64_t out;
+  return any && ir::eval_int(e, values, &out);
+}
+
 // The dynamic size `e` is `a * var + b` of (a > 0, b integers): var's index, else -1. Such a
 // dimension (T.Tensor((n * 4,), ...), (n + 1,)) determines var at launch: var = (dim - b) / a.
 static int affine_dynamic(const ir::Expr& e, const std::vector<ir::Expr>& dynamic_vars) {
@@ -313,9 +326,14 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
           var = affine_dynamic(d, k.dynamic_vars);  // a * n + b: n read off the dimension
           computed = var >= 0;
         }
+        if (!v && var < 0 && !computed && !s.is_workspace && over_scalars(d, k)) {
+          computed = true;  // from the scalar arguments: checked (or allocated) once they are read
+          s.scalar_sized = true;
+        }
         if (!v && var < 0 && !computed) {
           throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name + "': shape entry " +
-                                ir::to_string(d) + " must be a constant, a T.dynamic variable or a * n + b of one" +
+                                ir::to_string(d) + " must be a constant, a T.dynamic variable or a * n + b of one, "
+                                "or computed from integer scalar parameters" +
                                 (s.is_workspace ? ", or an expression over T.dynamic sizes" : ""));
         }
         s.dims.push_back(v ? *v : -1);

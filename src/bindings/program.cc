@@ -174,6 +174,8 @@ at::Tensor Program::check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn
         bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + " but the same dynamic size was " +
                    std::to_string(v) + " in an earlier argument");
       }
+    } else if (p.scalar_sized && d < p.dim_expr.size() && p.dim_expr[d]) {
+      // computed from the scalar arguments: check_scalar_sized, once they are all read
     } else if (got != p.dims[d]) {
       bad(p, "must have shape " + shape_str(p) + ", got dimension " + std::to_string(d) + " = " + std::to_string(got));
     }
@@ -335,18 +337,45 @@ const Program::Loaded& Program::loaded_for(Kernel& k, int device) {
   return k.loaded.back();
 }
 
+ir::VarValues Program::size_values(const int64_t* dyn, const ArgValue* scalars) const {
+  ir::VarValues vars;
+  for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSpec& p = params_[i];
+    if (!p.is_tensor && p.dtype.is_int()) vars[p.var.get()] = scalars[i].i64;
+  }
+  return vars;
+}
+
+void Program::check_scalar_sized(Args& tensors, const ArgValue* scalars, const int64_t* dyn) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamSpec& p = params_[i];
+    if (!p.scalar_sized || !tensors[i].defined()) continue;
+    ir::VarValues vars = size_values(dyn, scalars);
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      if (d >= p.dim_expr.size() || !p.dim_expr[d] || p.dim_var[d] >= 0) continue;
+      int64_t want = -1;
+      internal_assert(ir::eval_int(p.dim_expr[d], vars, &want)) << "dimension " << d << " cannot be evaluated";
+      int64_t got = tensors[i].size(int64_t(d)) * (p.dtype.is_packed() && d + 1 == p.dims.size() ? 2 : 1);
+      if (got != want) {
+        bad(p, "dimension " + std::to_string(d) + " is " + std::to_string(got) + ", but " +
+                   ir::to_string(p.dim_expr[d]) + " = " + std::to_string(want) + " in this call");
+      }
+    }
+  }
+}
+
 // Outputs (returned through outs) or workspaces, on the inputs' device, sized from the
-// dynamic sizes the inputs gave.
-void Program::allocate(Args& tensors, const int64_t* dyn, int device, bool workspaces, py::object* outs,
-                       int* nout) {
+// dynamic sizes the inputs gave and the scalar arguments.
+void Program::allocate(Args& tensors, const int64_t* dyn, const ArgValue* scalars, int device, bool workspaces,
+                       py::object* outs, int* nout) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (workspaces ? !p.is_workspace : !p.is_output) continue;
     c10::SmallVector<int64_t, 6> shape(p.dims.size());
     for (size_t d = 0; d < p.dims.size(); ++d) {
       if (d < p.dim_expr.size() && p.dim_expr[d]) {
-        ir::VarValues vars;
-        for (int v = 0; v < num_dynamic_; ++v) vars[dynamic_vars_[v].get()] = dyn[v];
+        ir::VarValues vars = size_values(dyn, scalars);
         int64_t v = -1;
         internal_assert(ir::eval_int(p.dim_expr[d], vars, &v)) << "workspace dimension " << d << " cannot be evaluated";
         if (v < 0) bad(p, "has dimension " + ir::to_string(p.dim_expr[d]) + " = " + std::to_string(v) + " in this call");
@@ -409,14 +438,15 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
   }
+  check_scalar_sized(tensors, scalars, dyn);
   if (num_outputs_ == 0 && num_workspaces_ == 0) {
     run(tensors, scalars, dyn, device, nullptr);
     return py::none();
   }
   py::object outs[kMaxArgs];
   int nout = 0;
-  allocate(tensors, dyn, device, false, outs, &nout);
-  if (num_workspaces_) allocate(tensors, dyn, device, true, nullptr, nullptr);
+  allocate(tensors, dyn, scalars, device, false, outs, &nout);
+  if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);
   run(tensors, scalars, dyn, device, nullptr);
   if (num_outputs_ == 0) return py::none();
   if (num_outputs_ == 1) return outs[0];
@@ -443,7 +473,8 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
     else check_scalar(params_[i], args[next++], &scalars[i]);
   }
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
-  if (num_workspaces_) allocate(tensors, dyn, device, true, nullptr, nullptr);
+  check_scalar_sized(tensors, scalars, dyn);
+  if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);
   run(tensors, scalars, dyn, device, reinterpret_cast<void*>(stream));
 }
 

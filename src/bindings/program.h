@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/analyzer.h"
 #include "ir/host_checks.h"
 #include "ir/stmt.h"
 #include "runtime/driver.h"
@@ -22,7 +23,10 @@ struct ParamSpec {
   at::ScalarType scalar_type = at::kFloat;
   std::vector<int64_t> dims;       // -1 where the dimension is a dynamic variable
   std::vector<int> dim_var;        // index into the kernel's dynamic vars, or -1
-  std::vector<ir::Expr> dim_expr;  // workspaces: a dimension computed from the dynamic sizes, else null
+  // Workspaces: a dimension computed from the dynamic sizes; tensors: a * n + b of a dynamic
+  // size, or (scalar_sized) one computed from the scalar arguments; else null.
+  std::vector<ir::Expr> dim_expr;
+  bool scalar_sized = false;
   // T.StridedTensor: per dimension a constant stride (in elements), or -1 where it is the
   // dynamic var stride_var[d]; empty for a contiguous tensor.
   std::vector<int64_t> strides;
@@ -131,7 +135,12 @@ class Program {
     std::vector<Loaded> loaded;
   };
   const Loaded& loaded_for(Kernel& k, int device);
-  void allocate(Args& tensors, const int64_t* dyn, int device, bool workspaces, py::object* outs, int* nout);
+  void allocate(Args& tensors, const int64_t* dyn, const ArgValue* scalars, int device, bool workspaces,
+                py::object* outs, int* nout);
+  // The values of the dynamic sizes and integer scalar arguments, for evaluating dim_expr.
+  ir::VarValues size_values(const int64_t* dyn, const ArgValue* scalars) const;
+  // The dimensions of tensors computed from the scalar arguments, against their values.
+  void check_scalar_sized(Args& tensors, const ArgValue* scalars, const int64_t* dyn) const;
   void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;

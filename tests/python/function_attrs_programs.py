@@ -58,12 +58,14 @@ def two_outputs():
 
 def packed_dynamic_output(rows, dtype):
     """A T.empty output whose packed last dimension, n * 2, comes from a scalar argument
-    declared in the signature (`n: T.int32`)."""
+    declared in the signature (`n: T.int32`); elements as packed_output's."""
     @T.prim_func
     def kernel(n: T.int32):
         out = T.empty((rows, n * 2), dtype)
         with T.Kernel(1, threads=1):
-            T.evaluate(0)
+            for i in T.serial(rows):
+                for j in T.serial(n * 2):
+                    out[i, j] = T.cast((i * n * 2 + j) % 8 - 4, dtype)
         return out
 
     return kernel

@@ -16,6 +16,23 @@ def global_reshape(N, M, dtype="float32"):
     return main, lambda A: A.reshape(N // M, M)
 
 
+def swizzled_shared_reshape(N, M, dtype="float32"):
+    """A 2-D shared tile stored in the MMA swizzle (TileLang's make_mma_swizzle_layout from
+    tilelang.cuda.intrinsics.layout.mma_layout; rows that cannot be swizzled stay row-major)
+    copied out through a 1-D view of it: the swizzle moves elements in shared memory only."""
+    from tegula.cuda.intrinsics.layout.mma_layout import make_mma_swizzle_layout
+
+    @T.prim_func
+    def main(A: T.Tensor((N // M, M), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=32):
+            A_shared = T.alloc_shared((N // M, M), dtype)
+            T.annotate_layout({A_shared: make_mma_swizzle_layout(A_shared)})
+            T.copy(A, A_shared)
+            T.copy(T.reshape(A_shared, [N]), B)
+
+    return main, lambda A: A.reshape(N)
+
+
 def shared_1d_to_2d(N, M, dtype="float16"):
     @T.prim_func
     def main(A: T.Tensor((N,), dtype), B: T.Tensor((N // M, M), dtype)):

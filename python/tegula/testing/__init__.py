@@ -165,6 +165,8 @@ def dynamic_sizes(kernel, full) -> dict:
 
     sizes = {}
     for info, value in zip(kernel.prim_func.params, full):
+        if info.is_scalar and isinstance(value, int) and not isinstance(value, bool):
+            sizes[id(info.value)] = value  # a scalar argument may size an output: T.empty((3, n * 2), ...)
         if isinstance(value, torch.Tensor):
             for dim, size in zip(info.shape, _logical_shape(value, info.dtype)):
                 if isinstance(dim, int):
@@ -189,6 +191,8 @@ def _workspace_size(kernel, ws, dim, dynamic: dict, C) -> int:
     if id(dim) in dynamic:
         return dynamic[id(dim)]
     values = [(var.expr, dynamic[id(var)]) for var in getattr(dim, "dyn", ()) if id(var) in dynamic]
+    values += [(info.value.expr, dynamic[id(info.value)]) for info in kernel.prim_func.params
+               if info.is_scalar and id(info.value) in dynamic]
     size = C.ir.eval_int(dim.expr, values) if hasattr(dim, "expr") else None
     if size is None or size < 0:
         shape = "(" + ", ".join(str(d) for d in ws.shape) + ")"

@@ -118,6 +118,8 @@ def test_a_dtype_annotation_in_the_signature_declares_a_scalar():
     compiled = tegula.compile(fp.packed_dynamic_output(3, "float4_e2m1fn"), target="sm_90a")
     assert [(p.name, p.is_scalar, p.is_output) for p in compiled.params] == [("n", True, False), ("out", False, True)]
     assert compiled.params[1].shape == (3, None)
+
+
 def test_the_function_records_its_global_symbol():
     assert fp.doubling(64, 32).attrs["global_symbol"] == "kernel"
 
@@ -161,3 +163,20 @@ def test_host_source_shows_the_launch():
     host = compiled.get_host_source()
     assert "void* args[] = {&A, &B, &C, &m};" in host
     assert "config.blockDimX = 1;" in host and "clusterDim" not in host
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+def test_an_output_sized_by_a_scalar_argument(run):
+    compiled = tegula.compile(fp.packed_dynamic_output(3, "int4"), target="sm_90a")
+    out = run(compiled, 11)
+    assert out.dtype == torch.int8 and tuple(out.shape) == (3, 11)
+    assert torch.equal(fp.unpack_int4(out), fp.packed_expected(3, 22))
+
+
+def test_an_output_sized_by_a_scalar_argument_is_allocated_from_it():
+    jit_module = sys.modules["tegula.jit"]
+    compiled = tegula.compile(fp.packed_dynamic_output(3, "float4_e2m1fn"), target="sm_90a")
+    compiled.cubin()
+    tegula.env.native().build_program(compiled._lowered_all, compiled.out_idx, 0)  # the launch accepts the shape
+    made = jit_module.allocate_outputs(compiled.params, torch.device("meta"), compiled.prim_func, {0: 11})
+    assert [(tuple(t.shape), t.dtype) for t in made] == [((3, 11), _STORAGE["float4_e2m1fn"])]

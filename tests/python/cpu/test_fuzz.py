@@ -85,6 +85,8 @@ def test_generator_covers_the_language():
     # producer and consumer sides ordered by explicit mbarriers (fuzz_families_barriers.py)
     wanted += ["gen_barrier_ring", "barrier_producer_copy", "barrier_producer_tma_copy", "barrier_producer_ptx",
                "barrier_stages_3", "barrier_whole_block_arrival", "barrier_set_max_nreg"]
+    # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
+    wanted += ["flat_write", "flat_read"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -29,6 +29,8 @@ def test_packed_float4_output_is_torch_storage():
     compiled = tegula.compile(fp.packed_output(3, 16, "float4_e2m1fn"))
     out = compiled()
     assert out.dtype == getattr(torch, "float4_e2m1fn_x2", torch.int8) and tuple(out.shape) == (3, 8)
+
+
 @pytest.mark.parametrize("m", [1, 19, 1000])
 def test_manual_out_idx_with_affine_outputs_against_torch(m):
     compiled = tegula.compile(fp.two_outputs(), out_idx=[1, 2])
@@ -46,3 +48,13 @@ def test_adapter_module_function_launches_the_kernel():
     a = torch.randn(37, device="cuda")
     for got, want in zip(launch(a), fp.expected_two_outputs(a)):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("n", [11, 64])
+def test_packed_output_sized_by_a_scalar(n):
+    compiled = tegula.compile(fp.packed_dynamic_output(3, "int4"))
+    out = compiled(n)
+    assert out.dtype == torch.int8 and tuple(out.shape) == (3, n)
+    assert torch.equal(fp.unpack_int4(out.cpu()), fp.packed_expected(3, 2 * n))
+    f4 = tegula.compile(fp.packed_dynamic_output(3, "float4_e2m1fn"))(n)
+    assert f4.dtype == getattr(torch, "float4_e2m1fn_x2", torch.int8) and tuple(f4.shape) == (3, n)

@@ -1,9 +1,10 @@
-"""`from tilelang.cuda.intrinsics import make_mma_swizzle_layout`: the shared-memory layout
-an MMA's operand tile is stored in, asked for with T.annotate_layout."""
+"""`from tilelang.cuda.intrinsics import make_mma_swizzle_layout` (or from
+`tilelang.cuda.intrinsics.layout.mma_layout`, its module in TileLang): the shared-memory
+layout an MMA's operand tile is stored in, asked for with T.annotate_layout."""
 from __future__ import annotations
 
-from ..frontend.dtypes import itemsize
-from ..layout import Layout, make_swizzled_layout
+from ...frontend.dtypes import itemsize
+from ...layout import Layout, make_swizzled_layout
 
 
 def make_mma_swizzle_layout(buffer, is_smooth: bool = False) -> Layout:

@@ -1,0 +1,1 @@
+"""TileLang's `tilelang.cuda.intrinsics.layout` package: its `mma_layout` module."""
