@@ -18,6 +18,7 @@ struct Step {
 
 const Step kPipeline[] = {
     {"simplify", simplify},
+    {"check_loop_jumps", check_loop_jumps},
     {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
     {"inline_loop_lets", inline_loop_lets},
