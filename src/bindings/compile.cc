@@ -93,6 +93,7 @@ at::ScalarType scalar_type(ir::DataType t) {
     case ir::DataType::Float8E8M0: return at::kFloat8_e8m0fnu;
     // 4-bit types: the bytes that hold two elements (what a call allocates for an output).
     case ir::DataType::Float4E2M1: return at::kFloat4_e2m1fn_x2;
+    case ir::DataType::TFloat32: return at::kFloat;  // stored as float32, as TileLang passes it
     default: return at::kFloat;
   }
 }

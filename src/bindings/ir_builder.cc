@@ -364,6 +364,8 @@ void init_ir_builder(py::module_& m) {
   m.def("sync", [](int barrier, int threads) {
     return threads > 0 ? ir::make_scoped_sync(barrier, threads, current_loc()) : ir::make_sync(current_loc());
   }, py::arg("barrier") = 0, py::arg("threads") = 0);
+  m.def("loop_jump", [](bool is_continue) { return ir::make_loop_jump(is_continue, current_loc()); },
+        py::arg("is_continue") = false);
   m.def("for_", [](const Expr& var, const Expr& min, const Expr& extent, const std::string& kind, const Stmt& body,
                    int num_stages) {
     require_var(var, "a loop variable");

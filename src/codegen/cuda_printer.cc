@@ -743,6 +743,7 @@ class Printer {
         for (auto& x : s.as<SeqNode>()->seq) stmt(x);
         break;
       case NodeKind::Evaluate: line() << expr(s.as<EvaluateNode>()->value) << ";\n"; break;
+      case NodeKind::LoopJump: line() << (s.as<LoopJumpNode>()->is_continue ? "continue;\n" : "break;\n"); break;
       case NodeKind::Sync:
         // In a wgmma kernel, a barrier after ordinary stores into an operand buffer also
         // fences them for the wgmma reads past it (cp.async writes need no fence: the

@@ -30,6 +30,7 @@ std::string cuda_type(DataType t) {
     case DataType::Float8E5M2: return "fp8_e5m2_t";
     case DataType::Float8E8M0: return "fp8_e8m0_t";
     case DataType::Float4E2M1: return "fp4_e2m1_t";
+    case DataType::TFloat32: return "tf32_t";
   }
   return "int";
 }

@@ -64,6 +64,19 @@ double round_e2m1(double v) {
 
 }  // namespace
 
+// tfloat32 as cvt.rna.tf32.f32 rounds: the float32 value to 10 mantissa bits, to nearest,
+// ties away from zero (half an ulp added to the magnitude's bits, the low 13 dropped), past
+// the largest tf32 to infinity; infinities and NaN stay.
+double round_tf32(double v) {
+  float f = float(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (((u >> 23) & 0xff) == 0xff) return f;
+  u = (u + 0x1000u) & ~0x1fffu;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 double round_to_dtype(const DataType& t, double v) {
   switch (t.code) {
     case DataType::Float:
@@ -76,6 +89,7 @@ double round_to_dtype(const DataType& t, double v) {
     case DataType::Float8E5M2: return round_fp8(v, 2, -14, 57344.0, true);
     case DataType::Float8E8M0: return round_e8m0(v);
     case DataType::Float4E2M1: return round_e2m1(v);
+    case DataType::TFloat32: return round_tf32(v);
     case DataType::Bool: return v != 0 ? 1.0 : 0.0;
     case DataType::Int:
     case DataType::UInt: {

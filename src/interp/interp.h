@@ -44,6 +44,8 @@ std::unordered_map<const ir::ExprNode*, double> bind_call_values(const ir::Kerne
 // even (with overflow to inf), integers truncated toward zero and wrapped to their width
 // (NaN becomes 0), bool to 0/1; fp64 unchanged.
 double round_to_dtype(const ir::DataType& t, double v);
+// A value rounded to tfloat32 (the tensor cores' tf32 operands): see round_to_dtype.
+double round_tf32(double v);
 // A conversion (T.cast, a Cast node) from `from` to `to`: as round_to_dtype, except that a
 // float converted to an integer saturates at the integer's range (NaN gives 0), as the
 // GPU's conversion instructions do.

@@ -294,7 +294,10 @@ StmtFn Compiler::loop(const ForNode* l) {
   const SourceLoc& loc = l->loc;
   ExprFn lo = expr(l->min, loc), n = expr(l->extent, loc);
   int slot = declare_var(l->var.get());
+  auto saved = loop_range_;
+  loop_range_ = range_;
   StmtFn body = stmt(l->body);
+  loop_range_ = saved;
   // Every kind (parallel, pipelined, unrolled, vectorized) runs its iterations in order:
   // the language makes T.Parallel iterations independent, the others are sequential.
   return [lo, n, slot, body, loc](Frame& f) {
@@ -303,6 +306,10 @@ StmtFn Compiler::loop(const ForNode* l) {
     for (int64_t i = 0; i < extent; ++i) {
       f.vars[slot] = double(start + i);
       body(f);
+      if (int jump = f.jump) {
+        f.jump = 0;
+        if (jump == 1) break;
+      }
     }
   };
 }
@@ -315,7 +322,10 @@ StmtFn Compiler::stmt(const Stmt& s) {
       std::vector<StmtFn> parts;
       for (auto& x : s.as<SeqNode>()->seq) parts.push_back(stmt(x));
       return [parts](Frame& f) {
-        for (auto& p : parts) p(f);
+        for (auto& p : parts) {
+          p(f);
+          if (f.jump) return;  // a break or continue: the rest of the iteration is skipped
+        }
       };
     }
     case NodeKind::Evaluate: {
@@ -380,6 +390,16 @@ StmtFn Compiler::stmt(const Stmt& s) {
     }
     case NodeKind::TileOp: return compile_tile_op(s.as<TileOpNode>(), *this);
     case NodeKind::Sync: return [](Frame&) {};  // one logical thread: nothing to wait for
+    case NodeKind::LoopJump: {
+      // One logical thread runs the tile program: a jump that only some threads take (under
+      // a branch on the thread index inside the loop) has no meaning here.
+      user_assert(loop_range_ && *loop_range_ == range_, loc)
+          << "the reference interpreter runs the block as one thread and cannot take a "
+          << (s.as<LoopJumpNode>()->is_continue ? "continue" : "break")
+          << " that only some threads take (it is under a branch on the thread index); use tegula.testing.simulate";
+      int jump = s.as<LoopJumpNode>()->is_continue ? 2 : 1;
+      return [jump](Frame& f) { f.jump = jump; };
+    }
     default: break;
   }
   internal_error << "reference: cannot interpret the statement kind " << node_kind_name(s.kind()) << " at "
@@ -472,6 +492,7 @@ StmtFn Compiler::thread_branch(const IfThenElseNode* i, const SourceLoc& loc) {
   return [uniform, t, e, then_any, else_any](Frame& f) {
     bool u = !uniform || uniform(f) != 0;
     if (u && then_any) t(f);
+    if (f.jump) return;
     if (!u || else_any) e(f);
   };
 }

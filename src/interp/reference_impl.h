@@ -6,6 +6,7 @@
 // does no hashing and no allocation. Values are doubles holding what the IR's dtype holds
 // (see interp.h); an unwritten element of an allocated buffer is NaN.
 #pragma once
+#include <optional>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,9 @@ struct Frame {
   // as coroutines, and its mbarriers by (buffer slot, index).
   Coop* coop = nullptr;
   std::map<std::pair<int, int64_t>, Mbarrier>* mbarriers = nullptr;
+  // A break (1) or continue (2) taken in the innermost loop running: the statements
+  // after it in the iteration are skipped, then the loop ends or goes on.
+  int jump = 0;
 };
 
 using ExprFn = std::function<double(Frame&)>;
@@ -143,6 +147,7 @@ class Compiler {
   const ir::Kernel& k_;
   ir::ThreadRange range_;                              // the threads that reach the code compiled now
   bool has_mbarriers_ = false;                         // the kernel's threads meet at mbarriers
+  std::optional<ir::ThreadRange> loop_range_;          // range_ at the innermost loop's start
   std::vector<std::pair<ir::Expr, ir::Expr>> lets_;   // the lets around it
   std::unordered_map<const ir::ExprNode*, int> vars_;
   int next_slot_ = 0;

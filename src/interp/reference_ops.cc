@@ -8,7 +8,8 @@
 //   fill        every element of the region.
 //   reduce      dst (read row-major, the reduced dimension left out) = the reduction of
 //               src along dim, combined with dst's old value when clear=0.
-//   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double.
+//   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double
+//               (32-bit operands rounded to tfloat32 first, as the tf32 tensor cores take them).
 //   atomic_add  an element (scalar value) or a region added elementwise.
 //   cumsum      dst = the inclusive prefix sum of src along dim (suffix sum with reverse),
 //               the running sum rounded to dst's dtype at each step.
@@ -323,7 +324,9 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
   bool ta = op->attr_int("transpose_A", 0) != 0, tb = op->attr_int("transpose_B", 0) != 0;
   bool clear = op->attr_int("clear_accum", 0) != 0;
   DataType t = op->regions[2].buffer->dtype;
-  return [a, b, cc, ta, tb, clear, t, loc](Frame& f) {
+  // 32-bit operands run on the tf32 tensor cores: each is rounded to tfloat32 first.
+  bool tf32 = op->regions[0].buffer->dtype.is_tf32_operand() && op->regions[1].buffer->dtype.is_tf32_operand();
+  return [a, b, cc, ta, tb, clear, t, tf32, loc](Frame& f) {
     Matrix A = matrix(a, f, "A", loc), B = matrix(b, f, "B", loc), C = matrix(cc, f, "C", loc);
     int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
     int64_t KB = tb ? B.cols : B.rows, N = tb ? B.rows : B.cols;
@@ -337,6 +340,10 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
     }
     for (int64_t j = 0; j < N; ++j) {
       for (int64_t k = 0; k < K; ++k) bv[size_t(j * K + k)] = tb ? matrix_at(B, j, k, loc) : matrix_at(B, k, j, loc);
+    }
+    if (tf32) {
+      for (double& v : av) v = round_tf32(v);
+      for (double& v : bv) v = round_tf32(v);
     }
     int64_t idx[kMaxRank];
     std::copy(C.r.min, C.r.min + C.r.rank, idx);

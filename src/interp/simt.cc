@@ -500,6 +500,14 @@ void Machine::store(const BufferStoreNode* op, const Threads& ts) {
   }
 }
 
+Threads Machine::without_jumped(const Threads& ts) const {
+  Threads out;
+  for (int t : ts) {
+    if (!jumped_[t]) out.push_back(t);
+  }
+  return out;
+}
+
 void Machine::loop(const ForNode* op, const Threads& ts) {
   Vals lo = eval(op->min, ts), ext = eval(op->extent, ts);
   require_defined(lo, ts, "loops from");
@@ -513,19 +521,28 @@ void Machine::loop(const ForNode* op, const Threads& ts) {
   }
   auto& var = vars_[op->var.get()];
   var.resize(threads_, 0.0);
+  jumped_.resize(threads_, 0);
+  std::vector<uint8_t> left(threads_, 0);  // threads that broke out of this loop
   for (int64_t it = first; it < end; ++it) {
-    if (uniform) {
-      for (int t : ts) var[t] = double(it);
-      exec(op->body, ts);
-      continue;
-    }
     // Bounds that differ between threads: each iteration runs on the threads it belongs to.
     Threads in;
     for (size_t i = 0; i < ts.size(); ++i) {
-      if (it >= int64_t(lo.at(i)) && it < int64_t(lo.at(i) + ext.at(i))) in.push_back(ts[i]);
+      if (left[ts[i]]) continue;
+      if (uniform || (it >= int64_t(lo.at(i)) && it < int64_t(lo.at(i) + ext.at(i)))) in.push_back(ts[i]);
+    }
+    if (in.empty()) {
+      if (uniform) break;
+      continue;
     }
     for (int t : in) var[t] = double(it);
     exec(op->body, in);
+    if (!jumps_) continue;
+    for (int t : in) {
+      if (!jumped_[t]) continue;
+      left[t] = jumped_[t] == 1;
+      jumped_[t] = 0;
+      --jumps_;
+    }
   }
 }
 
@@ -552,8 +569,20 @@ void Machine::while_loop(const WhileNode* op, const Threads& ts) {
 void Machine::exec(const Stmt& s, const Threads& ts) {
   if (!s || ts.empty()) return;
   switch (s.kind()) {
-    case NodeKind::Seq:
-      for (auto& x : s.as<SeqNode>()->seq) exec(x, ts);
+    case NodeKind::Seq: {
+      Threads live = ts;
+      for (auto& x : s.as<SeqNode>()->seq) {
+        exec(x, live);
+        if (jumps_) live = without_jumped(live);  // past a break or continue: the rest is skipped
+      }
+      break;
+    }
+    case NodeKind::LoopJump:
+      jumped_.resize(threads_, 0);
+      for (int t : ts) {
+        if (!jumped_[t]) ++jumps_;
+        jumped_[t] = s.as<LoopJumpNode>()->is_continue ? 2 : 1;
+      }
       break;
     case NodeKind::BufferStore: store(s.as<BufferStoreNode>(), ts); break;
     case NodeKind::IfThenElse: {

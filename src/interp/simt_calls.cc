@@ -10,7 +10,7 @@
 // device library fixes, the accumulator of layout/mma.h, which must also be the layout the
 // passes gave the fragment the registers replaced (else the rest of the kernel reads other
 // elements than the instruction wrote: reported). D = C + A B is computed in double and
-// rounded to C's type. 8-bit operands (m16n8k32, m64nNk32) are K-major shared tiles, checked
+// rounded to C's type; 32-bit operands are rounded to tfloat32 first (m16n8k8 tf32). 8-bit operands (m16n8k32, m64nNk32) are K-major shared tiles, checked
 // here: the instructions have no other form for them. mma.sync is synchronous; a wgmma reads its operands at issue and
 // writes C at the wgmma_wait that retires its group (one group per call).
 #include <cmath>
@@ -616,6 +616,10 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     A = shared_tile(m, c.a, c.m, c.k, c.ta, ts, c.wgmma ? &reads : nullptr);
   }
   B = shared_tile(m, c.b, c.k, c.n, c.tb, ts, c.wgmma ? &reads : nullptr);
+  if (at.is_tf32_operand() && bt.is_tf32_operand()) {  // m16n8k8 tf32: operands rounded on the way in
+    for (double& v : A) v = round_tf32(v);
+    for (double& v : B) v = round_tf32(v);
+  }
   // C: zero with CLEAR; else the latest group in flight on these registers (wgmma chains
   // on one accumulator in issue order), else the registers.
   std::vector<double> C(c.m * c.n, 0.0);

@@ -149,6 +149,11 @@ class Machine {
   std::unordered_map<const ir::ExprNode*, std::vector<uint8_t>> var_undef_;  // lets of undefined values
   std::unordered_map<const ir::ExprNode*, double> scalars_;             // the call's
   int64_t epoch_ = 0;                                                   // barriers so far
+  // Per thread: a break (1) or continue (2) it took in its innermost loop, which skips the
+  // rest of the iteration for it; `jumps_` counts the threads with one pending.
+  std::vector<uint8_t> jumped_;
+  int jumps_ = 0;
+  Threads without_jumped(const Threads& ts) const;
   std::vector<std::vector<Landing>> open_;                  // per thread: issued, uncommitted
   std::vector<std::deque<std::vector<Landing>>> committed_;  // per thread: groups in flight
   std::deque<WgmmaGroup> wgmma_;                             // the block's groups in flight

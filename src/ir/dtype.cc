@@ -17,6 +17,7 @@ std::string DataType::name() const {
     case Float8E5M2: base = "float8_e5m2"; break;
     case Float8E8M0: base = "float8_e8m0fnu"; break;
     case Float4E2M1: base = "float4_e2m1fn"; break;
+    case TFloat32: base = "tfloat32"; break;
   }
   return lanes == 1 ? base : base + "x" + std::to_string(lanes);
 }
@@ -34,6 +35,7 @@ bool DataType::parse(const std::string& s, DataType* out) {
       {"float8_e5m2", {Float8E5M2, 8}},   {"e5m2_float8", {Float8E5M2, 8}},
       {"float8_e8m0fnu", {Float8E8M0, 8}}, {"float4_e2m1fn", {Float4E2M1, 4}},
       {"int4", {Int, 4}},                  {"uint4", {UInt, 4}},
+      {"tfloat32", {TFloat32, 32}},        {"tf32", {TFloat32, 32}},
   };
   auto it = table.find(s);
   if (it != table.end()) {

@@ -10,9 +10,12 @@ struct DataType {
   // types: conversions saturate to the largest finite value, as CUDA's __NV_SATFINITE.
   // Float8E8M0: e8m0fnu, an unsigned power of two 2^(bits - 127) (255 is NaN), rounded as
   // torch rounds. Float4E2M1: e2m1fn (max 6). Int and UInt also come 4 bits wide.
+  // TFloat32: tfloat32, a float32 with 10 mantissa bits (the tensor cores' tf32), stored in
+  // 32 bits as a float32 whose low 13 bits are zero; conversions into it round to nearest,
+  // ties away from zero (cvt.rna.tf32.f32); arithmetic on it computes in float32.
   // 4-bit types are packed two to a byte in global memory (the low nibble first) and take
   // a byte each on chip (shared, fragment, local).
-  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle, Float8E4M3, Float8E5M2, Float8E8M0, Float4E2M1 };
+  enum Code : uint8_t { Int, UInt, Float, BFloat, Bool, Handle, Float8E4M3, Float8E5M2, Float8E8M0, Float4E2M1, TFloat32 };
   Code code = Int;
   int bits = 32;
   int lanes = 1;
@@ -25,9 +28,12 @@ struct DataType {
   static DataType boolean() { return {Bool, 8, 1}; }
 
   bool is_int() const { return code == Int || code == UInt; }
-  bool is_float() const { return code == Float || code == BFloat || is_float8() || code == Float8E8M0 || code == Float4E2M1; }
+  bool is_float() const { return code == Float || code == BFloat || is_float8() || code == Float8E8M0 || code == Float4E2M1 ||
+                                code == TFloat32; }
   bool is_float8() const { return code == Float8E4M3 || code == Float8E5M2; }
   bool is_bool() const { return code == Bool; }
+  // The operand types of a tf32 tensor-core gemm: float32 (rounded on the way in) and tfloat32.
+  bool is_tf32_operand() const { return (code == Float && bits == 32) || code == TFloat32; }
   // Packed in global memory: two elements a byte.
   bool is_packed() const { return bits == 4; }
   // Bytes of a value (one element a byte for 4-bit types: their on-chip storage).

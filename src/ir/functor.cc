@@ -56,6 +56,7 @@ void IRVisitor::visit_TileOp(const TileOpNode* op) {
 }
 void IRVisitor::visit_Sync(const SyncNode*) {}
 void IRVisitor::visit_While(const WhileNode* op) { visit(op->cond), visit(op->body); }
+void IRVisitor::visit_LoopJump(const LoopJumpNode*) {}
 
 // ---------------------------------------------------------------- mutator
 
@@ -186,6 +187,7 @@ Stmt IRMutator::mutate_TileOp(const Stmt& self, const TileOpNode* op) {
   return changed ? make_tile_op(op->op, regions, args, op->attrs, op->loc) : self;
 }
 Stmt IRMutator::mutate_Sync(const Stmt& self, const SyncNode*) { return self; }
+Stmt IRMutator::mutate_LoopJump(const Stmt& self, const LoopJumpNode*) { return self; }
 
 namespace {
 class Substituter : public IRMutator {

@@ -196,6 +196,7 @@ class CanonicalWriter {
   }
   void write_Sync(const SyncNode* op) { emit(uint64_t(op->barrier)), emit(uint64_t(op->threads)); }
   void write_While(const WhileNode* op) { expr(op->cond), stmt(op->body); }
+  void write_LoopJump(const LoopJumpNode* op) { emit(uint64_t(op->is_continue)); }
 
   std::unordered_map<const ExprNode*, uint64_t> bound_;
   std::unordered_map<const BufferNode*, uint64_t> buffers_;

@@ -258,6 +258,7 @@ class Printer {
     for (const auto& [key, value] : op->attrs) s += (s.empty() ? "" : ", ") + key + "=" + attr(value);
     line(indent, "T." + op->op + "(" + s + ")");
   }
+  void print_LoopJump(const LoopJumpNode* op, int indent) { line(indent, op->is_continue ? "continue" : "break"); }
   void print_Sync(const SyncNode* op, int indent) {
     if (!op->threads) return line(indent, "sync_threads()");
     line(indent, "sync_threads(barrier=" + std::to_string(op->barrier) + ", threads=" + std::to_string(op->threads) + ")");

@@ -76,6 +76,7 @@ Stmt make_tile_op(const std::string& op, std::vector<BufferRegion> regions, std:
   return make_node<TileOpNode>(std::move(loc), op, std::move(regions), std::move(args), std::move(attrs));
 }
 Stmt make_sync(SourceLoc loc) { return make_node<SyncNode>(std::move(loc)); }
+Stmt make_loop_jump(bool is_continue, SourceLoc loc) { return make_node<LoopJumpNode>(std::move(loc), is_continue); }
 Stmt make_scoped_sync(int barrier, int threads, SourceLoc loc) {
   return make_node<SyncNode>(std::move(loc), barrier, threads);
 }

@@ -111,6 +111,14 @@ struct SyncNode : StmtNode {
   SyncNode(int b, int t) : StmtNode(kKind), barrier(b), threads(t) {}
 };
 
+// `break` (leave the innermost enclosing loop) or `continue` (go on with its next
+// iteration), TileLang's meaning; only in serial loops (T.serial, range).
+struct LoopJumpNode : StmtNode {
+  static constexpr NodeKind kKind = NodeKind::LoopJump;
+  bool is_continue = false;
+  explicit LoopJumpNode(bool c) : StmtNode(kKind), is_continue(c) {}
+};
+
 Stmt make_evaluate(Expr v, SourceLoc loc = {});
 Stmt make_store(Buffer b, std::vector<Expr> indices, Expr value, SourceLoc loc = {});
 Stmt make_for(Expr var, Expr min, Expr extent, ForKind k, Stmt body, int num_stages = 0, SourceLoc loc = {});
@@ -122,6 +130,7 @@ Stmt make_let(Expr var, Expr value, Stmt body, SourceLoc loc = {});
 Stmt make_tile_op(const std::string& op, std::vector<BufferRegion> regions, std::vector<Expr> args,
                   std::map<std::string, TileAttr> attrs, SourceLoc loc = {});
 Stmt make_sync(SourceLoc loc = {});
+Stmt make_loop_jump(bool is_continue, SourceLoc loc = {});
 Stmt make_scoped_sync(int barrier, int threads, SourceLoc loc = {});
 
 // A scalar kernel parameter (T.int32 argument) or a tensor (T.Tensor).

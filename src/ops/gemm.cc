@@ -28,6 +28,12 @@
 // a k-step is 32 bytes of a row either way, so the swizzled layouts, ldmatrix addresses
 // and descriptors are the 16-bit ones counted in bytes. The tensor cores read 8-bit
 // operands K-major only, so A is M x K in shared memory and B is N x K (transpose_B).
+//
+// 32-bit float operands (float32 or tfloat32, either of each, float32 C) run mma.sync
+// m16n8k8 tf32, TileLang's meaning of a float32 gemm: a float32 operand is rounded to tf32
+// (to nearest, ties away, as a conversion to tfloat32 is) on its way into a register. Every
+// transpose and a register A take the 16-bit paths' layouts (gemm.h says how). wgmma is not
+// used for them: a kernel with such a gemm runs all its gemms on mma.sync.
 #include <map>
 #include <set>
 
@@ -149,10 +155,17 @@ void check_operands(const TileOpNode* op, const GemmShape& g, const transform::T
   const Buffer& B = op->regions[1].buffer;
   const Buffer& C = op->regions[2].buffer;
   bool f8 = A->dtype.is_float8() && B->dtype.is_float8();
-  user_assert((A->dtype == B->dtype && is_half(A->dtype)) || f8, loc)
-      << "T.gemm takes float16 or bfloat16 A and B of one type, or 8-bit float A and B (float8_e4m3fn, "
-         "float8_e5m2) (got "
+  bool tf32 = A->dtype.is_tf32_operand() && B->dtype.is_tf32_operand();
+  user_assert((A->dtype == B->dtype && is_half(A->dtype)) || f8 || tf32, loc)
+      << "T.gemm takes float16 or bfloat16 A and B of one type, 8-bit float A and B (float8_e4m3fn, "
+         "float8_e5m2), or float32 / tfloat32 A and B (tf32 tensor cores) (got "
       << A->dtype.name() << " and " << B->dtype.name() << ")";
+  if (tf32) {
+    user_assert(C->dtype == DataType::f32(), loc) << "T.gemm on float32 / tfloat32 accumulates in float32 ('"
+                                                  << C->name << "' is " << C->dtype.name() << ")";
+    user_assert(g.k % 8 == 0, loc) << "T.gemm on float32 / tfloat32 needs K a multiple of 8 (got " << g.k << ")";
+    return;
+  }
   if (!f8) return;
   user_assert(target.sm >= 89, loc) << "T.gemm on 8-bit floats needs sm_89 or newer (sm_90a for wgmma): target "
                                     << target.arch << " has no 8-bit tensor-core instruction";
@@ -318,7 +331,7 @@ class Gemm : public TileOp {
     user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)
         << "T.gemm accumulates in float32, or in float16 for float16 operands ('" << C->name << "' is "
         << C->dtype.name() << ", A is " << A->dtype.name() << ")";
-    user_assert(g.k % 16 == 0, loc) << "T.gemm needs K a multiple of 16 (got " << g.k << ")";
+    user_assert(g.k % 16 == 0 || A->dtype.is_tf32_operand(), loc) << "T.gemm needs K a multiple of 16 (got " << g.k << ")";
     user_assert(ctx.target.sm >= 80, loc) << "T.gemm needs sm_80 or newer (target " << ctx.target.arch << ")";
     // Operand tiles whose rows are whole 16-byte chunks, a power of two of them, are
     // stored swizzled so ldmatrix reads them without bank conflicts.

@@ -12,7 +12,8 @@
 // its own statements touch disjoint elements. A branch every thread of the block takes
 // alike (its condition is uniform) gets barriers inside; so does a thread scope's body
 // (scope_thread_guards.cc), whose barriers then meet the scope's threads alone: a named
-// barrier each range of threads has to itself.
+// barrier each range of threads has to itself. A loop left by a break or continue ends
+// each iteration and itself with a barrier the jump cannot skip.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -120,8 +121,30 @@ class Barriers : public IRMutator {
     uni_.bind(op->var, op->extent);
     Stmt body = mutate(op->body);
     // The next iteration's accesses follow this one's: check the body against itself.
-    if (!touched(body).writes.empty()) body = make_seq({body, make_sync(op->loc)});
-    return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+    if (touched(body).writes.empty()) {
+      return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+    }
+    if (!jumps_out(body)) {
+      body = make_seq({body, make_sync(op->loc)});
+      return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+    }
+    // A break or continue (every thread takes it alike: check_loop_jumps) may skip the
+    // body's last barrier: the next iteration starts with one, and so does what follows.
+    body = make_seq({make_sync(op->loc), body, make_sync(op->loc)});
+    return make_seq({make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc),
+                     make_sync(op->loc)},
+                    op->loc);
+  }
+
+  // Whether s holds a break or continue of the loop whose body it is (not of a loop inside).
+  static bool jumps_out(const Stmt& s) {
+    struct Finder : IRVisitor {
+      bool found = false;
+      void visit_LoopJump(const LoopJumpNode*) override { found = true; }
+      void visit_For(const ForNode*) override {}
+    } f;
+    f.visit(s);
+    return f.found;
   }
   // As a loop: the next iteration (and the condition that starts it) follows this one.
   Stmt mutate_While(const Stmt& self, const WhileNode* op) {

@@ -70,6 +70,8 @@ struct Nest {
   std::vector<Access> fragments;
   int min_mem_bytes = 0;  // narrowest global/shared element the loop touches
   ScopeRef scope;
+  // The variables of the serial loops around the nest with constant bounds: [lo, hi].
+  std::map<const ExprNode*, std::pair<int64_t, int64_t>> around;
 };
 
 class Collector : public IRVisitor {
@@ -91,8 +93,16 @@ class Collector : public IRVisitor {
   }
 
   void visit_For(const ForNode* op) override {
-    if (op->for_kind != ForKind::Parallel) return IRVisitor::visit_For(op);
-    Nest n{op, {}, {}, {}, 0, scope_};
+    if (op->for_kind != ForKind::Parallel) {
+      const int64_t* lo = as_const_int(op->min);
+      const int64_t* ext = as_const_int(op->extent);
+      bool bounded = lo && ext && *ext > 0;
+      if (bounded) around_[op->var.get()] = {*lo, *lo + *ext - 1};
+      IRVisitor::visit_For(op);
+      if (bounded) around_.erase(op->var.get());
+      return;
+    }
+    Nest n{op, {}, {}, {}, 0, scope_, around_};
     const ForNode* f = op;
     Stmt body;
     while (true) {
@@ -238,6 +248,7 @@ class Collector : public IRVisitor {
   }
 
   Nest* current_ = nullptr;
+  std::map<const ExprNode*, std::pair<int64_t, int64_t>> around_;  // see Nest::around
   ScopeRef scope_;
 };
 
@@ -538,21 +549,48 @@ class Inference {
   // Whether the loop's threads hold the elements of `a` they read: for every thread and
   // register of the loop's layout, the element its index names is held by that thread.
   // Unknown (an index reading a variable of a loop around the nest, or memory): no.
+  // Whether `loop` puts each element of `frag` that the access reads in the thread that
+  // reads it. An index may name variables of constant-bound serial loops around the nest
+  // (acc[i + s * 16, j] in `for s in range(2)`): every value of them is checked.
   static bool serves(const Nest& n, const Access& a, const layout::Fragment& loop, const layout::Fragment& frag) {
-    if (a.outer) return false;
-    std::vector<int64_t> c(n.vars.size()), fc(a.idx.size());
+    std::vector<const ExprNode*> outer;
+    for (auto& e : a.idx) {
+      post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
+        if (!x.as<VarNode>() || std::find(outer.begin(), outer.end(), x.get()) != outer.end()) return;
+        bool mine = std::any_of(n.vars.begin(), n.vars.end(), [&](const Expr& v) { return v.same_as(x); });
+        if (!mine) outer.push_back(x.get());
+      });
+    }
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    int64_t combos = 1;
+    for (auto* v : outer) {
+      auto r = n.around.find(v);
+      if (r == n.around.end()) return false;
+      ranges.push_back(r->second);
+      combos *= r->second.second - r->second.first + 1;
+      if (combos * loop.threads() * loop.slots() > (int64_t(1) << 24)) return false;
+    }
+    std::vector<int64_t> c(n.vars.size()), fc(a.idx.size()), at(outer.size());
+    for (size_t i = 0; i < outer.size(); ++i) at[i] = ranges[i].first;
     VarValues values;
-    for (int t = 0; t < loop.threads(); ++t) {
-      for (int sl = 0; sl < loop.slots(); ++sl) {
-        if (!loop.coords(t, sl, c.data())) continue;
-        for (size_t k = 0; k < c.size(); ++k) values[n.vars[k].get()] = c[k];
-        for (size_t k = 0; k < a.idx.size(); ++k) {
-          if (!eval_int(a.idx[k], values, &fc[k])) return false;
+    for (int64_t combo = 0; combo < combos; ++combo) {
+      for (size_t i = 0; i < outer.size(); ++i) values[outer[i]] = at[i];
+      for (int t = 0; t < loop.threads(); ++t) {
+        for (int sl = 0; sl < loop.slots(); ++sl) {
+          if (!loop.coords(t, sl, c.data())) continue;
+          for (size_t k = 0; k < c.size(); ++k) values[n.vars[k].get()] = c[k];
+          bool inside = true;
+          for (size_t k = 0; k < a.idx.size(); ++k) {
+            if (!eval_int(a.idx[k], values, &fc[k])) return false;
+            inside = inside && fc[k] >= 0 && fc[k] < frag.shape()[k];
+          }
+          if (!inside) continue;  // masked off, or past the edge: not ours to judge
+          if (frag.slot_of(t, frag.flatten(fc.data())) < 0) return false;
         }
-        for (size_t k = 0; k < fc.size(); ++k) {
-          if (fc[k] < 0 || fc[k] >= frag.shape()[k]) return true;  // masked or out of range: not ours to judge
-        }
-        if (frag.slot_of(t, frag.flatten(fc.data())) < 0) return false;
+      }
+      for (size_t i = outer.size(); i-- > 0;) {
+        if (++at[i] <= ranges[i].second) break;
+        at[i] = ranges[i].first;
       }
     }
     return true;
@@ -597,6 +635,10 @@ class Inference {
         for (auto& a : n.fragments) bytes = bytes ? std::min(bytes, a.buf->dtype.bytes()) : a.buf->dtype.bytes();
       }
       if (!bytes) bytes = 4;
+      if (auto l = layout_serving_reads(n)) {
+        lm_.loop[n.outer] = l;
+        return true;
+      }
       // Rows to power-of-two thread groups, so that reductions along the last dimension
       // are butterflies and every thread's accesses stay in one row.
       int vec = layout::choose_row_vector(n.extents.back(), bytes);
@@ -604,6 +646,26 @@ class Inference {
       return true;
     }
     return false;
+  }
+
+  // A loop reading a fragment of its own shape at other indices than its variables
+  // (acc[i + s * 16, j] for i < 16, in `for s in range(2)`) runs with that fragment's
+  // layout when, so laid out, every thread holds each element it reads of every fragment
+  // with a layout: no exchange through shared memory is needed.
+  layout::FragmentPtr layout_serving_reads(const Nest& n) {
+    for (auto& a : n.fragments) {
+      auto f = lm_.fragment.find(a.buf.get());
+      if (a.store || a.identity || f == lm_.fragment.end() || f->second->whole_in_every_thread()) continue;
+      if (f->second->shape() != n.extents || f->second->threads() != int(n.scope.count)) continue;
+      bool all = true;
+      for (auto& b : n.fragments) {
+        auto fb = lm_.fragment.find(b.buf.get());
+        if (fb == lm_.fragment.end() || (!b.store && fb->second->whole_in_every_thread())) continue;
+        all = all && !b.store && serves(n, b, *f->second, *fb->second);
+      }
+      if (all) return f->second;
+    }
+    return nullptr;
   }
 
   // The one fragment the loop stores, when the loop can run with `read`'s layout instead:

@@ -152,11 +152,16 @@ class FragmentToRegister : public IRMutator {
     for (int t = 0; t < L.threads(); ++t) {
       if (!L.coords(t, slot_, c.data())) continue;
       for (size_t k = 0; k < c.size(); ++k) values[n_.vars[k].get()] = c[k];
+      bool inside = true;
       for (size_t k = 0; k < idx.size(); ++k) {
         user_assert(eval_int(idx[k], values, &fc[k]), loc)
             << "fragment '" << frag->name
             << "' must be indexed by the T.Parallel loop variables, variables of the loops around it and constants";
+        inside = inside && fc[k] >= 0 && fc[k] < layout->shape()[k];
       }
+      // Past the fragment's edge: an iteration the program masks off (acc[i + 16, j]
+      // under `if i < 16`); the threads that do read give the register.
+      if (!inside) continue;
       int s = layout->slot_of(t, layout->flatten(fc.data()));
       user_assert(s >= 0 && (found < 0 || found == s), loc)
           << "layout conflict: in this T.Parallel loop (layout " << L.describe() << ") thread " << t

@@ -7,6 +7,8 @@
 namespace tegula::transform {
 
 void simplify(ir::Kernel& k, PassContext& ctx);
+// Refuses a break / continue some threads take in a loop holding barriers (its file says which).
+void check_loop_jumps(ir::Kernel& k, PassContext& ctx);
 // A T.Parallel loop of a run-time but bounded extent: the loop over the bound, guarded.
 void bound_parallel_extents(ir::Kernel& k, PassContext& ctx);
 void scope_thread_guards(ir::Kernel& k, PassContext& ctx);

@@ -19,6 +19,7 @@ struct Step {
 
 const Step kPipeline[] = {
     {"simplify", simplify},
+    {"check_loop_jumps", check_loop_jumps},
     {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
     {"check_user_barriers", check_user_barriers},

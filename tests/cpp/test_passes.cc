@@ -93,6 +93,7 @@ struct Stage {
 // it still is.
 const Stage kStages[] = {
     {"simplify", transform::simplify},
+    {"check_loop_jumps", transform::check_loop_jumps},
     {"bound_parallel_extents", transform::bound_parallel_extents},
     {"read_annotations", transform::read_annotations},
     {"check_user_barriers", transform::check_user_barriers},

@@ -99,3 +99,32 @@ def scalar_of_reduction_program(M, N, threads):
             S[bx] = s
 
     return scale_rows
+
+
+def split_store_program(BS, D, K, split, threads=128):
+    """C = A @ B in a (BS, D) accumulator, stored in `split` slices of BS // split rows
+    through a shared tile, each slice read as acc[i + s * (BS // split), j] in a loop over
+    the whole tile masked to the slice (sparse MLA's backward writes dKV so). When the
+    accumulator's layout puts rows i and i + s * (BS // split) in one thread (slices of 16
+    rows of an mma accumulator), the loop runs with that layout and no exchange is needed;
+    otherwise the rows cross through shared memory."""
+    rows = BS // split
+
+    @T.prim_func
+    def split_store(A: T.Tensor((BS, K), "float16"), B: T.Tensor((K, D), "float16"), C: T.Tensor((BS, D), "float32")):
+        with T.Kernel(1, threads=threads):
+            a = T.alloc_shared((BS, K), "float16")
+            b = T.alloc_shared((K, D), "float16")
+            acc = T.alloc_fragment((BS, D), "float32")
+            part = T.alloc_shared((rows, D), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, acc, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+            for s in range(split):
+                for i, j in T.Parallel(BS, D):
+                    if i < rows:
+                        part[i, j] = acc[i + s * rows, j]
+                for i, j in T.Parallel(rows, D):
+                    C[s * rows + i, j] = part[i, j]
+
+    return split_store

@@ -1,4 +1,5 @@
-// Block-level GEMM on tensor cores (mma.sync m16n8k16, operands through ldmatrix), the
+// Block-level GEMM on tensor cores (mma.sync m16n8k16, operands through ldmatrix; m16n8k8
+// tf32 for 32-bit operands, see below), the
 // code T.gemm lowers to: gemm_ss when A is in shared memory, gemm_rs when A is a fragment.
 //
 // The block's warps tile the M x N output as WM x WN; warp w takes the tile at
@@ -23,8 +24,17 @@
 // (sm_89+): their registers hold the same bytes of a row as 16-bit m16n8k16 ones, so a
 // k-step is 32 bytes of K either way and the ldmatrix addresses are the same in bytes.
 // 8-bit operands are read K-major only: A as M x K, B as N x K (TB), both in shared memory.
+//
+// 32-bit operands (float32, rounded to tf32 on the way into a register, or tfloat32, already
+// rounded) run m16n8k8 tf32, one element a register. A lane's registers hold the columns
+// 2t and 2t + 1 of its rows (t = lane % 4) where the instruction names columns t and t + 4:
+// a permutation of K, the same for A and B, so the products summed are the same. It makes
+// a register A exactly an accumulator tile's registers (as for 16-bit operands) and a
+// K-major shared operand two adjacent elements (one 8-byte load); an MN-major one takes
+// two 4-byte loads.
 #pragma once
 #include "tegula/mma.h"
+#include "tegula/small_types.h"
 
 namespace tegula {
 
@@ -117,9 +127,17 @@ TEGULA_DEVICE void unpack2(uint32_t v, half_t& lo, half_t& hi) {
 // instruction for the operand types T (A) and U (B) and the accumulator type. kZero: C's
 // old value is taken as 0 (the first k-step of a gemm with clear_accum), so no register
 // has to be cleared first.
+// The tf32 register of a 32-bit operand element: a float rounded as a conversion to
+// tfloat32 rounds, a tfloat32 as it is.
+TEGULA_DEVICE uint32_t tf32_bits(float x) { return __float_as_uint(tf32_t::from_float(x).value); }
+TEGULA_DEVICE uint32_t tf32_bits(tf32_t x) { return __float_as_uint(x.value); }
+
 template <typename T, typename U>
 TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
-  if constexpr (detail::is_same<T, half_t>) {
+  if constexpr (sizeof(T) == 4) {
+    static_assert(sizeof(U) == 4, "a 32-bit A multiplies a 32-bit B");
+    mma_m16n8k8_tf32f32(d, a, b, c);
+  } else if constexpr (detail::is_same<T, half_t>) {
     mma_m16n8k16_f16f32(d, a, b, c);
   } else if constexpr (detail::is_same<T, bfloat16_t>) {
     mma_m16n8k16_bf16f32(d, a, b, c);
@@ -170,62 +188,113 @@ struct BlockGemm {
   static_assert(OA % (TA ? CH : KS) == 0 && OB % (TB ? KS : CH) == 0,
                 "a region's column offset is a multiple of the K step (along K) or of a chunk (along M, N)");
   // A in registers: each group of WM warps (one column of the split) holds all of A.
-  static_assert(E == 2 || (!TA && TB && !RA && sizeof(U) == 1), "8-bit operands are read K-major from shared memory");
+  static_assert(E == 4 || E == 2 || (!TA && TB && !RA && sizeof(U) == 1),
+                "8-bit operands are read K-major from shared memory");
+  static_assert(E != 4 || sizeof(U) == 4, "32-bit operands: A and B both float32 or tfloat32");
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % KS == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
 
   // A fragments of k-step k0 for the warp's MT row tiles.
   static TEGULA_DEVICE void load_a(uint32_t (&a)[MT][4], const T* A, int row0, int k0, int lane) {
+    if constexpr (E == 4) {
+      load_a_tf32(a, A, row0, k0, lane);
+    } else {
 #pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-      if constexpr (RA) {
-        // From registers holding A in the accumulator layout of an M x K tile split WM x 1
-        // (slots [mi][kt][e], kt counting 8-column tiles): the 16 x 16 operand is
-        // accumulator tile kt = k0 / 8 and its right neighbour.
-        const T* s = A + (mi * (K / 8) + k0 / 8) * 4;
-        a[mi][0] = pack2(s[0], s[1]);
-        a[mi][1] = pack2(s[2], s[3]);
-        a[mi][2] = pack2(s[4], s[5]);
-        a[mi][3] = pack2(s[6], s[7]);
-      } else if constexpr (TA) {
-        // A is stored K x M: matrix q = lane / 8 of the four is (m half q % 2, k half q / 2),
-        // read transposed from rows k of the stored tile.
-        int q = lane / 8;
-        if constexpr (is_pow2(2 * MT) && OA == 0) {
-          ldmatrix_x4_trans(a[mi], tile_at2<LDA, T, SA, PA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
+      for (int mi = 0; mi < MT; ++mi) {
+        if constexpr (RA) {
+          // From registers holding A in the accumulator layout of an M x K tile split WM x 1
+          // (slots [mi][kt][e], kt counting 8-column tiles): the 16 x 16 operand is
+          // accumulator tile kt = k0 / 8 and its right neighbour.
+          const T* s = A + (mi * (K / 8) + k0 / 8) * 4;
+          a[mi][0] = pack2(s[0], s[1]);
+          a[mi][1] = pack2(s[2], s[3]);
+          a[mi][2] = pack2(s[4], s[5]);
+          a[mi][3] = pack2(s[6], s[7]);
+        } else if constexpr (TA) {
+          // A is stored K x M: matrix q = lane / 8 of the four is (m half q % 2, k half q / 2),
+          // read transposed from rows k of the stored tile.
+          int q = lane / 8;
+          if constexpr (is_pow2(2 * MT) && OA == 0) {
+            ldmatrix_x4_trans(a[mi], tile_at2<LDA, T, SA, PA>(A, (q / 2) * 8 + lane % 8, k0, row0 / 8 + q % 2, 2 * mi));
+          } else {
+            ldmatrix_x4_trans(a[mi], tile_at<LDA, T, SA, PA>(A, k0 + (q / 2) * 8 + lane % 8, OA + row0 + mi * 16 + (q % 2) * 8));
+          }
         } else {
-          ldmatrix_x4_trans(a[mi], tile_at<LDA, T, SA, PA>(A, k0 + (q / 2) * 8 + lane % 8, OA + row0 + mi * 16 + (q % 2) * 8));
+          // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
+          ldmatrix_x4(a[mi], tile_at2<LDA, T, SA, PA>(A, row0 + lane % 16, mi * 16, lane / 16, (OA + k0) / CH));
         }
-      } else {
-        // Lanes 0-15 address rows 0-15 at column k0, lanes 16-31 the same rows at k0 + 8.
-        ldmatrix_x4(a[mi], tile_at2<LDA, T, SA, PA>(A, row0 + lane % 16, mi * 16, lane / 16, (OA + k0) / CH));
       }
     }
   }
 
+  // 32-bit A (see the top of this file): registers 0..3 are rows g, g + 8 at column 2t,
+  // then the same rows at 2t + 1, of row tile mi and k-step k0.
+  static TEGULA_DEVICE void load_a_tf32(uint32_t (&a)[MT][4], const T* A, int row0, int k0, int lane) {
+    const int g = lane / 4, k = k0 + 2 * (lane % 4);
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        T v0, v1;
+        if constexpr (RA) {
+          // Accumulator slots [mi][kt][e]: e = 0, 1 row g, e = 2, 3 row g + 8; columns 2t, 2t + 1.
+          const T* s = A + (mi * (K / 8) + k0 / 8) * 4 + 2 * h;
+          v0 = s[0], v1 = s[1];
+        } else if constexpr (TA) {
+          const int m = OA + row0 + mi * 16 + g + 8 * h;
+          v0 = *tile_at<LDA, T, SA, PA>(A, k, m), v1 = *tile_at<LDA, T, SA, PA>(A, k + 1, m);
+        } else {
+          // Columns 2t and 2t + 1 share a 16-byte chunk, which swizzling keeps whole.
+          const T* p = tile_at<LDA, T, SA, PA>(A, row0 + mi * 16 + g + 8 * h, OA + k);
+          v0 = p[0], v1 = p[1];
+        }
+        a[mi][h] = tf32_bits(v0);
+        a[mi][2 + h] = tf32_bits(v1);
+      }
+    }
+  }
+
+  // 32-bit B of n-tile ni: rows 2t and 2t + 1 of column g.
+  static TEGULA_DEVICE void load_b_tf32(uint32_t (&b)[2], const U* B, int col0, int ni, int k0, int lane) {
+    const int n = col0 + ni * 8 + lane / 4, k = k0 + 2 * (lane % 4);
+    U v0, v1;
+    if constexpr (TB) {
+      const U* p = tile_at<LDB, U, SB, PB>(B, n, OB + k);
+      v0 = p[0], v1 = p[1];
+    } else {
+      v0 = *tile_at<LDB, U, SB, PB>(B, k, OB + n), v1 = *tile_at<LDB, U, SB, PB>(B, k + 1, OB + n);
+    }
+    b[0] = tf32_bits(v0), b[1] = tf32_bits(v1);
+  }
+
   // B fragments of k-step k0 for the warp's NT column tiles: two tiles per ldmatrix.x4.
   static TEGULA_DEVICE void load_b(uint32_t (&b)[NT][2], const U* B, int col0, int k0, int lane) {
-    const int q = lane / 8, r = lane % 8;
+    if constexpr (E == 4) {
 #pragma unroll
-    for (int ni = 0; ni + 1 < NT; ni += 2) {
-      uint32_t d[4];
-      if constexpr (TB) {
-        // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
-        ldmatrix_x4(d, tile_at2<LDB, U, SB, PB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, (OB + k0) / CH));
-      } else if constexpr (is_pow2(NT) && OB == 0) {
-        // Rows k of a K x N tile, transposed on the way into registers.
-        ldmatrix_x4_trans(d, tile_at2<LDB, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
-      } else {
-        ldmatrix_x4_trans(d, tile_at<LDB, U, SB, PB>(B, k0 + (q % 2) * 8 + r, OB + col0 + ni * 8 + (q / 2) * 8));
+      for (int ni = 0; ni < NT; ++ni) load_b_tf32(b[ni], B, col0, ni, k0, lane);
+    } else {
+      const int q = lane / 8, r = lane % 8;
+#pragma unroll
+      for (int ni = 0; ni + 1 < NT; ni += 2) {
+        uint32_t d[4];
+        if constexpr (TB) {
+          // B^T rows are B columns: matrices (n half q / 2, k half q % 2), read as stored.
+          ldmatrix_x4(d, tile_at2<LDB, U, SB, PB>(B, col0 + (q / 2) * 8 + r, ni * 8, q % 2, (OB + k0) / CH));
+        } else if constexpr (is_pow2(NT) && OB == 0) {
+          // Rows k of a K x N tile, transposed on the way into registers.
+          ldmatrix_x4_trans(d, tile_at2<LDB, U, SB, PB>(B, (q % 2) * 8 + r, k0, col0 / 8 + q / 2, ni));
+        } else {
+          ldmatrix_x4_trans(d, tile_at<LDB, U, SB, PB>(B, k0 + (q % 2) * 8 + r, OB + col0 + ni * 8 + (q / 2) * 8));
+        }
+        b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
       }
-      b[ni][0] = d[0], b[ni][1] = d[1], b[ni + 1][0] = d[2], b[ni + 1][1] = d[3];
-    }
-    if constexpr (NT % 2 == 1) {
-      constexpr int ni = NT - 1;
-      if constexpr (TB) {
-        ldmatrix_x2(b[ni], tile_at<LDB, U, SB, PB>(B, col0 + ni * 8 + lane % 8, OB + k0 + ((lane / 8) % 2) * CH));
-      } else {
-        ldmatrix_x2_trans(b[ni], tile_at<LDB, U, SB, PB>(B, k0 + lane % 16, OB + col0 + ni * 8));
+      if constexpr (NT % 2 == 1) {
+        constexpr int ni = NT - 1;
+        if constexpr (TB) {
+          ldmatrix_x2(b[ni], tile_at<LDB, U, SB, PB>(B, col0 + ni * 8 + lane % 8, OB + k0 + ((lane / 8) % 2) * CH));
+        } else {
+          ldmatrix_x2_trans(b[ni], tile_at<LDB, U, SB, PB>(B, k0 + lane % 16, OB + col0 + ni * 8));
+        }
       }
     }
   }
@@ -295,6 +364,16 @@ struct BlockGemm {
   // B fragments of n-tiles n0 and n0 + 1 (only n0 when !two) of the warp's columns.
   static TEGULA_DEVICE void load_b_pair(uint32_t (&b)[2][2], const U* B, int col0, int n0, int k0, int lane,
                                         bool two) {
+    if constexpr (E == 4) {
+      load_b_tf32(b[0], B, col0, n0, k0, lane);
+      if (two) load_b_tf32(b[1], B, col0, n0 + 1, k0, lane);
+    } else {
+      load_b_pair16(b, B, col0, n0, k0, lane, two);
+    }
+  }
+
+  static TEGULA_DEVICE void load_b_pair16(uint32_t (&b)[2][2], const U* B, int col0, int n0, int k0, int lane,
+                                          bool two) {
     const int q = lane / 8, r = lane % 8;
     if (two) {
       uint32_t d[4];
@@ -330,9 +409,9 @@ TEGULA_DEVICE void gemm_ss(const T* A, const U* B, Acc* C, unsigned tid = thread
 // (A stored K x M) the registers hold Aᵀ in that order (the compiler's layout is the
 // transposed one), so they are read the same way.
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool CLEAR, bool SA, bool SB, int LDA = 0,
-          int OA = 0, int LDB = 0, int OB = 0, int PA = 0, int PB = 0, typename T, typename Acc>
-TEGULA_DEVICE void gemm_rs(const T* A, const T* B, Acc* C, unsigned tid = threadIdx.x) {
-  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, T, LDA, OA, LDB, OB, 0, PB>::run(A, B, C, tid);
+          int OA = 0, int LDB = 0, int OB = 0, int PA = 0, int PB = 0, typename T, typename U, typename Acc>
+TEGULA_DEVICE void gemm_rs(const T* A, const U* B, Acc* C, unsigned tid = threadIdx.x) {
+  BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, true, CLEAR, T, U, LDA, OA, LDB, OB, 0, PB>::run(A, B, C, tid);
 }
 
 }  // namespace tegula

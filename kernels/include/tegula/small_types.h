@@ -47,6 +47,25 @@ struct fp4_e2m1_t {
   TEGULA_DEVICE unsigned nibble() const { return bits & 0xf; }
 };
 
+// tfloat32: a float32 of 10 mantissa bits (the tensor cores' tf32), the low 13 bits zero.
+// From a float it rounds to nearest, ties away from zero (cvt.rna.tf32.f32, sm_80 on);
+// back to float it is exact. 4 bytes, so a tf32 tile is a float32 tile to memory.
+struct tf32_t {
+  float value;
+  static TEGULA_DEVICE tf32_t from_float(float f) {
+#if TEGULA_ARCH >= 800
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(f));
+    return {__uint_as_float(u)};
+#else
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+    return {__uint_as_float(u)};
+#endif
+  }
+  TEGULA_DEVICE float to_float() const { return value; }
+};
+
 // 4-bit integers: from an integer they wrap (as every integer narrowing does), from a float
 // they truncate and saturate (NaN gives 0).
 struct int4b_t {
@@ -70,10 +89,11 @@ struct uint4b_t {
 
 TEGULA_DEVICE float to_float(fp8_e8m0_t x) { return x.to_float(); }
 TEGULA_DEVICE float to_float(fp4_e2m1_t x) { return x.to_float(); }
+TEGULA_DEVICE float to_float(tf32_t x) { return x.value; }
 
 namespace detail {
 template <typename T>
-inline constexpr bool is_minifloat = is_same<T, fp8_e8m0_t> || is_same<T, fp4_e2m1_t>;
+inline constexpr bool is_minifloat = is_same<T, fp8_e8m0_t> || is_same<T, fp4_e2m1_t> || is_same<T, tf32_t>;
 template <typename T>
 inline constexpr bool is_int4 = is_same<T, int4b_t> || is_same<T, uint4b_t>;
 }  // namespace detail

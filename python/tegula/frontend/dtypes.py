@@ -22,19 +22,22 @@ _SPELLINGS = {
     # 4-bit types: packed two to a byte in global memory (a torch int8/uint8 tensor whose
     # last dimension is halved), a byte each on chip.
     "int4": "int4", "uint4": "uint4", "float4_e2m1fn": "float4_e2m1fn",
+    # The tensor cores' tf32: a float32 of 10 mantissa bits, 32 bits in memory (a torch
+    # float32 tensor); converting into it rounds, arithmetic on it is float32.
+    "tfloat32": "tfloat32", "tf32": "tfloat32",
 }
 
 # Python types used as annotations or dtypes: `n: int`.
 _PY_TYPES = {builtins.int: "int32", builtins.float: "float32", builtins.bool: "bool"}
 
 FLOAT_TYPES = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
-                         "float4_e2m1fn"})
+                         "float4_e2m1fn", "tfloat32"})
 # 8-bit floats are storage types: arithmetic on them computes in float32.
 FLOAT8_TYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
 # Storage types computed on in a wider type: the 8-bit and 4-bit floats in float32, the
 # 4-bit integers in int32.
 WIDENED_TYPES = {"float8_e4m3fn": "float32", "float8_e5m2": "float32", "float8_e8m0fnu": "float32",
-                 "float4_e2m1fn": "float32", "int4": "int32", "uint4": "int32"}
+                 "float4_e2m1fn": "float32", "int4": "int32", "uint4": "int32", "tfloat32": "float32"}
 PACKED_TYPES = frozenset({"int4", "uint4", "float4_e2m1fn"})
 # The torch dtypes a 4-bit tensor may be passed as (bytes of two elements).
 PACKED_STORAGE = frozenset({"int8", "uint8", "float4_e2m1fn_x2"})
@@ -44,12 +47,12 @@ INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "ui
 # TileLang (TVM) refuses it.
 FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
              "float64": 1.7976931348623157e308, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0,
-             "float8_e8m0fnu": 1.7014118346046923e38, "float4_e2m1fn": 6.0}
+             "float8_e8m0fnu": 1.7014118346046923e38, "float4_e2m1fn": 6.0, "tfloat32": 3.4011621342146535e38}
 
 # canonical name -> torch attribute: a 4-bit type's is the bytes that hold two elements
 # (TileLang's choice; torch.float4_e2m1fn_x2 where this torch has it).
 _TORCH_NAMES = {name: name for name in FLOAT_TYPES | INT_TYPES | {"bool"}}
-_TORCH_NAMES.update({"int4": "int8", "uint4": "uint8", "float4_e2m1fn": "float4_e2m1fn_x2"})
+_TORCH_NAMES.update({"tfloat32": "float32", "int4": "int8", "uint4": "uint8", "float4_e2m1fn": "float4_e2m1fn_x2"})
 
 
 # (cast_value, unbound_var) of values.py, which registers them when it is imported (it is

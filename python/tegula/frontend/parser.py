@@ -33,8 +33,6 @@ _AUG_OPERATORS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", a
 UNSUPPORTED_STMTS = {
     ast.Try: "try statements are not supported in a kernel",
     ast.Raise: "raise is not supported in a kernel",
-    ast.Break: "break is not supported in a kernel",
-    ast.Continue: "continue is not supported in a kernel",
     ast.Delete: "del is not supported in a kernel",
     ast.Global: "global is not supported in a kernel",
     ast.Nonlocal: "nonlocal is not supported in a kernel",
@@ -68,6 +66,9 @@ class Parser(Evaluator):
         # each with the builder block that becomes its body.
         self._open_lets: list[tuple] = []
         self._if_test = None  # (the `if` statement, its test's value), evaluated once
+        # The loops around the statement parsed now, innermost last: their kinds ("serial",
+        # "parallel", ...; "python" for a sequence unrolled while parsing), for break / continue.
+        self._loop_kinds: list[str] = []
 
     # ---- blocks ----
     def parse_block(self, stmts: list, hoist: bool = False) -> None:
@@ -412,12 +413,16 @@ class Parser(Evaluator):
                 raise self.error(stmt.iter, "range with a non-positive step is not supported in a kernel")
             spec = LoopSpec("serial", [(spec.start, len(spec), spec.step)])
         if isinstance(spec, (tuple, list)):
-            for item in spec:  # a Python sequence unrolls while parsing
-                lets = self.assign(stmt.target, item)
-                if lets:
-                    self._emit_lets(stmt, lets, stmt.body)
-                else:
-                    self.parse_block(stmt.body)
+            self._loop_kinds.append("python")
+            try:
+                for item in spec:  # a Python sequence unrolls while parsing
+                    lets = self.assign(stmt.target, item)
+                    if lets:
+                        self._emit_lets(stmt, lets, stmt.body)
+                    else:
+                        self.parse_block(stmt.body)
+            finally:
+                self._loop_kinds.pop()
             return None
         if not isinstance(spec, LoopSpec):
             raise self.error(stmt.iter, f"cannot loop over {type(spec).__name__} in a kernel: use range, "
@@ -443,11 +448,13 @@ class Parser(Evaluator):
         outer_parallel_body = self.builder.parallel_body
         if parallel:
             self.builder.parallel_body = id(self.builder.blocks[-1])
+        self._loop_kinds.append(spec.kind)
         try:
             self.parse_block(stmt.body)
             if schedule is not None:
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
         finally:
+            self._loop_kinds.pop()
             self.builder.parallel -= parallel
             self.builder.pipelined -= spec.kind == "pipelined"
             self.builder.parallel_body = outer_parallel_body
@@ -492,9 +499,11 @@ class Parser(Evaluator):
             self.bind(name, coord)
         self.builder.push()
         self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
+        self._loop_kinds.append("persistent")
         try:
             self.parse_block(stmt.body)
         finally:
+            self._loop_kinds.pop()
             self.scopes.pop()
         body = self.builder.pop_optional()
         if body is None:
@@ -565,7 +574,28 @@ class Parser(Evaluator):
         self.scopes[-1].update({k: v for k, v in inner.items() if not isinstance(v, (BufferValue, PrimExpr))})
         return None
 
+    # Loops a break or continue may leave: those that stay loops in the generated code.
+    _JUMPABLE = frozenset({"serial", "unrolled"})
+
+    def _jump(self, stmt):
+        """break / continue of the innermost loop, a serial one (T.serial, range, T.unroll):
+        TileLang's meaning. Whether every thread that reaches a barrier in the loop also
+        takes the jump is checked when the kernel lowers (check_loop_jumps)."""
+        word = "continue" if isinstance(stmt, ast.Continue) else "break"
+        if not self._loop_kinds:
+            raise self.error(stmt, f"'{word}' outside a loop")
+        kind = self._loop_kinds[-1]
+        if kind not in self._JUMPABLE:
+            what = {"python": "a loop over a Python sequence, which unrolls while the kernel is parsed",
+                    "parallel": "a T.Parallel loop, whose iterations the threads share",
+                    "pipelined": "a T.Pipelined loop, whose stages overlap",
+                    "persistent": "a T.Persistent loop"}.get(kind, f"a loop of kind {kind}")
+            raise self.error(stmt, f"'{word}' leaves only serial loops (T.serial, range, T.unroll); this is {what}")
+        self.builder.emit(self._ir.loop_jump(word == "continue"))
+        return None
+
     _STMTS = {
+        ast.Break: _jump, ast.Continue: _jump,
         ast.Expr: _expr_stmt, ast.Pass: _pass, ast.Return: _return, ast.Assert: _assert,
         ast.Assign: _assign, ast.AnnAssign: _ann_assign, ast.AugAssign: _aug_assign,
         ast.If: _if, ast.For: _for, ast.With: _with, ast.While: _while,

@@ -55,7 +55,7 @@ from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_bloc
                       reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
                     dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,
-                    float32, float64, half, int4, int8, int16, int32, int64, symbolic, uint4, uint8, uint16, uint32, uint64)
+                    float32, float64, half, int4, int8, int16, int32, int64, symbolic, tfloat32, uint4, uint8, uint16, uint32, uint64)
 
 globals().update(_VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..frontend.dtypes import DType, normalize_dtype
 from .types import (DTYPES, bfloat16, bool, double, dtype, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3,  # noqa: F401
                     float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16, float32, float64, half, int4, int8, int16,
-                    int32, int64, uint4, uint8, uint16, uint32, uint64)
+                    int32, int64, tfloat32, uint4, uint8, uint16, uint32, uint64)
 
 # torch attribute -> the dtype of that name (where the two spell it differently)
 _FROM_TORCH = {"float4_e2m1fn_x2": "float4_e2m1fnx2"}

@@ -26,10 +26,14 @@ int4, uint4, float4_e2m1fn = DType("int4"), DType("uint4"), DType("float4_e2m1fn
 # TileLang's pair of e2m1 values in one byte: named so that programs naming it import; a
 # tensor of it is refused (declare float4_e2m1fn with the last dimension doubled).
 float4_e2m1fnx2 = DType("float4_e2m1fnx2")
+# tf32: a float32 of 10 mantissa bits, stored in 32 (a torch float32 tensor). Converting into
+# it rounds to nearest, ties away from zero; arithmetic on it is float32; T.gemm on it (or
+# on float32) runs on the tf32 tensor cores.
+tfloat32 = DType("tfloat32")
 
 DTYPES = ("float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
           "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e4m3",
-          "float8_e5m2", "float8_e8m0fnu", "int4", "uint4", "float4_e2m1fn")
+          "float8_e5m2", "float8_e8m0fnu", "int4", "uint4", "float4_e2m1fn", "tfloat32")
 
 
 def dtype(name) -> DType:

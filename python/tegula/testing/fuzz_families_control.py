@@ -726,6 +726,53 @@ def gen_tile_scheduler(k: Kernel) -> None:
     k.body.close()
 
 
-FAMILIES: list = [(gen_persistent, 1), (gen_masked_tail, 1), (gen_nested_loops, 1), (gen_shared_reorder, 1), (gen_grid3d, 1),
+def gen_loop_jumps(k: Kernel) -> None:
+    """break / continue in serial loops: per row of a T.Parallel loop, a serial scan over a
+    shared tile's row that stops at (break) or skips (continue) the negative inputs, a
+    jump that differs between threads in a loop with no barrier; and a serial loop of tile
+    code left by a break every thread takes alike (on the loop variable)."""
+    c = k.c
+    bm, bk = c.choice([8, 16, 32]), c.choice([4, 8, 16])
+    M = _size(c, bm)
+    dt = c.choice(["float32", "int32"])
+    is_int = dt == "int32"
+    k.dtypes.add(dt)
+    X = k.tensor("X", [str(M), str(bk)], [M, bk], dt, values="ints" if is_int else "signed")
+    k.header = f"with T.Kernel(T.ceildiv({M}, {bm}), threads={_threads(c)}) as bx:"
+    xs = k.alloc("shared", (bm, bk), dt, "x_tile")
+    k.body.emit(f"T.copy(X[bx * {bm}, 0], {xs})")
+    scan = k.alloc("fragment", (bm,), dt, "scan")
+    word = c.choice(["break", "continue"])
+    k.features.add("loop_" + word)
+    k.body.open(f"for i in T.Parallel({bm}):")
+    k.body.emit(f"{scan}[i] = {_zero(is_int)}")
+    k.body.open(f"for kk in {c.choice(['T.serial', 'range', 'T.unroll'])}({bk}):")
+    k.body.open(f"if {xs}[i, kk] < {_zero(is_int)}:")
+    k.body.emit(word)
+    k.body.close()
+    k.body.emit(f"{scan}[i] += {xs}[i, kk] * (kk + 1)")
+    k.body.close(2)
+    O = k.tensor("O", [str(M)], [M], dt, role="out")
+    k.body.open(f"for i in T.Parallel({bm}):")
+    k.body.open(f"if bx * {bm} + i < {M}:")
+    k.body.emit(f"{O}[bx * {bm} + i] = {scan}[i]")
+    k.body.close(2)
+    if c.flip(0.5):  # a uniform break out of a loop of tile code
+        rounds, stop = c.int(2, 4), c.int(0, 4)
+        acc = k.alloc("fragment", (bm, bk), dt, "acc")
+        k.body.emit(f"T.clear({acc})")
+        k.body.open(f"for r in T.serial({rounds}):")
+        k.body.open(f"if r == {stop}:")
+        k.body.emit("break")
+        k.body.close()
+        k.body.open(f"for i, j in T.Parallel({bm}, {bk}):")
+        k.body.emit(f"{acc}[i, j] += {xs}[i, j] * (r + 1)")
+        k.body.close(2)
+        P = k.tensor("P", [str(M), str(bk)], [M, bk], dt, role="out")
+        k.body.emit(f"T.copy({acc}, {P}[bx * {bm}, 0])")
+        k.features.add("uniform_break_over_tile_code")
+
+
+FAMILIES: list = [(gen_loop_jumps, 1), (gen_persistent, 1), (gen_masked_tail, 1), (gen_nested_loops, 1), (gen_shared_reorder, 1), (gen_grid3d, 1),
                   (gen_cast_chain, 1), (gen_swizzle, 1), (gen_shared_atomic, 1), (gen_disjoint_writes, 1),
                   (gen_shared_loops, 1), (gen_tile_scheduler, 1)]

@@ -55,7 +55,7 @@ def test_generator_covers_the_language():
                "attention_p_shared", "attention_pipelined", "attention_sm_90a", "chain_h_registers", "chain_h_shared",
                "chain_inner_k_loop", "tc_split_k_atomic", "tc_two_accumulators", "tc_bias_fragment"]
     # control flow, scopes, grids and casts (fuzz_families_control.py)
-    wanted += ["mask_select_nested", "branch_on_scalar", "tile_ops_under_branch", "serial_in_parallel",
+    wanted += ["loop_break", "loop_continue", "mask_select_nested", "branch_on_scalar", "tile_ops_under_branch", "serial_in_parallel",
                "local_in_parallel", "loop_in_loop_parallel", "grid3d", "dynamic_2d", "copy_changes_dtype",
                "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
                "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",

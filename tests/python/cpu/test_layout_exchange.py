@@ -12,7 +12,8 @@ import tegula
 import tegula.testing as tt
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from layout_exchange_programs import combine_expected, combine_program, row_max_program  # noqa: E402
+from layout_exchange_programs import (  # noqa: E402
+    combine_expected, combine_program, row_max_program, split_store_program)
 
 RUNS = [tt.reference, tt.simulate]
 
@@ -41,8 +42,10 @@ def test_reduction_into_a_vector_laid_out_by_another_loop(run, rows, cols, accum
 
 
 def test_the_crossings_are_in_the_generated_code():
+    # lse[k, j] in a loop over j inside one over k: each thread holds column j for every k,
+    # so the element is read from a register that is a function of k, no crossing.
     src = tegula.compile(combine_program(3, 4, 64), out_idx=[2], target="sm_90a").get_kernel_source()
-    assert "lse_exchange" in src
+    assert "lse_exchange" not in src
     src = tegula.compile(row_max_program(4, 128, True), out_idx=[2, 3], target="sm_90a").get_kernel_source()
     assert "m_rows" in src and "m_exchange" in src
 
@@ -61,3 +64,19 @@ def test_a_reduction_read_outside_the_loops_reaches_every_thread(run, N, threads
     want = x.abs().amax(1).clamp_min(1e-4)
     torch.testing.assert_close(s, want)
     torch.testing.assert_close(y, x / want[:, None])
+
+
+# (BS, D, K, split, exchanged on sm_90a): slices of 16 rows of an mma.sync accumulator stay
+# in their threads; slices of 4 rows, or of 16 rows of a wgmma accumulator (a warp's rows),
+# do not.
+SPLIT_STORES = [(32, 64, 32, 2, False), (32, 96, 48, 2, False), (32, 64, 32, 8, True), (64, 128, 16, 4, True)]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=["reference", "simulate"])
+@pytest.mark.parametrize("BS,D,K,split,exchanged", SPLIT_STORES)
+def test_an_accumulator_stored_in_row_slices(run, BS, D, K, split, exchanged):
+    k = tegula.compile(split_store_program(BS, D, K, split), out_idx=[2], target="sm_90a")
+    assert ("acc_exchange" in k.get_kernel_source()) == exchanged
+    g = torch.Generator().manual_seed(BS * D + split)
+    a, b = torch.randn(BS, K, generator=g).half(), torch.randn(K, D, generator=g).half()
+    torch.testing.assert_close(run(k, a, b), a.float() @ b.float(), rtol=1e-4, atol=1e-4)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tegula
-from layout_exchange_programs import combine_expected, combine_program, row_max_program
+from layout_exchange_programs import combine_expected, combine_program, row_max_program, split_store_program
 
 pytestmark = pytest.mark.gpu
 
@@ -41,3 +41,12 @@ def test_a_reduction_read_outside_the_loops_reaches_every_thread(N, threads):
     want = x.abs().amax(1).clamp_min(1e-4)
     torch.testing.assert_close(s, want)
     torch.testing.assert_close(y, x / want[:, None])
+
+
+@pytest.mark.parametrize("BS,D,K,split", [(32, 64, 32, 2), (32, 96, 48, 2), (32, 512, 64, 2), (32, 64, 32, 8),
+                                          (64, 128, 16, 4)])
+def test_an_accumulator_stored_in_row_slices(BS, D, K, split):
+    k = tegula.compile(split_store_program(BS, D, K, split), out_idx=[2])
+    a = torch.randn(BS, K, device="cuda").half()
+    b = torch.randn(K, D, device="cuda").half()
+    torch.testing.assert_close(k(a, b), a.float() @ b.float(), rtol=1e-4, atol=1e-4)
