@@ -103,5 +103,7 @@ def test_the_reference_refuses_a_break_only_some_threads_take():
 
     k = tegula.compile(f, target="sm_90a")
     x, y = torch.randn(128), torch.zeros(128)
+    with pytest.raises(tegula.TegulaCompileError, match="cannot take a break that only some threads take"):
+        tt.reference(k, x, y)
     tt.simulate(k, x, y)
     assert torch.equal(y[64:], x[64:] + 3) and torch.equal(y[:64], torch.zeros(64))
