@@ -333,9 +333,9 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
         }
         if (!v && var < 0 && !computed) {
           throw py::value_error((s.is_workspace ? "T.alloc_global '" : "parameter '") + s.name + "': shape entry " +
-                                ir::to_string(d) + " must be a constant, a T.dynamic variable or a * n + b of one, "
-                                "or computed from integer scalar parameters" +
-                                (s.is_workspace ? ", or an expression over T.dynamic sizes" : ""));
+                                ir::to_string(d) + " must be a constant, a T.dynamic variable or a * n + b of one" +
+                                (s.is_workspace ? ", or an expression over T.dynamic sizes"
+                                                : ", or computed from integer scalar parameters"));
         }
         s.dims.push_back(v ? *v : -1);
         s.dim_var.push_back(var);

@@ -139,12 +139,16 @@ def _prepare(kernel, args):
     # The outputs' dynamic sizes come from the inputs: the kernel's signature says which.
     func = kernel.prim_func
     dynamic = dynamic_sizes(kernel, full)
+    # An output may also be sized by integer scalar arguments (T.empty((3, n * 2), ...)), as
+    # the runtime allocates it; a workspace may not.
+    scalars = {id(info.value): value for info, value in zip(func.params, full)
+               if info.is_scalar and isinstance(value, int) and not isinstance(value, bool)}
     outputs = []
     for i, (p, info) in enumerate(zip(params, func.params)):
         if not p.is_output:
             continue
         shape = [d if isinstance(d, int) else dynamic[id(d)] if id(d) in dynamic
-                 else _workspace_size(kernel, info, d, dynamic, _native()) for d in info.shape]
+                 else _workspace_size(kernel, info, d, dynamic, _native(), scalars) for d in info.shape]
         if is_packed(p.dtype_name):
             shape[-1] //= 2
         out = poison(torch.empty(shape, dtype=p.dtype))
@@ -165,8 +169,6 @@ def dynamic_sizes(kernel, full) -> dict:
 
     sizes = {}
     for info, value in zip(kernel.prim_func.params, full):
-        if info.is_scalar and isinstance(value, int) and not isinstance(value, bool):
-            sizes[id(info.value)] = value  # a scalar argument may size an output: T.empty((3, n * 2), ...)
         if isinstance(value, torch.Tensor):
             for dim, size in zip(info.shape, _logical_shape(value, info.dtype)):
                 if isinstance(dim, int):
@@ -183,7 +185,7 @@ def dynamic_sizes(kernel, full) -> dict:
     return sizes
 
 
-def _workspace_size(kernel, ws, dim, dynamic: dict, C) -> int:
+def _workspace_size(kernel, ws, dim, dynamic: dict, C, scalars: dict | None = None) -> int:
     """One dimension of a T.alloc_global workspace in this call: a constant, a T.dynamic
     size, or an expression over those (what the runtime allocates too)."""
     if isinstance(dim, int):
@@ -191,8 +193,11 @@ def _workspace_size(kernel, ws, dim, dynamic: dict, C) -> int:
     if id(dim) in dynamic:
         return dynamic[id(dim)]
     values = [(var.expr, dynamic[id(var)]) for var in getattr(dim, "dyn", ()) if id(var) in dynamic]
-    values += [(info.value.expr, dynamic[id(info.value)]) for info in kernel.prim_func.params
-               if info.is_scalar and id(info.value) in dynamic]
+    if scalars:  # an output's dimension computed from the scalar arguments
+        if id(dim) in scalars:
+            return scalars[id(dim)]
+        values += [(info.value.expr, scalars[id(info.value)]) for info in kernel.prim_func.params
+                   if info.is_scalar and id(info.value) in scalars]
     size = C.ir.eval_int(dim.expr, values) if hasattr(dim, "expr") else None
     if size is None or size < 0:
         shape = "(" + ", ".join(str(d) for d in ws.shape) + ")"
