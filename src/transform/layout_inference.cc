@@ -210,6 +210,10 @@ class Collector : public IRVisitor {
   static bool flattens(const Buffer& b, const std::vector<Expr>& idx, const Nest& n) {
     int64_t total = 1;
     for (int64_t e : n.extents) total *= e;
+    // A 1-D fragment only: a fragment of more dimensions read at a flattened column
+    // (A[i, j * 128 + k] of a view) keeps the loop open, so the loop's own layout (and an
+    // exchange) serves what reads the loop's other fragments (a reduction of the view).
+    if (idx.size() != 1) return false;
     if (n.vars.size() < 2 || total > (int64_t(1) << 16) || b->num_elements_const() != total) return false;
     std::vector<int64_t> shape;
     for (auto& d : b->shape) shape.push_back(*as_const_int(d));

@@ -65,3 +65,29 @@ def test_another_order_is_still_a_conflict_at_its_line():
     with pytest.raises(tegula.TegulaCompileError, match="layout conflict") as info:
         tegula.compile(main, target="sm_90a")
     assert "B_local[j * 64 + i] = A_local[i, j]" in str(info.value)
+
+
+def test_a_reduction_of_a_3d_view_of_a_2d_fragment_still_lowers():
+    """A[i, j * 128 + k] reads a 2-D fragment at a flattened column (the view's copy, not a
+    composable index): the loop keeps its own layout, so the reduction of the view has one
+    to project (it once took A's layout reshaped and could not)."""
+    import tegula.language as T
+    from tegula.testing import reference, simulate
+
+    M, N, G, C = 2, 384, 3, 128
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "int64"), B: T.Tensor((M, G), "int64")):
+        with T.Kernel(1, threads=128) as _:
+            A_local = T.alloc_fragment((M, N), "int64")
+            view = T.reshape(A_local, [M, G, C])
+            B_local = T.alloc_fragment((M, G), "int64")
+            T.copy(A, A_local)
+            T.reduce_absmax(view, B_local, dim=2)
+            T.copy(B_local, B)
+
+    kernel = tegula.compile(main, out_idx=-1, target="sm_90a")
+    a = torch.randint(-100, 100, (M, N), dtype=torch.int64)
+    want = a.abs().reshape(M, G, C).max(dim=2).values
+    assert torch.equal(reference(kernel, a), want)
+    assert torch.equal(simulate(kernel, a), want)
