@@ -347,6 +347,7 @@ FAMILIES = [(gen_elementwise, 5), (gen_accumulate, 2), (gen_serial_var, 1), (gen
 # order their families join the table (a seed's program depends on it).
 FAMILY_MODULES = (
     "fuzz_families_control",   # control flow and scopes
+    "fuzz_families_loops",     # T.Persistent, the tile scheduler's while loop, break / continue
     "fuzz_families_tc",        # tensor-core programs
     "fuzz_families_names",     # names the generated CUDA must rename
     "fuzz_families_guards",    # tile code under thread guards
