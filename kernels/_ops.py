@@ -56,6 +56,8 @@ from . import _index_checks as index_checks
 from . import _model_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
 from ._attention import check_flag, check_num_split, check_sm_scale
+from ._attention_fakes import (_flash_attention_backward_fake, _flash_attention_fake, _flash_decode_fake,
+                              _mla_decode_fake)
 from ._common import check_eps, check_out, describe, refuse_grad
 from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
                          moe_combine, moe_permute, rope, swiglu, swiglu_linear)
@@ -383,15 +385,6 @@ def _flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
                                return_lse=True)
 
 
-def _flash_attention_fake(q, k, v, causal, window, layout, sm_scale):
-    _fa.check_flash_attention_args("flash_attention", q, k, v, causal, window, layout, sm_scale)
-    if layout == "bshd":
-        B, Sq, H = q.shape[0], q.shape[1], q.shape[2]
-    else:
-        B, H, Sq = q.shape[0], q.shape[1], q.shape[2]
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            q.new_empty((B, H, Sq), dtype=torch.float32))
-
 
 def _flash_attention_setup(ctx, inputs, output):
     q, k, v, causal, window, layout, sm_scale = inputs
@@ -417,12 +410,6 @@ def _flash_attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tens
                                             sm_scale=sm_scale, dlse=dlse)
 
 
-def _flash_attention_backward_fake(dout, q, k, v, out, lse, dlse, causal, window, layout, sm_scale):
-    from .flash_attention_bwd import check_flash_attention_backward_args
-
-    check_flash_attention_backward_args(dout, q, k, v, out, lse, causal, window, layout, sm_scale, dlse)
-    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
-
 
 def _flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                   sm_scale: Optional[float], num_split: Optional[int],
@@ -431,10 +418,6 @@ def _flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                  check_indices=check_indices)
 
 
-def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, sm_scale, num_split, check_indices=None):
-    _fd.check_flash_decode_args("flash_decode", q, k_cache, v_cache, cache_seqlens, sm_scale, num_split)
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
-
 
 def _mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                 block_table: Optional[torch.Tensor], sm_scale: Optional[float],
@@ -442,11 +425,6 @@ def _mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, cache_seqlens: torch.Te
     return EAGER["mla_decode"](q, kv_cache, cache_seqlens, block_table=block_table, sm_scale=sm_scale,
                                num_split=num_split, return_lse=True, check_indices=check_indices)
 
-
-def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_split, check_indices=None):
-    _mla.check_mla_decode_args("mla_decode", q, kv_cache, cache_seqlens, block_table, sm_scale, num_split)
-    B, H = q.shape[0], q.shape[1]
-    return q.new_empty((B, H, _mla.DIM)), q.new_empty((B, H), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------
