@@ -10,5 +10,6 @@
 """
 from .errors import TegulaCompileError
 from .prim_func import ParamInfo, PrimFunc, parse, prim_func
+from . import eager as _eager  # noqa: F401 (registers the body-declaration form's parser)
 
 __all__ = ["TegulaCompileError", "ParamInfo", "PrimFunc", "parse", "prim_func"]

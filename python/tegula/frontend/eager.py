@@ -30,7 +30,7 @@ from .dtypes import PACKED_STORAGE, DType, is_dtype, is_packed, normalize_dtype,
 from .errors import ArgError, TegulaCompileError
 from .evaluator import closure_of
 from .parser import Parser
-from .prim_func import PrimFunc, _source_and_tree, finish
+from .prim_func import PrimFunc, _source_and_tree, finish, register_declared_parser
 from .values import BufferValue, PrimExpr, to_expr
 
 class EagerArgumentError(TegulaCompileError, ValueError):
@@ -593,3 +593,19 @@ def _parse_eager(fn, kernel_names, signature_specs, constants, arguments, sizes)
         raise TypeError(f"{fn.__name__}(): unexpected keyword argument(s) {', '.join(map(repr, unused))}: neither a "
                         "parameter nor a T.const of the body")
     return func
+
+
+def _parse_declared(fn) -> PrimFunc:
+    """A prim_func in the body-declaration form, parsed as an eager body with every
+    parameter a kernel argument and no call to read sizes from; its T.empty outputs
+    become attrs["tilelang_out_idx"] (negative indices, as TileLang records them)."""
+    _, fn_node = _source_and_tree(fn)
+    names = tuple(a.arg for a in fn_node.args.args)
+    func = parse_eager(fn, names, _signature_specs(fn), {}, {n: None for n in names}, {})
+    outputs = len(func.params) - len(names)
+    if outputs:
+        func.attrs["tilelang_out_idx"] = list(range(-outputs, 0))
+    return func
+
+
+register_declared_parser(_parse_declared)

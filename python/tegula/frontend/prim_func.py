@@ -132,19 +132,14 @@ def _declares_in_body(fn_node) -> bool:
     return any(isinstance(stmt, ast.Return) and stmt.value is not None for stmt in fn_node.body)
 
 
-def _parse_declared(fn) -> PrimFunc:
-    """A prim_func in the body-declaration form, parsed as an eager body with every
-    parameter a kernel argument and no call to read sizes from; its T.empty outputs
-    become attrs["tilelang_out_idx"] (negative indices, as TileLang records them)."""
-    from .eager import _signature_specs, parse_eager
+# The body-declaration form is an eager body (frontend/eager.py, the layer above, parses
+# it and registers its parser here when it is imported: frontend/__init__.py imports it).
+_declared_parser = None
 
-    _, fn_node = _source_and_tree(fn)
-    names = tuple(a.arg for a in fn_node.args.args)
-    func = parse_eager(fn, names, _signature_specs(fn), {}, {n: None for n in names}, {})
-    outputs = len(func.params) - len(names)
-    if outputs:
-        func.attrs["tilelang_out_idx"] = list(range(-outputs, 0))
-    return func
+
+def register_declared_parser(parse_declared) -> None:
+    global _declared_parser
+    _declared_parser = parse_declared
 
 
 def _parse(fn) -> PrimFunc:
@@ -152,7 +147,7 @@ def _parse(fn) -> PrimFunc:
     if not isinstance(fn_node, ast.FunctionDef):
         raise source.error_at(fn_node, "T.prim_func decorates a plain `def` function")
     if _declares_in_body(fn_node):
-        return _parse_declared(fn)
+        return _declared_parser(fn)
     builder = Builder(fn.__name__)
     parser = Parser(fn, source, builder)
     with active(builder):
