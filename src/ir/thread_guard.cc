@@ -107,11 +107,24 @@ std::optional<ThreadRange> contiguous_range(const std::vector<bool>& takes, Thre
   return ThreadRange{outer.lo + first, outer.lo + last + 1};
 }
 
+bool pure_call(const std::string& op) {
+  static const std::set<std::string> names = {
+      "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sin", "cos",
+      "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "erf", "floor", "ceil", "trunc", "rint", "round",
+      "abs", "fabs", "sigmoid", "infinity", "ninfinity", "max_value", "min_value", "max", "min", "max_num",
+      "min_num", "pow", "fmod", "isfinite", "isinf", "isnan", "clz", "popcount", "if_then_else"};
+  return names.count(op) > 0;
+}
+
 bool Uniformity::uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const {
   return !reads_any(e, [&](const Expr& x) {
     if (varying_.count(x.get()) && !same.count(x.get())) return true;
-    // Each thread's own draw, and the lanes running a call: they differ with no argument that does.
-    if (auto* c = x.as<CallNode>(); c && (c->op.rfind("rng_", 0) == 0 || c->op == "activemask")) return true;
+    // Each thread's own draw, the lanes running a call, an atomic's previous value, the side
+    // of a warp-specialised split: they differ with no argument that does.
+    if (auto* c = x.as<CallNode>(); c && (c->op.rfind("rng_", 0) == 0 || c->op.rfind("atomic_", 0) == 0 ||
+                                          c->op == "activemask" || c->op == "ws_producer" || c->op == "ws_leader")) {
+      return true;
+    }
     auto* ld = x.as<BufferLoadNode>();
     if (!ld) return false;
     if (ld->buffer->scope == Scope::Fragment) {
@@ -127,9 +140,23 @@ namespace {
 // marked something new.
 class LearnVarying : public IRVisitor {
  public:
-  LearnVarying(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals)
-      : u_(u), vars_(vars), locals_(locals) {}
+  LearnVarying(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals, bool lowered)
+      : u_(u), vars_(vars), locals_(locals), lowered_(lowered) {}
   bool changed = false;
+
+  void visit_Call(const CallNode* op) override {
+    // Lowered code: a register array passed to a call may be written through its address.
+    if (lowered_ && !pure_call(op->op)) {
+      for (const Expr& a : op->args) {
+        reads_any(a, [&](const Expr& x) {
+          auto* ld = x.as<BufferLoadNode>();
+          if (ld && ld->buffer->scope == Scope::Local && locals_.insert(ld->buffer.get()).second) changed = true;
+          return false;
+        });
+      }
+    }
+    IRVisitor::visit_Call(op);
+  }
 
   void visit_LetStmt(const LetStmtNode* op) override {
     if (varying_ || !u_.uniform(op->value)) mark(op->var.get());
@@ -197,6 +224,7 @@ class LearnVarying : public IRVisitor {
   Uniformity& u_;
   std::set<const ExprNode*>& vars_;
   std::set<const BufferNode*>& locals_;
+  bool lowered_;
   bool varying_ = false;
   bool control_varying_ = false;  // varying_ but for the division of T.Parallel nests
   std::set<const ExprNode*> parallel_vars_;
@@ -227,14 +255,29 @@ std::map<const BufferNode*, SourceLoc> fragments_held_whole(const Stmt& body) {
   return v.found;
 }
 
-void Uniformity::learn(const Stmt& body) {
-  locals_known_ = true;
-  whole_fragments_ = fragments_held_whole(body);
+namespace {
+
+void learn_to_fixed_point(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals,
+                          const Stmt& body, bool lowered) {
   while (true) {
-    LearnVarying pass(*this, varying_, varying_locals_);
+    LearnVarying pass(u, vars, locals, lowered);
     pass.visit(body);
     if (!pass.changed) return;
   }
+}
+
+}  // namespace
+
+void Uniformity::learn(const Stmt& body) {
+  locals_known_ = true;
+  whole_fragments_ = fragments_held_whole(body);
+  learn_to_fixed_point(*this, varying_, varying_locals_, body, false);
+}
+
+void Uniformity::learn_lowered(const Stmt& body) {
+  locals_known_ = true;
+  whole_fragments_.clear();
+  learn_to_fixed_point(*this, varying_, varying_locals_, body, true);
 }
 
 std::optional<ThreadRange> thread_scope_range(const Expr& value) {

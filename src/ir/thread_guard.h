@@ -55,6 +55,9 @@ bool thread_private_nest(const Stmt& s);
 // Each with the place of its first such access.
 std::map<const BufferNode*, SourceLoc> fragments_held_whole(const Stmt& body);
 
+// Whether a call's value depends on its arguments alone (math functions, min / max, select).
+bool pure_call(const std::string& op);
+
 // Whether e reads the variable v.
 bool reads_var(const Expr& e, const Expr& v);
 
@@ -70,6 +73,10 @@ class Uniformity {
   // For the tile-level program only: after lowering, register arrays are written by calls
   // (a gemm's accumulator) that no store shows.
   void learn(const Stmt& body);
+  // As learn, for lowered code (insert_barriers): a register array handed to a call (a
+  // gemm's accumulator, a matrix load's destination: written through its address) counts
+  // as varying, since no store shows what the call writes.
+  void learn_lowered(const Stmt& body);
   bool uniform(const Expr& e) const { return uniform_given(e, {}); }
   // As uniform, with the variables in `same` taken as the same in every thread (the
   // variables of a T.Parallel nest that every thread runs whole).

@@ -7,10 +7,13 @@
 //
 // Conservative and simple: every shared access counts as touching the whole buffer.
 // A statement that conflicts with what happened since the last barrier gets one before it.
-// Branches whose threads may diverge are units: a barrier never goes inside one. Each
-// partitioned T.Parallel loop arrives wrapped in an always-true branch, a unit too, since
-// its own statements touch disjoint elements. A branch every thread of the block takes
-// alike (its condition is uniform) gets barriers inside; so does a thread scope's body
+// Branches whose threads may diverge are units: a barrier never goes inside one, and one
+// whose threads read what others wrote inside it (it would need a barrier there) is an
+// error at its line. Each partitioned T.Parallel loop arrives wrapped in an always-true
+// branch, a unit too, since its own statements touch disjoint elements. A branch every
+// thread of the block takes alike gets barriers inside: its condition is uniform, reading
+// block indices, arguments and registers every thread holds alike (a mask copied into a
+// fragment held whole; ir/thread_guard.h learns which); so does a thread scope's body
 // (scope_thread_guards.cc), whose barriers then meet the scope's threads alone: a named
 // barrier each range of threads has to itself. A loop left by a break or continue ends
 // each iteration and itself with a barrier the jump cannot skip.
@@ -20,6 +23,7 @@
 #include <tuple>
 
 #include "ir/functor.h"
+#include "ir/printer.h"
 #include "ir/thread_guard.h"
 #include "ir/wide_access.h"
 #include "transform/passes.h"
@@ -94,9 +98,9 @@ bool meets(const BufSet& a, const BufSet& b) {
 
 class Barriers : public IRMutator {
  public:
-  // Without the thread index (pipeline_loops' regions, placed before the kernel is seen
-  // whole), every branch but the warp-specialised split stays a unit.
-  explicit Barriers(const Expr& thread_var) : uni_(thread_var), open_branches_(bool(thread_var)) {}
+  // Learns from the kernel's lowered body which registers hold the same value in every
+  // thread, so that a branch on one (a mask read from a replicated fragment) is uniform.
+  explicit Barriers(const Kernel& k) : uni_(k.thread_var) { uni_.learn_lowered(k.body); }
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
   // The split of a warp-specialised kernel (warp_specialize): its consumer side is the
   // program, placed like any other. Other branches: see the header.
@@ -105,8 +109,12 @@ class Barriers : public IRMutator {
     if (c && c->op == "ws_producer" && op->else_case) {
       return make_if(op->cond, op->then_case, in_branch(op->else_case), op->loc);
     }
-    bool open = open_branches_ && !is_const_int(op->cond, 1) && uni_.uniform(op->cond);
-    auto side = [&](const Stmt& s) { return s && (open || (open_branches_ && is_scope(s))) ? in_branch(s) : s; };
+    bool open = !is_const_int(op->cond, 1) && uni_.uniform(op->cond);
+    auto side = [&](const Stmt& s) { return s && (open || is_scope(s)) ? in_branch(s) : s; };
+    if (!open && !is_const_int(op->cond, 1)) {
+      check_closed(op->then_case, op);
+      check_closed(op->else_case, op);
+    }
     Stmt then_case = side(op->then_case), else_case = side(op->else_case);
     if (then_case.same_as(op->then_case) && else_case.same_as(op->else_case)) return self;
     return make_if(op->cond, then_case, else_case, op->loc);
@@ -158,6 +166,59 @@ class Barriers : public IRMutator {
     auto* let = s.as<LetStmtNode>();
     return let && thread_scope_range(let->value);
   }
+  // A branch the threads may take differently is a unit: no barrier can go inside it. Code
+  // that needs one there (threads reading what others wrote in it) is refused at the branch.
+  void check_closed(const Stmt& side, const IfThenElseNode* op) {
+    if (!side || is_scope(side)) return;
+    auto* seq = side.as<SeqNode>();
+    std::vector<Stmt> stmts = seq ? seq->seq : std::vector<Stmt>{side};
+    BufSet reads, writes, shared_reads, shared_writes;  // shared_*: by statements of several threads
+    for (const Stmt& s : stmts) {
+      Touch t = touched(s);
+      if (s.as<SyncNode>() || t.has_sync) {
+        reads.clear(), writes.clear(), shared_reads.clear(), shared_writes.clear();
+        continue;
+      }
+      bool several = by_several_threads(s);
+      const BufferNode* hit = nullptr;
+      auto first_met = [&](const BufSet& a, const BufSet& b) {
+        for (auto* x : a) {
+          if (!hit && b.count(x)) hit = x;
+        }
+      };
+      if (several) first_met(t.reads, writes), first_met(t.writes, writes), first_met(t.writes, reads);
+      first_met(t.reads, shared_writes), first_met(t.writes, shared_writes), first_met(t.writes, shared_reads);
+      user_assert(!hit, op->loc)
+          << "tile code under a condition the engine cannot prove the same in every thread of the block ("
+          << to_string(op->cond) << ") needs a barrier inside the branch ('" << hit->name
+          << "' is written and read there by different threads), and a barrier under a branch some threads "
+          << "skip would hang: compute the condition from block indices, kernel arguments, or values every "
+          << "thread holds alike";
+      reads.insert(t.reads.begin(), t.reads.end());
+      writes.insert(t.writes.begin(), t.writes.end());
+      if (several) {
+        shared_reads.insert(t.reads.begin(), t.reads.end());
+        shared_writes.insert(t.writes.begin(), t.writes.end());
+      }
+    }
+  }
+  // Whether s's shared-memory accesses are divided among threads: a partitioned T.Parallel
+  // nest (an always-true unit) or a call all threads run together (a gemm, a matrix load).
+  static bool by_several_threads(const Stmt& s) {
+    bool found = false;
+    post_order(s, [&](const Stmt& x) {
+      auto* br = x.as<IfThenElseNode>();
+      if (br && is_const_int(br->cond, 1)) found = true;
+    }, [&](const Expr& e) {
+      auto* c = e.as<CallNode>();
+      if (!c || found) return;
+      for (const Expr& a : c->args) {
+        auto* ld = a.as<BufferLoadNode>();
+        if (ld && ld->buffer->scope == Scope::Shared) found = true;
+      }
+    });
+    return found;
+  }
   Stmt in_branch(const Stmt& s) {
     auto* seq = s.as<SeqNode>();
     return seq ? run(seq->seq, s->loc) : run({s}, s->loc);
@@ -188,7 +249,6 @@ class Barriers : public IRMutator {
 
  private:
   Uniformity uni_;
-  bool open_branches_;
 };
 
 // Every barrier inside a thread scope meets the scope's threads alone: a named barrier per
@@ -223,10 +283,10 @@ class ScopeBarriers : public IRMutator {
 }  // namespace
 
 // pipeline_loops' regions: their barriers stay block-wide until insert_barriers scopes them.
-Stmt place_barriers_in_loop(const Stmt& loop) { return Barriers(Expr()).mutate(loop); }
+Stmt place_barriers_in_loop(const Stmt& loop, const Kernel& k) { return Barriers(k).mutate(loop); }
 
-Stmt place_barriers(const std::vector<Stmt>& seq) {
-  return Barriers(Expr()).run(seq, seq.empty() ? SourceLoc() : seq[0]->loc);
+Stmt place_barriers(const std::vector<Stmt>& seq, const Kernel& k) {
+  return Barriers(k).run(seq, seq.empty() ? SourceLoc() : seq[0]->loc);
 }
 
 void insert_barriers(Kernel& k, PassContext&) {
@@ -245,7 +305,7 @@ void insert_barriers(Kernel& k, PassContext&) {
   g_same_bytes = &same;
   auto* seq = k.body.as<SeqNode>();
   try {
-    k.body = Barriers(k.thread_var).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+    k.body = Barriers(k).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
     k.body = ScopeBarriers().mutate(k.body);
   } catch (...) {
     g_same_bytes = nullptr;

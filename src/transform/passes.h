@@ -47,10 +47,10 @@ void plan_storage(ir::Kernel& k, PassContext& ctx);
 void insert_barriers(ir::Kernel& k, PassContext& ctx);
 // The same placement over one statement list, for a pass that builds a region it keeps
 // closed to insert_barriers (pipeline_loops' loop body).
-ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq);
+ir::Stmt place_barriers(const std::vector<ir::Stmt>& seq, const ir::Kernel& k);
 // The same over a loop: inside its body, and at its end when an iteration writes shared
 // memory the next may touch.
-ir::Stmt place_barriers_in_loop(const ir::Stmt& loop);
+ir::Stmt place_barriers_in_loop(const ir::Stmt& loop, const ir::Kernel& k);
 void inline_loop_lets(ir::Kernel& k, PassContext& ctx);
 void plan_bulk_copies(ir::Kernel& k, PassContext& ctx);
 // tma_copy(dst, src, map, rows, cols[, mbarrier]) statements, which plan_bulk_copies makes

@@ -347,7 +347,7 @@ class Pipeliner : public IRMutator {
         }
       }
     }
-    Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc));
+    Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc), k_);
     after.insert(after.begin(), loop);
     // Closed to insert_barriers, as the cp.async form is.
     Stmt consumer = make_if(make_bool(true), make_seq(after), {}, op->loc);
@@ -470,7 +470,7 @@ class Pipeliner : public IRMutator {
     if (deferred) body.push_back(with_pending(wait, 1));
     body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));
     body.push_back(call("cp_async_commit"));
-    if (!deferred) body.push_back(place_barriers(compute));
+    if (!deferred) body.push_back(place_barriers(compute, k_));
     Stmt loop = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc);
     std::vector<Stmt> all = prologue;
     all.push_back(loop);

@@ -7,22 +7,13 @@
 #include <string>
 
 #include "ir/functor.h"
+#include "ir/thread_guard.h"
 
 namespace tegula::transform {
 
 using namespace ir;
 
 namespace {
-
-// Calls whose value depends on their arguments alone.
-const std::set<std::string>& pure_calls() {
-  static const std::set<std::string> names = {
-      "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sin", "cos",
-      "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "erf", "floor", "ceil", "trunc", "rint", "round",
-      "abs", "fabs", "sigmoid", "infinity", "ninfinity", "max_value", "min_value", "max", "min", "max_num",
-      "min_num", "pow", "fmod", "isfinite", "isinf", "isnan", "clz", "popcount", "if_then_else"};
-  return names;
-}
 
 class FreeOfThreads : public IRVisitor {
  public:
@@ -33,7 +24,7 @@ class FreeOfThreads : public IRVisitor {
   void visit_Var(const VarNode* op) override { free &= op != thread_; }
   void visit_Call(const CallNode* op) override {
     bool atomic = op->op.rfind("atomic", 0) == 0;
-    free &= pure_calls().count(op->op) > 0 || (atomic && parallel_ > 0);
+    free &= pure_call(op->op) || (atomic && parallel_ > 0);
     IRVisitor::visit_Call(op);
   }
   void visit_For(const ForNode* op) override {

@@ -824,6 +824,56 @@ TEST(SimplifyPass, KeepsWhatTheRangesDoNotDecide) {
   EXPECT_TRUE(structural_equal(k, before)) << to_string(k);
 }
 
+// ------------------------------------------------------------------ barriers under branches
+
+// Lowered code: a register flag, then a branch on it holding two partitioned units (always-
+// true branches) where each thread reads what another wrote in shared memory:
+//   R[0] = 1.0                       (with opaque_call: opaque(R[0]), which may write R)
+//   if R[0] > 0:
+//       if True: S[tx] = tx
+//       if True: Out[tx] = S[127 - tx]
+Kernel flag_branch_kernel(KernelBuilder& kb, bool opaque_call) {
+  Buffer S = make_buffer("S", Scope::Shared, DataType::f32(), {c(128)}, at(2));
+  Buffer Out = make_buffer("Out", Scope::Global, DataType::f32(), {c(128)}, at(2));
+  Buffer R = make_buffer("R", Scope::Local, DataType::f32(), {c(1)}, at(3));
+  Stmt write = make_if(make_bool(true), make_store(S, {kb.tx}, make_cast(DataType::f32(), kb.tx), at(6)));
+  Stmt read = make_if(make_bool(true), make_store(Out, {kb.tx}, make_load(S, {c(127) - kb.tx}, at(7)), at(7)));
+  Expr flag = make_load(R, {c(0)}, at(5));
+  std::vector<Stmt> body = {make_store(R, {c(0)}, make_float(1.0), at(4))};
+  if (opaque_call) body.push_back(make_evaluate(make_call("opaque", {flag}, DataType::i32(), at(4))));
+  body.push_back(make_if(make_binary(BinaryOp::GT, flag, make_float(0.0)), make_seq({write, read}), {}, at(5)));
+  return kb.build("flag_branch", {Out}, c(1), 128, {S, R}, make_seq(body));
+}
+
+TEST(InsertBarriers, BranchOnARegisterEveryThreadHoldsAlikeGetsItsBarrierInside) {
+  KernelBuilder kb;
+  Kernel k = flag_branch_kernel(kb, false);
+  transform::PassContext ctx;
+  ctx.target = sm90();
+  transform::insert_barriers(k, ctx);
+  auto* seq = k.body.as<SeqNode>();
+  ASSERT_TRUE(seq) << to_string(k);
+  auto* br = seq->seq.back().as<IfThenElseNode>();
+  ASSERT_TRUE(br) << to_string(k);
+  EXPECT_EQ(census(br->then_case).syncs, 1) << to_string(k);
+}
+
+TEST(InsertBarriers, BranchThatMayDivergeAndNeedsABarrierIsRefusedAtItsLine) {
+  // A call may write the register through its address: the flag may differ between threads,
+  // no barrier can go inside the branch, and leaving it out would race.
+  KernelBuilder kb;
+  Kernel k = flag_branch_kernel(kb, true);
+  transform::PassContext ctx;
+  ctx.target = sm90();
+  try {
+    transform::insert_barriers(k, ctx);
+    ADD_FAILURE() << "expected a UserError\n" << to_string(k);
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a barrier inside the branch ('S'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.loc().line, 5) << e.what();
+  }
+}
+
 // ------------------------------------------------------------------ verifier between passes
 
 TEST(PassContracts, PartitionedKernelDeclaresItsRegisters) {

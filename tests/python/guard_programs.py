@@ -155,3 +155,41 @@ def uniform_expected(a, b_before, bM=32):
             if bx >= by:
                 out[bx * bM:(bx + 1) * bM, by * bM:(by + 1) * bM] = a[by * bM:(by + 1) * bM, bx * bM:(bx + 1) * bM].T
     return out
+
+
+def masked_block_gemm(target, num_stages):
+    """C = A B over the K tiles a block mask keeps: the mask row of a block of rows is copied
+    into a fragment every thread holds whole, and each K step's copies and gemm sit under
+    `if mask[k] != 0:` in a (pipelined) loop: a branch every thread takes alike, whose
+    copies and gemm need barriers inside it (block-sparse attention's shape)."""
+
+    @_jit(target, [3])
+    def program(M, N, K, bM=64, bN=64, bK=32):
+        KT = T.ceildiv(K, bK)
+
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"),
+                 Mask: T.Tensor((T.ceildiv(M, bM), KT), "int8"), C: T.Tensor((M, N), "float32")):
+            with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+                A_s = T.alloc_shared((bM, bK), "float16")
+                B_s = T.alloc_shared((bK, bN), "float16")
+                acc = T.alloc_fragment((bM, bN), "float32")
+                keep = T.alloc_fragment((KT,), "int8")
+                T.copy(Mask[by, 0], keep)
+                T.clear(acc)
+                for k in T.Pipelined(KT, num_stages=num_stages):
+                    if keep[k] != 0:
+                        T.copy(A[by * bM, k * bK], A_s)
+                        T.copy(B[k * bK, bx * bN], B_s)
+                        T.gemm(A_s, B_s, acc)
+                T.copy(acc, C[by * bM, bx * bN])
+
+        return main
+
+    return program
+
+
+def masked_block_gemm_expected(a, b, mask, bM=64, bK=32):
+    """What masked_block_gemm computes, in float64."""
+    keep = mask.ne(0).repeat_interleave(bM, 0).repeat_interleave(bK, 1)[:a.shape[0], :a.shape[1]]
+    return (a.double() * keep) @ b.double()

@@ -465,12 +465,24 @@ def gen_gemm_tc(k: Kernel) -> None:
         b.emit(f"T.clear({Cf})")
         if C2f:
             b.emit(f"T.fill({C2f}, 0)")
+    # A block-sparse K loop: a K tile runs only where its mask entry (a fragment every
+    # thread holds whole, read at the loop's index) is positive: tile code under a branch
+    # every thread takes alike, with its barriers inside.
+    mask = None
+    if splits == 1 and Ks == str(K) and not clear_in_gemm and c.flip(0.25):
+        kt = -(-K // bk)
+        k.tensor("BlockMask", [str(-(-M // bm)), str(kt)], [-(-M // bm), kt], "int8")
+        mask = k.alloc("fragment", (kt,), "int8", "block_mask")
+        b.emit(f"T.copy(BlockMask[by, 0], {mask})")
+        k.features.add("tc_block_mask_branch")
     # Stages within a modest shared-memory budget (the staged tiles stack that deep).
     stage_bytes = 2 * (bm * bk + bn * bk * (2 if B2 else 1))
     if c.flip(0.75):
         b.open(f"for ko in T.Pipelined({trips}, num_stages={c.int(1, max(1, min(4, 96 * 1024 // stage_bytes)))}):")
     else:
         b.open(f"for ko in T.serial({trips}):")
+    if mask:
+        b.open(f"if {mask}[ko] > 0:")
     if a_global:
         b.emit(f"T.copy(A[by * {bm}, {k0}], {Af})")
         k.features.add("tc_a_registers_from_global")
@@ -491,7 +503,7 @@ def gen_gemm_tc(k: Kernel) -> None:
         pol2 = c.choice([p for p in pols if _split(bm, bn, warps, p) == _split(bm, bn, warps, policy)])
         b.emit(f"T.gemm({a_op}, {B2s}, {C2f}{flags}, policy=T.GemmWarpPolicy.{pol2})")
         k.features.add("tc_two_accumulators")
-    b.close()
+    b.close(2 if mask else 1)
     k.features.add(f"tc_{policy}_{warps}warps_{k.target}")
     k.features.add(f"tc_{'tA' if ta else ''}{'tB' if tb else ''}{bm}x{bn}x{bk}")
     if B2:

@@ -87,6 +87,7 @@ def test_generator_covers_the_language():
                "barrier_stages_3", "barrier_whole_block_arrival", "barrier_set_max_nreg"]
     # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
     wanted += ["flat_write", "flat_read"]
+    wanted += ["tc_block_mask_branch"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

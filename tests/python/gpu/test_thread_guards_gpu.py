@@ -49,3 +49,16 @@ def test_uniform_branch_gets_its_barrier_inside():
     expected = gp.uniform_expected(a.cpu(), b.cpu())
     kernel(a, b)
     torch.testing.assert_close(b.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("stages", [0, 1, 2, 3])
+@pytest.mark.parametrize("shape", [(1024, 512, 1024), (1000, 520, 1000)], ids=["aligned", "ragged"])
+def test_masked_k_steps_get_their_barriers(stages, shape):
+    M, N, K = shape
+    kernel = gp.masked_block_gemm(target(), stages)(M, N, K)
+    a = torch.randn(M, K, device="cuda").half()
+    b = torch.randn(K, N, device="cuda").half()
+    mask = (torch.rand((M + 63) // 64, (K + 31) // 32, device="cuda") < 0.5).to(torch.int8)
+    mask[:, 0] = 1
+    expected = gp.masked_block_gemm_expected(a.cpu(), b.cpu(), mask.cpu())
+    torch.testing.assert_close(kernel(a, b, mask).cpu().double(), expected, rtol=1e-3, atol=1e-2)
