@@ -122,6 +122,27 @@ struct BlockWgmma {
     const int group = int(threadIdx.x) / 128;
     const int m0 = (group % WGM) * TM, n0 = (group / WGM) * TN;
     const uint32_t a = kRegsA ? 0u : smem_addr(A), b = smem_addr(B);
+    // A in registers: every 16-bit pair packed and pinned before the fence, so that no
+    // register is defined between the instructions of the group (the assembler would then
+    // make each instruction wait for the one before).
+    uint32_t ra[kRegsA ? MI : 1][kRegsA ? K / KS : 1][4];
+    if constexpr (kRegsA) {
+      static_assert(E == 2, "8-bit A is read from shared memory");
+#pragma unroll
+      for (int ks = 0; ks < K / KS; ++ks) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          // A's registers in the accumulator layout of an M x K tile (group 4): the 16 x 16
+          // operand of m-tile mi is accumulator tiles kt = 2 ks and 2 ks + 1.
+          const T* s = A + (mi * (K / 8) + ks * 2) * 4;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            ra[mi][ks][j] = pack2(s[2 * j], s[2 * j + 1]);
+            asm volatile("" : "+r"(ra[mi][ks][j]));
+          }
+        }
+      }
+    }
     fence_registers<MI * TN / 2>(C);
     wgmma_fence();
 #pragma unroll
@@ -132,12 +153,7 @@ struct BlockWgmma {
       for (int mi = 0; mi < MI; ++mi) {
         float* d = C + mi * (TN / 2);
         if constexpr (kRegsA) {
-          static_assert(E == 2, "8-bit A is read from shared memory");
-          // A's registers in the accumulator layout of an M x K tile (group 4): the 16 x 16
-          // operand of m-tile mi is accumulator tiles kt = 2 ks and 2 ks + 1.
-          const T* s = A + (mi * (K / 8) + ks * 2) * 4;
-          const uint32_t ra[4] = {pack2(s[0], s[1]), pack2(s[2], s[3]), pack2(s[4], s[5]), pack2(s[6], s[7])};
-          Inst::template rs<!TB>(d, ra, db, scale);
+          Inst::template rs<!TB>(d, ra[mi][ks], db, scale);
         } else {
           Inst::template ss<TA, !TB>(d, desc_a(a, m0 + mi * 64, ks * KS), db, scale);
         }
