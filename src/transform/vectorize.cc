@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "ir/functor.h"
+#include "ir/hash.h"
 #include "transform/partition.h"
 
 namespace tegula::transform {
@@ -105,12 +106,44 @@ int aligned_width(const Analyzer& an, const Buffer& b, const std::vector<Expr>& 
 Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& ctx, const Analyzer& an) {
   std::vector<const BufferStoreNode*> stores;
   std::vector<Stmt> bodies;
+  // A store under branches whose conditions are the same in every slot of the group (they
+  // do not read the vectorised dimension: `if row < n: out[row, j] = ...`) runs as one
+  // vector store under those branches.
+  std::vector<Expr> conds;
   for (int v = 0; v < vec; ++v) {
-    bodies.push_back(slot_body(n, g + v, k, ctx, an, false));
+    Stmt b = slot_body(n, g + v, k, ctx, an, false);
+    std::vector<Expr> cv;
+    while (auto* br = b.as<IfThenElseNode>()) {
+      if (br->else_case) return {};
+      cv.push_back(br->cond);
+      b = br->then_case;
+    }
+    if (v == 0) conds = cv;
+    if (cv.size() != conds.size()) return {};
+    for (size_t c = 0; c < cv.size(); ++c) {
+      if (!structural_equal(cv[c], conds[c])) return {};
+    }
+    bodies.push_back(b);
     auto* st = bodies.back().as<BufferStoreNode>();
     if (!st) return {};
     stores.push_back(st);
   }
+  // (A condition reading the stored buffer would see the lanes' stores one by one.)
+  for (const Expr& c : conds) {
+    bool reads_dst = false;
+    post_order(make_evaluate(c), [](const Stmt&) {}, [&](const Expr& e) {
+      auto* ld = e.as<BufferLoadNode>();
+      reads_dst |= ld && ld->buffer == stores[0]->buffer;
+    });
+    if (reads_dst) return {};
+  }
+  bool masked = !ctx.options.disable_safe_memory;
+  auto guarded = [&](Stmt body) {
+    for (size_t c = conds.size(); c-- > 0;) {
+      body = make_if(masked ? an.simplify(mask_loads(an, n.facts, conds[c])) : conds[c], body, {}, n.loc);
+    }
+    return body;
+  };
   const Buffer& dst = stores[0]->buffer;
   std::vector<MemoryLoads> loads(vec);
   for (int v = 0; v < vec; ++v) loads[v].visit(stores[v]->value);
@@ -171,7 +204,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     }
     Expr valid;
     n.layout->coords_expr(k.thread_var, g, &valid);
-    Stmt body = make_seq(out, n.loc);
+    Stmt body = guarded(make_seq(out, n.loc));
     return valid ? make_if(an.simplify(valid), body, {}, n.loc) : body;
   }
   std::vector<std::vector<Expr>> replacement(vec, std::vector<Expr>(nloads));
@@ -219,7 +252,7 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   }
   Expr valid;
   n.layout->coords_expr(k.thread_var, g, &valid);
-  Stmt body = make_seq(out, n.loc);
+  Stmt body = guarded(make_seq(out, n.loc));
   return valid ? make_if(an.simplify(valid), body, {}, n.loc) : body;
 }
 

@@ -194,3 +194,27 @@ def rows_in_parallel_program(rows, cols):
                     B[i, j] = T.max(A[i, j], 0.0) * 2.0
 
     return rows_fn
+
+
+def guarded_rows_program(M, N, rows_kept, bM=64, bN=128, dtype="float16"):
+    """B[r, c] = A[r, c] * 2 for the rows r < rows_kept (a runtime count), through a shared
+    tile: each store sits under `if row < rows_kept:`, a condition the same for the
+    consecutive columns one thread writes, so the stores stay 16-byte vectors under it.
+    The rows past rows_kept keep B's old values."""
+
+    @T.prim_func
+    def guarded(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), kept: T.int32):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            T.copy(A[by * bM, bx * bN], S)
+            for i, j in T.Parallel(bM, bN):
+                if by * bM + i < kept:
+                    B[by * bM + i, bx * bN + j] = S[i, j] * 2
+
+    return guarded
+
+
+def guarded_rows_expected(a, b_before, kept):
+    out = b_before.clone()
+    out[:kept] = (a[:kept].float() * 2).to(a.dtype)
+    return out

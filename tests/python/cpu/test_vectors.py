@@ -179,3 +179,20 @@ def test_vectorized_loops_in_a_parallel_body(cols):
     want = torch.relu(a) * 2
     for run in (tt.reference, tt.simulate):
         torch.testing.assert_close(run(k, a), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,kept", [((128, 256), 100), ((100, 200), 77), ((64, 128), 64)],
+                         ids=["aligned", "ragged", "all"])
+def test_stores_under_a_row_condition_stay_vectors(shape, kept):
+    M, N = shape
+    kernel = tegula.compile(vp.guarded_rows_program(M, N, kept), target="sm_90a")
+    src = kernel.get_kernel_source()
+    # the row test wraps whole 16-byte stores, once per group of eight columns
+    assert re.search(r"if \(.*< kept\)\) \{\s*\n(.*\n){0,12}.*Vec<half_t, 8>\*>\(&B\[", src), src
+    a = torch.randn(M, N).half()
+    b0 = torch.randn(M, N).half()
+    expected = vp.guarded_rows_expected(a, b0, kept)
+    for run in (tt.reference, tt.simulate):
+        b = b0.clone()
+        run(kernel, a, b, kept)
+        assert torch.equal(b, expected), run.__name__

@@ -91,3 +91,15 @@ def test_vectorized_loops_in_a_parallel_body(cols):
     k = tegula.compile(vp.rows_in_parallel_program(64, cols), out_idx=[1])
     a = torch.randn(64, cols, device="cuda")
     torch.testing.assert_close(k(a), torch.relu(a) * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,kept", [((1024, 512), 1000), ((1000, 520), 613), ((512, 256), 512)],
+                         ids=["aligned", "ragged", "all"])
+def test_stores_under_a_row_condition(shape, kept):
+    M, N = shape
+    kernel = tegula.compile(vp.guarded_rows_program(M, N, kept))
+    a = torch.randn(M, N, device="cuda").half()
+    b = torch.full((M, N), float("nan"), device="cuda").half()
+    expected = vp.guarded_rows_expected(a, b, kept)
+    kernel(a, b, kept)
+    torch.testing.assert_close(b, expected, rtol=0, atol=0, equal_nan=True)
