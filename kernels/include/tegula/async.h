@@ -104,18 +104,22 @@ TEGULA_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
                : "memory");
 }
 
-// True once the phase with this parity has completed. Does not block for long: the
-// hardware may suspend the thread briefly before answering false.
+// True once the phase with this parity has completed. The thread sleeps in the barrier
+// until then or until the time limit (in ns; the hardware may answer sooner): without a
+// limit it answers false after a short, system-dependent time, and a warp that waits long
+// (a producer two stages ahead, a consumer waiting for its tile) then spins through the
+// wait loop, taking issue slots from the warps doing the work.
 TEGULA_DEVICE bool mbarrier_try_wait(uint64_t* bar, int parity) {
+  constexpr uint32_t kSuspendNs = 10000000;
   uint32_t done;
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
       "selp.u32 %0, 1, 0, p;\n"
       "}\n"
       : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
+      : "r"(smem_addr(bar)), "r"(parity), "n"(kSuspendNs)
       : "memory");
   return done != 0;
 }
