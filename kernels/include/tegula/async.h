@@ -105,10 +105,8 @@ TEGULA_DEVICE void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
 }
 
 // True once the phase with this parity has completed. The thread sleeps in the barrier
-// until then or until the time limit (in ns; the hardware may answer sooner): without a
-// limit it answers false after a short, system-dependent time, and a warp that waits long
-// (a producer two stages ahead, a consumer waiting for its tile) then spins through the
-// wait loop, taking issue slots from the warps doing the work.
+// until then or until the time limit (in ns; the hardware may answer sooner), rather than
+// polling again after the hardware's short default.
 TEGULA_DEVICE bool mbarrier_try_wait(uint64_t* bar, int parity) {
   constexpr uint32_t kSuspendNs = 10000000;
   uint32_t done;
