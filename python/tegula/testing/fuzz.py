@@ -24,6 +24,8 @@ Coverage (fuzz_gen.py draws each with some probability):
     // % & | ^ ~ << >>, reading and writing fragments, shared tiles and globals;
   * T.reduce_sum/max/min/abssum/absmax along either axis (and of 1-D tiles), with and
     without clear; the reduced (replicated) fragment written and read in later loops;
+    shared tiles reduced directly into shared or fragment vectors (bitand/bitor/bitxor
+    of integer tiles too, and TileLang's general T.reduce);
   * T.serial / range / T.Pipelined(num_stages=2..3) loops carrying accumulations (a
     fragment, a reduction with clear=False, a T.alloc_var), reusing a shared tile;
   * T.atomic_add of elements and of tiles into globals (integer-valued data, so sums are

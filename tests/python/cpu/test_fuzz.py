@@ -59,7 +59,9 @@ def test_generator_covers_the_language():
                "local_in_parallel", "loop_in_loop_parallel", "grid3d", "dynamic_2d", "copy_changes_dtype",
                "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
                "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",
-               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent", "while"]
+               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent", "while",
+               "reduce_of_shared", "reduce_into_shared", "reduce_into_fragment", "reduce_shared_accumulate",
+               "reduce_general_form"]
     # names the generated CUDA renames (fuzz_families_names.py)
     wanted += ["names"]
     # tile code under thread guards (fuzz_families_guards.py)
