@@ -123,6 +123,25 @@ def substitution_program(n, steps, pipelined=False, threads=128):
     return substitution
 
 
+def guarded_program(M, N, dim, dst_scope, kind="max", threads=128):
+    """B = the reduction of A along dim, by the upper half of the block alone (a thread
+    guard): the staged fragments are laid out over the guard's threads."""
+    out = (M,) if dim == 1 else (N,)
+
+    @T.prim_func
+    def guarded(A: T.Tensor((M, N), "float32"), B: T.Tensor(out, "float32")):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((M, N), "float32")
+            r = alloc(dst_scope, out, "float32")
+            if T.get_thread_binding() >= threads // 2:
+                T.copy(A, s)
+                getattr(T, f"reduce_{kind}")(s, r, dim=dim)
+                for i in T.Parallel(out[0]):
+                    B[i] = r[i]
+
+    return guarded
+
+
 def bits_program(M, N, kind, src_scope="shared", dst_scope="shared", threads=128):
     """B = the bitwise reduction of int32 A along 1."""
 

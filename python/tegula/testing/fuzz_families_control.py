@@ -9,8 +9,9 @@ ops, serial and unrolled loops around and inside T.Parallel loops, per-thread
 T.alloc_local arrays, shared tiles written in one order and read in another (transposes,
 reversed rows, hand-written tree reductions, double buffering by `ko % 2`: the barriers
 are the compiler's), reductions of shared tiles into shared or fragment results (directly,
-the op staging them, or through a fragment; every kind, T.reduce too), 3-D grids and 2-D dynamic shapes, scalar arguments in index arithmetic (run-
-time column offsets of copies, T.Pipelined ones too), chains of copies that change dtype
+the op staging them, or through a fragment; every kind, T.reduce too), 3-D grids and 2-D
+dynamic shapes, scalar arguments in index arithmetic (run-time column offsets of copies,
+T.Pipelined ones too), chains of copies that change dtype
 between scopes, whole or in parts at offsets, T.fill/T.clear of every scope and of
 sub-regions, loops over part of a tile, swizzled shared tiles, histograms and tiles added
 with T.atomic_add into shared memory, and several loops writing disjoint parts of one
@@ -263,7 +264,8 @@ def gen_shared_reorder(k: Kernel) -> None:
     rdt = dt if is_int else "float32"
     k.dtypes.add(rdt)
     dim = c.int(0, 1)
-    red_kind = c.choice(["sum", "max", "min", "abssum", "absmax"] + (["bitand", "bitor", "bitxor"] if is_int else []))
+    kinds = ["sum", "max", "min", "abssum", "absmax"] + (["bitand", "bitor", "bitxor"] if is_int else [])
+    red_kind = c.choice(kinds)
     n_keep = bm if dim == 1 else bn
     # Either side in shared memory or a fragment: the op stages a shared side itself.
     r_scope = c.choice(["fragment", "shared"])

@@ -66,7 +66,7 @@ def test_generator_covers_the_language():
     wanted += ["names"]
     # tile code under thread guards (fuzz_families_guards.py)
     wanted += ["guard_one", "guard_nested", "guard_halves", "guard_prefix", "guard_suffix", "guard_window", "guard_group",
-               "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_barrier_inside"]
+               "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_reduce_shared", "guard_barrier_inside"]
     # views and T.im2col (fuzz_families_views.py)
     wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
     # gemms of 8-bit floats (fuzz_families_fp8.py)

@@ -86,6 +86,15 @@ def test_result_carried_across_steps(run, n, pipelined):
 
 
 @pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("dst", ["shared", "fragment"])
+def test_under_a_thread_guard(run, dim, dst):
+    A = randn(32, 16, seed=dim)
+    out = run(build(sp.guarded_program(32, 16, dim, dst, "sum")), A)
+    torch.testing.assert_close(out.double(), A.double().sum(dim), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
 @pytest.mark.parametrize("kind", ["bitand", "bitor", "bitxor"])
 @pytest.mark.parametrize("src,dst", SCOPES + [("fragment", "fragment")])
 def test_bitwise(run, kind, src, dst):

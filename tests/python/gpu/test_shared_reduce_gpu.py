@@ -65,6 +65,14 @@ def test_result_carried_across_steps(n, pipelined):
     torch.testing.assert_close(out.double(), sp.substitution_ref(Mat, V, 5), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("dst", ["shared", "fragment"])
+def test_under_a_thread_guard(dim, dst):
+    A = torch.randn(32, 16, device="cuda")
+    out = build(sp.guarded_program(32, 16, dim, dst, "sum"))(A)
+    torch.testing.assert_close(out.double(), A.double().sum(dim), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["bitand", "bitor", "bitxor"])
 @pytest.mark.parametrize("src,dst", SCOPES + [("fragment", "fragment")])
 def test_bitwise(kind, src, dst):
