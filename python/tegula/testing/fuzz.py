@@ -31,7 +31,7 @@ Coverage (fuzz_gen.py draws each with some probability):
   * T.atomic_add of elements and of tiles into globals (integer-valued data, so sums are
     exact in any order);
   * T.gemm with fp16/bf16 operands and an fp32 accumulator, 32..64-wide tiles, either
-    operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
+    operand transposed, A and B from shared or from a fragment, on sm_80 and sm_90a;
   * conversions among float32/float16/bfloat16/float8_e4m3fn/float8_e5m2 by a T.copy of
     global tensors, between fragments in T.Parallel loops and in T.vectorized loops, with
     values past the 8-bit floats' range, on sm_80, sm_89 and sm_90a (pairs of conversions);
