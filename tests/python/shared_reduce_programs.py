@@ -55,6 +55,21 @@ def three_d_program(P, M, N, dim, kind, keep_unit=False, threads=128):
     return three_d
 
 
+def vector_program(N, kind, dst_scope="shared", threads=64):
+    """B[0] = the reduction of the shared vector A (one result)."""
+
+    @T.prim_func
+    def vector(A: T.Tensor((N,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=threads):
+            s = T.alloc_shared((N,), "float32")
+            d = alloc(dst_scope, (1,), "float32")
+            T.copy(A, s)
+            getattr(T, f"reduce_{kind}")(s, d, dim=0)
+            T.copy(d, B)
+
+    return vector
+
+
 def region_program(M, N, lo, rows, kind, threads=128):
     """B[lo:lo+rows] = the reduction along 1 of A[lo:lo+rows, :], reduced from a region of a
     shared tile into a region of a shared vector; the rest of B keeps A[:, 0]."""

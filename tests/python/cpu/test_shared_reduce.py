@@ -58,6 +58,15 @@ def test_three_d(run, dim, keep_unit):
 
 
 @pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("kind", sp.KINDS)
+@pytest.mark.parametrize("N,dst", [(100, "shared"), (64, "fragment"), (7, "shared")])
+def test_vector_to_one_result(run, kind, N, dst):
+    A = randn(N, seed=N)
+    out = run(build(sp.vector_program(N, kind, dst)), A)
+    torch.testing.assert_close(out.double(), sp.reduce_ref(A, kind, 0).reshape(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
 @pytest.mark.parametrize("kind", ["sum", "min"])
 def test_region_of_shared(run, kind):
     A = randn(32, 24, seed=5)

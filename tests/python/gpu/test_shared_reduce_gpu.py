@@ -40,6 +40,14 @@ def test_three_d(dim, keep_unit):
     torch.testing.assert_close(out.double(), A.double().amax(dim, keepdim=keep_unit), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kind", sp.KINDS)
+@pytest.mark.parametrize("N,dst", [(100, "shared"), (64, "fragment"), (7, "shared"), (1000, "shared")])
+def test_vector_to_one_result(kind, N, dst):
+    A = torch.randn(N, device="cuda")
+    out = build(sp.vector_program(N, kind, dst))(A)
+    torch.testing.assert_close(out.double(), sp.reduce_ref(A, kind, 0).reshape(1), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["sum", "min"])
 def test_region_of_shared(kind):
     A = torch.randn(32, 24, device="cuda")
