@@ -241,6 +241,18 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
+class _Failure(str):
+    """A configuration's error as results list it (stage and first line), with the whole
+    text kept for the message when every configuration fails."""
+
+    full: str
+
+    def __new__(cls, stage: str, err: BaseException):
+        self = super().__new__(cls, f"{stage}: {_first_line(err)}")
+        self.full = f"{stage}: {type(err).__name__}: {str(err).strip()}"
+        return self
+
+
 # ---- the tuner ----
 
 def _call_key(args, kwargs):
@@ -459,7 +471,7 @@ class AutoTuner:
                     warnings.simplefilter("ignore", RegisterPressureWarning)
                     built.append((self._build(jit_fn, args, kwargs, config), None))
             except _BUILD_ERRORS as err:
-                built.append((None, f"compile: {_first_line(err)}"))
+                built.append((None, _Failure("compile", err)))
         pending = [i for i, (kernel, _) in enumerate(built) if kernel is not None and kernel._program is None]
         if not pending:
             return built
@@ -472,7 +484,7 @@ class AutoTuner:
                     kernel._lowered_all[k].compile()
                 return index, None
             except _BUILD_ERRORS as err:
-                return index, f"compile: {_first_line(err)}"
+                return index, _Failure("compile", err)
 
         workers = max(1, min(len(pending), os.cpu_count() or 1, 16))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
@@ -503,7 +515,7 @@ class AutoTuner:
             stage = "run"
             return float(_bench.time(kernel, inputs["tensors"], self.warmup, self.rep)), None
         except _RUN_ERRORS as err:
-            return None, f"{stage}: {_first_line(err)}"
+            return None, _Failure(stage, err)
 
     def _time_all(self, jit_fn, args, kwargs, configs) -> dict:
         name, total, started = self._name, len(configs), time.perf_counter()
@@ -527,8 +539,13 @@ class AutoTuner:
             tail = f" (best {best[1]:.3f} ms)" if best is not None else ""
             print(f"autotune {name}: {index}/{total} {_describe(config)} {shown}{tail}", file=sys.stderr, flush=True)
         if best is None:
+            # The first line names the first configuration's error, whole lines after: a
+            # runner that keeps one line of the message still shows why.
+            first_config, _, first_error = results[0]
             listing = "\n".join(f"  {_describe(c)}: {e}" for c, _, e in results[:20])
-            raise RuntimeError(f"tegula.autotune: every configuration of {name} failed ({total}):\n{listing}")
+            raise RuntimeError(f"tegula.autotune: every configuration of {name} failed ({total}); the first, "
+                               f"{_describe(first_config)}: {first_error}\n{listing}\n"
+                               f"The first configuration's error in full:\n{getattr(first_error, 'full', first_error)}")
         failed = sum(1 for r in results if r[1] is None)
         print(f"autotune {name}: best {_describe(best[0])} {best[1]:.3f} ms; {total - failed}/{total} ran, "
               f"{failed} failed, {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)

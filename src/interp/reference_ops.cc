@@ -187,8 +187,10 @@ StmtFn reduce(const TileOpNode* op, Compiler& c) {
   std::string kind = op->attr_str("kind", "sum");
   bool sum = kind == "sum" || kind == "abssum", take_abs = kind == "abssum" || kind == "absmax";
   bool is_max = kind == "max" || kind == "absmax";
-  user_assert(sum || is_max || kind == "min", loc)
-      << "unknown reduction '" << kind << "' (expected max, min, sum, abssum or absmax)";
+  // bitand / bitor / bitxor: combine_reducer's codes 3, 4, 5 (on the integers' values).
+  int64_t bit_code = kind == "bitand" ? 3 : kind == "bitor" ? 4 : kind == "bitxor" ? 5 : -1;
+  user_assert(sum || is_max || kind == "min" || bit_code >= 0, loc)
+      << "unknown reduction '" << kind << "' (expected max, min, sum, abssum, absmax, bitand, bitor or bitxor)";
   bool clear = op->attr_int("clear", 1) != 0;
   size_t dim = size_t(op->attr_int("dim", 0));
   user_assert(dim < op->regions[0].mins.size(), loc)
@@ -198,11 +200,12 @@ StmtFn reduce(const TileOpNode* op, Compiler& c) {
   DataType t = op->regions[1].buffer->dtype;
   double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   // absmax starts from 0, as |x| >= 0 (and so do the generated reductions).
-  double identity = sum || take_abs ? 0.0 : is_max ? -inf : inf;
+  double identity = bit_code == 3 ? -1.0 : sum || take_abs || bit_code >= 0 ? 0.0 : is_max ? -inf : inf;
   // max and min propagate NaN, as torch.amax does, unless nan_propagate is 0 (TileLang's
   // nan_propagate=False: a NaN is dropped, as fmaxf does).
   bool propagate = op->attr_int("nan_propagate", 1) != 0;
-  auto combine = [sum, is_max, nan, propagate](double a, double b) {
+  auto combine = [sum, is_max, nan, propagate, bit_code](double a, double b) {
+    if (bit_code >= 0) return combine_reducer(bit_code, a, b);
     if (sum) return a + b;
     if (!propagate && (std::isnan(a) || std::isnan(b))) return std::isnan(a) ? b : a;
     if (std::isnan(a) || std::isnan(b)) return nan;

@@ -235,6 +235,49 @@ class Reshaped : public Fragment {
   FragmentPtr base_;
 };
 
+class Permuted : public Fragment {
+ public:
+  Permuted(FragmentPtr base, std::vector<int> order)
+      : Fragment(permuted_shape(*base, order), base->threads(), base->slots()), base_(std::move(base)),
+        order_(std::move(order)) {}
+  int vector_width() const override {
+    return order_.back() == int(order_.size()) - 1 ? base_->vector_width() : 1;
+  }
+  bool coords(int t, int s, int64_t* out) const override {
+    int64_t c[8];
+    if (!base_->coords(t, s, c)) return false;
+    for (size_t d = 0; d < order_.size(); ++d) out[order_[d]] = c[d];
+    return true;
+  }
+  std::vector<Expr> coords_expr(const Expr& tx, int s, Expr* valid) const override {
+    auto c = base_->coords_expr(tx, s, valid);
+    std::vector<Expr> out(c.size());
+    for (size_t d = 0; d < order_.size(); ++d) out[size_t(order_[d])] = c[d];
+    return out;
+  }
+  std::string describe() const override {
+    Text os;
+    os << "permuted(";
+    for (size_t d = 0; d < order_.size(); ++d) os << (d ? ", " : "") << order_[d];
+    os << ") of " << base_->describe();
+    return os.str();
+  }
+
+ private:
+  static std::vector<int64_t> permuted_shape(const Fragment& base, const std::vector<int>& order) {
+    internal_assert(order.size() == base.shape().size() && order.size() <= 8) << "make_permuted: bad order";
+    std::vector<int64_t> shape(order.size(), 0);
+    for (size_t d = 0; d < order.size(); ++d) {
+      internal_assert(order[d] >= 0 && order[d] < int(order.size()) && shape[size_t(order[d])] == 0)
+          << "make_permuted: order is not a permutation";
+      shape[size_t(order[d])] = base.shape()[d];
+    }
+    return shape;
+  }
+  FragmentPtr base_;
+  std::vector<int> order_;
+};
+
 class Replicated : public Fragment {
  public:
   Replicated(std::vector<int64_t> shape, int threads) : Fragment(std::move(shape), threads, 0) {
@@ -574,6 +617,12 @@ FragmentPtr make_row_blocked(std::vector<int64_t> shape, int threads, int vec) {
 FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape) {
   if (shape == base->shape()) return base;
   return std::make_shared<Reshaped>(base, std::move(shape));
+}
+FragmentPtr make_permuted(const FragmentPtr& base, std::vector<int> order) {
+  bool identity = true;
+  for (size_t d = 0; d < order.size(); ++d) identity = identity && order[d] == int(d);
+  if (identity) return base;
+  return std::make_shared<Permuted>(base, std::move(order));
 }
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads) {
   return std::make_shared<Replicated>(std::move(shape), threads);

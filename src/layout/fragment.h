@@ -90,6 +90,12 @@ FragmentPtr make_projected(const FragmentPtr& base, std::vector<int> keep, const
 // base seen through another shape of the same size (row-major order kept).
 FragmentPtr make_reshaped(const FragmentPtr& base, std::vector<int64_t> shape);
 
+// base, laid out over a tile whose dimensions are this one's in the order `order`: base's
+// dimension d is dimension order[d] here. make_permuted(make_row_blocked({N, M}, ...), {1, 0})
+// lays out an (M, N) tile with its columns dealt to thread groups (a reduction along dim 0
+// is then a butterfly over each group's low bits).
+FragmentPtr make_permuted(const FragmentPtr& base, std::vector<int> order);
+
 // Every thread holds the whole tile.
 FragmentPtr make_replicated(std::vector<int64_t> shape, int threads);
 

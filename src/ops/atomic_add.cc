@@ -13,7 +13,7 @@ using namespace ir;
 // atomic_add<tegula::memory_order_...> (kernels/include/tegula/atomic.h).
 class AtomicAdd : public TileOp {
  public:
-  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+  Stmt expand(const TileOpNode* op, Kernel&, transform::PassContext&) const override {
     const SourceLoc& loc = op->loc;
     const BufferRegion& dst = op->regions.at(0);
     int64_t order = op->attr_int("memory_order", -1);

@@ -14,7 +14,7 @@ using namespace ir;
 
 class Copy : public TileOp {
  public:
-  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+  Stmt expand(const TileOpNode* op, Kernel&, transform::PassContext&) const override {
     const SourceLoc& loc = op->loc;
     user_assert(op->regions.size() == 2, loc) << "T.copy takes a source and a destination";
     BufferRegion src = op->regions[0], dst = op->regions[1];

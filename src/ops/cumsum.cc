@@ -20,7 +20,7 @@ using namespace ir;
 
 class CumSum : public TileOp {
  public:
-  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+  Stmt expand(const TileOpNode* op, Kernel&, transform::PassContext&) const override {
     const SourceLoc& loc = op->loc;
     user_assert(op->regions.size() == 2, loc) << "T.cumsum takes a source and a destination";
     const BufferRegion& src = op->regions[0];

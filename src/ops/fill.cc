@@ -9,7 +9,7 @@ using namespace ir;
 // T.fill(dst, value) / T.clear(dst)
 class Fill : public TileOp {
  public:
-  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+  Stmt expand(const TileOpNode* op, Kernel&, transform::PassContext&) const override {
     user_assert(op->regions.size() == 1 && op->args.size() == 1, op->loc) << "T.fill takes a buffer and a value";
     const BufferRegion& r = op->regions[0];
     auto store = [&](const std::vector<Expr>& v) {

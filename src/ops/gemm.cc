@@ -15,6 +15,7 @@
 //   names, in 128-byte-wide panels when a row is longer (ctx.panelled), so the
 //   instruction reads them straight from shared memory. Lowers to wgmma_ss / wgmma_rs
 //   (kernels/include/tegula/wgmma.h).
+// B in a fragment is staged through shared memory first (expand), for either path.
 //
 // A shared operand may be a region of its buffer (T.gemm(Q_shared[:, :D], ...)): the call
 // names the region's first element; the printer passes the buffer's row length and the
@@ -264,6 +265,28 @@ void for_each_gemm(const Kernel& k, F f) {
 
 class Gemm : public TileOp {
  public:
+  // B in a fragment (TileLang's gemm_sr / gemm_rr): the tensor cores read B from shared
+  // memory on both paths, so B is staged there through a buffer the op allocates,
+  //   T.copy(B, B_shared); T.gemm(A, B_shared, C)
+  // a T.Parallel nest like the author's, which insert_barriers fences from the gemm's reads.
+  Stmt expand(const TileOpNode* op, Kernel& k, transform::PassContext& ctx) const override {
+    user_assert(op->regions.size() == 3, op->loc) << "T.gemm takes A, B and C";
+    const BufferRegion& b = op->regions[1];
+    if (b.buffer->scope != Scope::Fragment) return {};
+    user_assert(is_whole(b), op->loc) << "T.gemm: B ('" << b.buffer->name
+                                      << "', in fragment) must be a whole buffer, not a region of it";
+    region_shape(b, op->loc);  // 2-D, constant
+    Buffer staged = make_buffer(ctx.fresh_name(b.buffer->name + "_shared"), Scope::Shared, b.buffer->dtype,
+                                b.buffer->shape, op->loc);
+    k.allocs.push_back(staged);
+    BufferRegion to{staged, b.mins, b.extents};
+    std::vector<BufferRegion> regions = op->regions;
+    regions[1] = to;
+    return make_seq({make_tile_op("copy", {b, to}, {}, {}, op->loc),
+                     make_tile_op(op->op, regions, op->args, op->attrs, op->loc)},
+                    op->loc);
+  }
+
   bool infer_layout(const TileOpNode* op, InferLevel level, transform::PassContext& ctx,
                     const Kernel& k) const override {
     if (level != InferLevel::Strict) return false;
@@ -325,7 +348,7 @@ class Gemm : public TileOp {
     GemmShape g = shape_of(op, k);
     bool a_regs = A->scope == Scope::Fragment;
     user_assert((A->scope == Scope::Shared || a_regs) && B->scope == Scope::Shared, loc)
-        << "T.gemm reads A from shared memory or a fragment and B from shared memory ('" << A->name << "' is "
+        << "T.gemm reads A and B from shared memory or fragments ('" << A->name << "' is "
         << scope_name(A->scope) << ", '" << B->name << "' is " << scope_name(B->scope) << ")";
     check_operands(op, g, ctx.target);
     user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)

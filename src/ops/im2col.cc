@@ -17,7 +17,7 @@ using namespace ir;
 
 class Im2col : public TileOp {
  public:
-  Stmt expand(const TileOpNode* op, const Kernel&) const override {
+  Stmt expand(const TileOpNode* op, Kernel&, transform::PassContext&) const override {
     const SourceLoc& loc = op->loc;
     user_assert(op->regions.size() == 2 && op->args.size() == 2, loc)
         << "T.im2col takes an image, a tile and the tile's row and column steps";

@@ -1,4 +1,15 @@
-// T.reduce_{max,min,sum,abssum,absmax}(src, dst, dim, clear) over fragments.
+// T.reduce_{max,min,sum,abssum,absmax,bitand,bitor,bitxor}(src, dst, dim, clear) over fragments.
+//
+// A source or destination in shared memory (TileLang's meaning) is staged through a
+// fragment the op allocates (expand): a shared (M, N) source reduced along 1 into a
+// shared (M,) destination becomes
+//   T.copy(src, src_frag)                  # (M, N) fragment
+//   T.copy(dst, dst_frag)                  # only with clear=False
+//   T.reduce(src_frag, dst_frag, dim=1)    # (M,) fragment, every holder of a row gets it
+//   T.copy(dst_frag, dst)
+// The copies are T.Parallel nests like the author's, so insert_barriers fences the
+// shared reads and writes, and layout inference lays the staged fragments out (an
+// output fragment held otherwise than its rows is reached through an exchange).
 //
 // Layout: dst is src with `dim` removed; each dst element is then held by every thread
 // that held part of its row (replication).
@@ -7,6 +18,7 @@
 // through a shared-memory scratch across warps, so every copy ends with the full result.
 #include <algorithm>
 
+#include "ops/region.h"
 #include "ops/tile_op.h"
 
 namespace tegula::ops {
@@ -25,11 +37,17 @@ Combiner combiner_of(const std::string& kind, const SourceLoc& loc) {
   if (kind == "max") return {BinaryOp::Max, false};
   if (kind == "absmax") return {BinaryOp::Max, true};
   if (kind == "min") return {BinaryOp::Min, false};
-  user_error(loc) << "unknown reduction '" << kind << "' (expected max, min, sum, abssum or absmax)";
+  if (kind == "bitand") return {BinaryOp::BitAnd, false};
+  if (kind == "bitor") return {BinaryOp::BitOr, false};
+  if (kind == "bitxor") return {BinaryOp::BitXor, false};
+  user_error(loc) << "unknown reduction '" << kind
+                  << "' (expected max, min, sum, abssum, absmax, bitand, bitor or bitxor)";
   return {};
 }
 
 Expr identity(const std::string& kind, DataType t) {
+  if (kind == "bitand") return make_cast(t, make_int(-1));  // every bit set
+  if (kind == "bitor" || kind == "bitxor") return make_cast(t, make_int(0));
   if (kind == "sum" || kind == "abssum") return make_cast(t, make_float(0.0, DataType::f32()));
   if (kind == "max" || kind == "absmax") {
     if (kind == "absmax") return make_cast(t, make_float(0.0, DataType::f32()));
@@ -38,10 +56,73 @@ Expr identity(const std::string& kind, DataType t) {
   return t.is_float() ? make_call("infinity", {}, t) : make_call("max_value", {}, t);
 }
 
+// A fragment of the region's extents (a 1-D source's one result: (1,)), or of the
+// extents without `drop`.
+Buffer staging_fragment(const BufferRegion& r, int drop, const std::string& name, transform::PassContext& ctx,
+                        const SourceLoc& loc) {
+  std::vector<Expr> shape;
+  for (int d = 0; d < int(r.extents.size()); ++d) {
+    const int64_t* e = as_const_int(r.extents[d]);
+    user_assert(e && *e > 0, loc) << "T.reduce: the region of shared buffer '" << r.buffer->name
+                                  << "' must have constant extents (dimension " << d << " is not)";
+    if (d != drop) shape.push_back(r.extents[d]);
+  }
+  if (shape.empty()) shape.push_back(make_int(1));
+  return make_buffer(ctx.fresh_name(name), Scope::Fragment, r.buffer->dtype, shape, loc);
+}
+
+BufferRegion whole(const Buffer& b) {
+  std::vector<Expr> mins(b->shape.size(), make_int(0));
+  return {b, mins, b->shape};
+}
+
 class Reduce : public TileOp {
  public:
+  Stmt expand(const TileOpNode* op, Kernel& k, transform::PassContext& ctx) const override {
+    const SourceLoc& loc = op->loc;
+    user_assert(op->regions.size() == 2, loc) << "T.reduce takes a source and a destination";
+    BufferRegion src = op->regions[0], dst = op->regions[1];
+    for (const BufferRegion* r : {&src, &dst}) {
+      Scope sc = r->buffer->scope;
+      user_assert(sc == Scope::Fragment || sc == Scope::Shared, loc)
+          << "T.reduce works on fragments and shared memory ('" << src.buffer->name << "' is "
+          << scope_name(src.buffer->scope) << ", '" << dst.buffer->name << "' is " << scope_name(dst.buffer->scope)
+          << ")";
+    }
+    bool src_shared = src.buffer->scope == Scope::Shared, dst_shared = dst.buffer->scope == Scope::Shared;
+    if (!src_shared && !dst_shared) return {};
+    int dim = int(op->attr_int("dim", 0));
+    user_assert(dim >= 0 && dim < int(src.extents.size()), loc)
+        << "T.reduce: dim " << dim << " of the " << src.extents.size() << "-d '" << src.buffer->name << "'";
+    std::vector<Stmt> out;
+    BufferRegion red_src = src, red_dst = dst;
+    if (src_shared) {
+      Buffer f = staging_fragment(src, -1, src.buffer->name + "_frag", ctx, loc);
+      k.allocs.push_back(f);
+      red_src = whole(f);
+      out.push_back(make_tile_op("copy", {src, red_src}, {}, {}, loc));
+    }
+    if (dst_shared) {
+      Buffer f = staging_fragment(red_src, dim, dst.buffer->name + "_frag", ctx, loc);
+      std::vector<int> unused;
+      std::vector<int64_t> want = squeeze(f->shape, &unused), got = squeeze(dst.extents, &unused);
+      user_assert(want == got, loc) << "T.reduce: the region of '" << dst.buffer->name << "' spans "
+                                    << shape_str(got) << ", but '" << src.buffer->name << "' without dimension "
+                                    << dim << " spans " << shape_str(want);
+      k.allocs.push_back(f);
+      red_dst = whole(f);
+      if (op->attr_int("clear", 1) == 0) out.push_back(make_tile_op("copy", {dst, red_dst}, {}, {}, loc));
+    }
+    std::map<std::string, TileAttr> attrs = op->attrs;
+    if (src_shared) attrs["staged"] = int64_t(1);  // lay_out_staged_source
+    out.push_back(make_tile_op(op->op, {red_src, red_dst}, op->args, attrs, loc));
+    if (dst_shared) out.push_back(make_tile_op("copy", {red_dst, dst}, {}, {}, loc));
+    return make_seq(out, loc);
+  }
+
   bool infer_layout(const TileOpNode* op, InferLevel level, transform::PassContext& ctx,
-                    const Kernel&) const override {
+                    const Kernel& k) const override {
+    if (level == InferLevel::Free) return lay_out_staged_source(op, ctx, k);
     if (level != InferLevel::Common) return false;
     transform::LayoutMap& layouts = ctx.layouts;
     const Buffer& src = op->regions.at(0).buffer;
@@ -62,6 +143,29 @@ class Reduce : public TileOp {
     return true;
   }
 
+  // A source the op staged (expand) and reduces along another dimension than its last:
+  // its rows along `dim` go to power-of-two groups of consecutive threads (row_blocked with
+  // `dim` moved last), so each result is a butterfly over a group's low bits and its copies
+  // are such a group, which a store to shared memory needs. Chosen freely, a row_blocked
+  // tile of three dimensions reduced along the first spreads a result's copies otherwise.
+  static bool lay_out_staged_source(const TileOpNode* op, transform::PassContext& ctx, const Kernel& k) {
+    const Buffer& src = op->regions.at(0).buffer;
+    int dim = int(op->attr_int("dim", 0)), rank = int(src->shape.size());
+    if (!op->attr_int("staged", 0) || dim == rank - 1 || ctx.layouts.fragment.count(src.get())) return false;
+    std::vector<int64_t> shape = const_shape(src, op->loc, "T.reduce");
+    std::vector<int> order;
+    std::vector<int64_t> base_shape;
+    for (int d = 0; d < rank; ++d) {
+      if (d != dim) order.push_back(d), base_shape.push_back(shape[size_t(d)]);
+    }
+    order.push_back(dim);
+    base_shape.push_back(shape[size_t(dim)]);
+    int vec = layout::choose_row_vector(base_shape.back(), src->dtype.bytes());
+    ctx.layouts.fragment[src.get()] = layout::make_permuted(layout::make_row_blocked(base_shape, k.threads, vec), order);
+    ctx.layouts.decided_at[src.get()] = op->loc;
+    return true;
+  }
+
   Stmt lower(const TileOpNode* op, transform::PassContext& ctx, const Kernel& k) const override {
     const SourceLoc& loc = op->loc;
     const Buffer& src = op->regions.at(0).buffer;
@@ -71,6 +175,11 @@ class Reduce : public TileOp {
         << "' is " << scope_name(dst->scope) << ")";
     std::string kind = op->attr_str("kind", "sum");
     Combiner comb = combiner_of(kind, loc);
+    bool bitwise = comb.op == BinaryOp::BitAnd || comb.op == BinaryOp::BitOr || comb.op == BinaryOp::BitXor;
+    auto integral = [](DataType t) { return t.is_int() || t.is_bool(); };
+    user_assert(!bitwise || (integral(src->dtype) && integral(dst->dtype)), loc)
+        << "T.reduce_" << kind << " takes integer or bool buffers ('" << src->name << "' is " << src->dtype.name() << ", '"
+        << dst->name << "' is " << dst->dtype.name() << ")";
     bool clear = op->attr_int("clear", 1) != 0;
     int dim = int(op->attr_int("dim", 0));
     auto ls = ctx.layouts.fragment.at(src.get());

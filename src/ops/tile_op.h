@@ -14,8 +14,10 @@ enum class InferLevel { Strict, Common, Free };
 class TileOp {
  public:
   virtual ~TileOp() = default;
-  // A loop nest equivalent to the op, or an empty Stmt when the op lowers itself.
-  virtual ir::Stmt expand(const ir::TileOpNode* op, const ir::Kernel& k) const { return {}; }
+  // A loop nest equivalent to the op (or other tile ops standing for it, expanded in
+  // turn; buffers they need are added to k.allocs), or an empty Stmt when the op lowers
+  // itself.
+  virtual ir::Stmt expand(const ir::TileOpNode* op, ir::Kernel& k, transform::PassContext& ctx) const { return {}; }
   // Fixes layouts (in ctx.layouts) it can at this level; returns true when it changed
   // something.
   virtual bool infer_layout(const ir::TileOpNode* op, InferLevel level, transform::PassContext& ctx,

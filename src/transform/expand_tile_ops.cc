@@ -10,7 +10,10 @@
 // on the kernel (the launch bounds the printer writes).
 // expand_tile_ops replaces copy, fill and atomic_add by the T.Parallel nests they stand
 // for (ops/copy.cc), so that layout inference, partitioning, masking and vectorising
-// treat them like the author's own loops. Guarantees: no copy/fill/atomic_add op left.
+// treat them like the author's own loops; a reduction whose source or destination is
+// shared memory becomes one over fragments the pass allocates, staged by copies
+// (ops/reduce.cc). Guarantees: no copy/fill/atomic_add op left; every reduce is over
+// fragments.
 #include "ir/functor.h"
 #include "ir/index_map.h"
 #include "ops/tile_op.h"
@@ -21,16 +24,19 @@ namespace tegula::transform {
 namespace {
 class Expander : public ir::IRMutator {
  public:
-  explicit Expander(const ir::Kernel& k) : k_(k) {}
+  Expander(ir::Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
   ir::Stmt mutate_TileOp(const ir::Stmt& self, const ir::TileOpNode* op) override {
     const ops::TileOp* impl = ops::find_tile_op(op->op);
     user_assert(impl, op->loc) << "unknown tile operation '" << op->op << "'";
-    ir::Stmt s = impl->expand(op, k_);
-    return s ? s : self;
+    ir::Stmt s = impl->expand(op, k_, ctx_);
+    // An op may stand for other tile ops (a reduction over shared memory: copies around
+    // a reduction over fragments): those expand in turn.
+    return s ? mutate(s) : self;
   }
 
  private:
-  const ir::Kernel& k_;
+  ir::Kernel& k_;
+  PassContext& ctx_;
 };
 }  // namespace
 
@@ -104,6 +110,6 @@ void read_annotations(ir::Kernel& k, PassContext& ctx) {
   });
 }
 
-void expand_tile_ops(ir::Kernel& k, PassContext&) { k.body = Expander(k).mutate(k.body); }
+void expand_tile_ops(ir::Kernel& k, PassContext& ctx) { k.body = Expander(k, ctx).mutate(k.body); }
 
 }  // namespace tegula::transform

@@ -12,7 +12,8 @@
 //             loop's layout reshaped when indexed by the loop's row-major position
 //             under another shape (f[i * N + j] in a loop over (M, N)); a
 //             reduction's output is its input without the reduced dimension
-//   free    - the first loop still open gets a blocked layout with the widest vector that
+//   free    - an op's own choice (the fragment a reduction stages a shared source in), else
+//             the first loop still open gets a blocked layout with the widest vector that
 //             its memory accesses allow; then back to `common`
 // A loop that reads a fragment held in a layout other than the loop's (two gemms'
 // operands split differently over warps: a FullCol score gemm's output read into the
@@ -605,6 +606,15 @@ class Inference {
   // accumulator), it would fix a layout the reduction cannot produce. Such loops come
   // last, and among the rest the largest first (a tile's copy before a row's loop).
   bool free_one() {
+    // An op's own free choice first (a reduction of a shared source lays out the fragment
+    // it stages that source in), then the loops'.
+    for (auto* op : c_.ops) {
+      if (auto* impl = ops::find_tile_op(op->op)) {
+        if (in_scope(c_.op_scope[op], [&] { return impl->infer_layout(op, ops::InferLevel::Free, ctx_, k_); })) {
+          return true;
+        }
+      }
+    }
     std::vector<Nest*> open;
     for (auto& n : c_.nests) {
       if (!lm_.loop.count(n.outer)) open.push_back(&n);

@@ -414,6 +414,47 @@ TEST(ProjectedLayout, ImpossibleProjectionIsAUserError) {
   EXPECT_NO_THROW(make_projected(base, {1}, loc));
 }
 
+// ------------------------------------------------------------------ permuted
+
+TEST(PermutedLayout, HoldsWhatItsBaseHoldsUnderTheOrder) {
+  struct Case {
+    TileCase base;
+    std::vector<int> order;
+  };
+  for (const Case& pc : std::vector<Case>{{{{16, 8}, 64, 4}, {1, 0}},
+                                          {{{12, 16, 4}, 128, 4}, {1, 2, 0}},
+                                          {{{3, 24}, 32, 2}, {1, 0}},
+                                          {{{2, 3, 8}, 16, 4}, {2, 0, 1}},
+                                          {{{2, 3, 8}, 16, 4}, {0, 1, 2}}}) {
+    FragmentPtr base = make_row_blocked(pc.base.shape, pc.base.threads, pc.base.vec);
+    FragmentPtr f = make_permuted(base, pc.order);
+    ASSERT_EQ(f->slots(), base->slots());
+    for (size_t d = 0; d < pc.order.size(); ++d) EXPECT_EQ(f->shape()[pc.order[d]], base->shape()[d]);
+    std::vector<int64_t> c(pc.order.size()), b(pc.order.size());
+    for (int t = 0; t < f->threads(); ++t) {
+      for (int s = 0; s < f->slots(); ++s) {
+        ASSERT_EQ(f->coords(t, s, c.data()), base->coords(t, s, b.data())) << describe(*f);
+        if (!base->coords(t, s, b.data())) continue;
+        for (size_t d = 0; d < pc.order.size(); ++d) EXPECT_EQ(c[pc.order[d]], b[d]) << describe(*f);
+      }
+    }
+    auto h = holders(*f);
+    for (auto& e : h) EXPECT_EQ(e.size(), 1u) << describe(*f);
+    expect_symbolic_matches_numeric(*f);
+    // Consecutive slots run along the last dimension only where it stays last.
+    EXPECT_EQ(f->vector_width(), pc.order.back() == int(pc.order.size()) - 1 ? base->vector_width() : 1);
+  }
+}
+
+TEST(PermutedLayout, ReducingTheDimensionMovedLastIsAButterfly) {
+  // (4, 12, 16) reduced along dim 0: rows along dim 0 to thread groups, so the result's
+  // copies form power-of-two groups that a butterfly and a one-copy store can rely on.
+  FragmentPtr f = make_permuted(make_row_blocked({12, 16, 4}, 128, 4), {1, 2, 0});
+  auto p = make_projected(f, {1, 2}, SourceLoc{});
+  EXPECT_TRUE(p->xor_groups_consistent(p->replicate_mask(), true));
+  expect_butterfly_safe(*p);
+}
+
 // ------------------------------------------------------------------ replicated
 
 TEST(ReplicatedLayout, EveryThreadHoldsEverything) {

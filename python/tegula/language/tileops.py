@@ -231,68 +231,6 @@ def clear(buffer):
     _emit("T.clear", "fill", [_region(buffer, "T.clear", "buffer")], [_scalar_for(0, target, "T.clear", "buffer")])
 
 
-def _spanned(region) -> list | None:
-    """The extents of a region other than 1, or None where one is not a constant."""
-    out = []
-    for extent in region.extents:
-        if not isinstance(extent, numbers.Integral):
-            return None
-        if extent != 1:
-            out.append(int(extent))
-    return out
-
-
-def _check_reduce_shape(name: str, src, dst, dim: int) -> None:
-    # The result is the source without `dim`: (M, N) along 1 gives (M,), a 1-D source one
-    # element. Only extents other than 1 are compared, so (M, 1) and (1, M) serve too.
-    src_ext = list(src.extents)
-    if not all(isinstance(e, numbers.Integral) for e in src_ext):
-        return
-    want = [int(e) for d, e in enumerate(src_ext) if d != dim and e != 1]
-    got = _spanned(dst)
-    if got is not None and got != want:
-        want_text = ", ".join(map(str, want)) or "1"
-        got_text = ", ".join(str(e) for e in dst.extents)
-        raise ArgError("out", f"{name}: 'out' must have the shape of '{src.buffer.name}' without dimension {dim}, "
-                       f"({want_text}), got ({got_text})")
-
-
-def _reduce(kind: str):
-    name = f"T.reduce_{kind}"
-
-    @intrinsic(name)
-    def reduce(buffer, out, dim=-1, clear=True, nan_propagate=None):
-        """T.reduce_<kind>(buffer, out, dim=-1, clear=True): reduces the fragment `buffer`
-        along `dim` into the fragment `out`, `buffer`'s shape without that dimension; with
-        clear=False the result is combined with what `out` holds. For max, min and absmax,
-        nan_propagate=False drops NaN (TileLang's default); True or left out propagates it."""
-        src = _region(buffer, name, "buffer")
-        rank = len(src[1])
-        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -rank <= dim < rank:
-            raise ArgError("dim", f"{name}: dim must be an int in {-rank}..{rank - 1} for a {rank}-d "
-                           f"buffer, got {dim!r}")
-        attrs = {"kind": kind, "dim": int(dim) % rank, "clear": _flag(clear, name, "clear")}
-        if nan_propagate is not None:
-            attrs["nan_propagate"] = _flag(nan_propagate, name, "nan_propagate")
-        _check_reduce_shape(name, region_of(buffer), region_of(out), int(dim) % rank)
-        _emit(name, "reduce", [src, _region(out, name, "out")], [], attrs)
-
-    if kind in ("sum", "abssum"):  # NaN is no question for a sum: no nan_propagate
-        plain = reduce
-
-        @intrinsic(name)
-        def reduce(buffer, out, dim=-1, clear=True):
-            plain(buffer, out, dim, clear)
-
-        reduce.__doc__ = plain.__doc__.split(" For max, min")[0]
-    reduce.__name__ = reduce.__qualname__ = f"reduce_{kind}"
-    return reduce
-
-
-reduce_max, reduce_min, reduce_sum, reduce_abssum, reduce_absmax = (
-    _reduce(k) for k in ("max", "min", "sum", "abssum", "absmax"))
-
-
 def _policy(value) -> str:
     if isinstance(value, GemmWarpPolicy):
         return value.value

@@ -24,12 +24,14 @@ Coverage (fuzz_gen.py draws each with some probability):
     // % & | ^ ~ << >>, reading and writing fragments, shared tiles and globals;
   * T.reduce_sum/max/min/abssum/absmax along either axis (and of 1-D tiles), with and
     without clear; the reduced (replicated) fragment written and read in later loops;
+    shared tiles reduced directly into shared or fragment vectors (bitand/bitor/bitxor
+    of integer tiles too, and TileLang's general T.reduce);
   * T.serial / range / T.Pipelined(num_stages=2..3) loops carrying accumulations (a
     fragment, a reduction with clear=False, a T.alloc_var), reusing a shared tile;
   * T.atomic_add of elements and of tiles into globals (integer-valued data, so sums are
     exact in any order);
   * T.gemm with fp16/bf16 operands and an fp32 accumulator, 32..64-wide tiles, either
-    operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
+    operand transposed, A and B from shared or from a fragment, on sm_80 and sm_90a;
   * conversions among float32/float16/bfloat16/float8_e4m3fn/float8_e5m2 by a T.copy of
     global tensors, between fragments in T.Parallel loops and in T.vectorized loops, with
     values past the 8-bit floats' range, on sm_80, sm_89 and sm_90a (pairs of conversions);

@@ -311,6 +311,9 @@ def gen_gemm(k: Kernel) -> None:
     Cf = k.alloc("fragment", (bm, bn), "float32", "C_local")
     if a_regs:
         Af = k.alloc("fragment", (bm, bk), dt, "A_local")
+    b_regs = c.flip(0.2)  # TileLang's gemm_sr / gemm_rr: the op stages B through shared memory
+    if b_regs:
+        Bf = k.alloc("fragment", b_tile, dt, "B_local")
     policy = c.choice(policies)
     # clear_accum clears at every k-step, so it is only right when K is one step.
     clear_in_gemm = K <= bk and c.flip(0.5)
@@ -325,7 +328,15 @@ def gen_gemm(k: Kernel) -> None:
     if a_regs:
         k.body.emit(f"T.copy({As}, {Af})")
         k.features.add("gemm_a_registers")
-    k.body.emit(f"T.gemm({Af if a_regs else As}, {Bs}, {Cf}{flags}, policy={policy})")
+    if b_regs:
+        if c.flip(0.5):
+            k.body.emit(f"T.copy({Bs}, {Bf})")
+        else:  # computed in registers, as TileLang's kda backward computes its B
+            k.body.open(f"for i, j in T.Parallel({b_tile[0]}, {b_tile[1]}):")
+            k.body.emit(f"{Bf}[i, j] = {Bs}[i, j] * 2")
+            k.body.close()
+        k.features.add("gemm_b_registers")
+    k.body.emit(f"T.gemm({Af if a_regs else As}, {Bf if b_regs else Bs}, {Cf}{flags}, policy={policy})")
     k.body.close()
     k.features.add(f"gemm_{k.target}_{'tA' if ta else ''}{'tB' if tb else ''}")
     if c.flip(0.5):

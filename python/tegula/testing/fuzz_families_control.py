@@ -8,9 +8,10 @@ on block indices and scalar arguments inside and around T.Parallel loops and aro
 ops, serial and unrolled loops around and inside T.Parallel loops, per-thread
 T.alloc_local arrays, shared tiles written in one order and read in another (transposes,
 reversed rows, hand-written tree reductions, double buffering by `ko % 2`: the barriers
-are the compiler's), reductions of shared tiles (through a fragment: T.reduce_* takes
-fragments), 3-D grids and 2-D dynamic shapes, scalar arguments in index arithmetic (run-
-time column offsets of copies, T.Pipelined ones too), chains of copies that change dtype
+are the compiler's), reductions of shared tiles into shared or fragment results (directly,
+the op staging them, or through a fragment; every kind, T.reduce too), 3-D grids and 2-D
+dynamic shapes, scalar arguments in index arithmetic (run-time column offsets of copies,
+T.Pipelined ones too), chains of copies that change dtype
 between scopes, whole or in parts at offsets, T.fill/T.clear of every scope and of
 sub-regions, loops over part of a tile, swizzled shared tiles, histograms and tiles added
 with T.atomic_add into shared memory, and several loops writing disjoint parts of one
@@ -225,7 +226,8 @@ def gen_nested_loops(k: Kernel) -> None:
 
 def gen_shared_reorder(k: Kernel) -> None:
     """A shared tile written in one order and read in another: transposes, reversed rows,
-    rows shifted by one; reductions of shared tiles (directly and through a fragment)."""
+    rows shifted by one; reductions of shared tiles (directly and through a fragment) into
+    a shared or fragment vector, cleared or accumulated."""
     c = k.c
     bm = c.choice([8, 16, 32, 4])
     bn = c.choice([8, 16, 32, 4])
@@ -262,17 +264,30 @@ def gen_shared_reorder(k: Kernel) -> None:
     rdt = dt if is_int else "float32"
     k.dtypes.add(rdt)
     dim = c.int(0, 1)
-    red_kind = c.choice(["sum", "max", "min", "abssum", "absmax"])
+    kinds = ["sum", "max", "min", "abssum", "absmax"] + (["bitand", "bitor", "bitxor"] if is_int else [])
+    red_kind = c.choice(kinds)
     n_keep = bm if dim == 1 else bn
-    r = k.alloc("fragment", (n_keep,), rdt, "red")
-    # T.reduce_* of a shared tile directly is refused (reductions take fragments), so the
-    # tile goes through a fragment first.
+    # Either side in shared memory or a fragment: the op stages a shared side itself.
+    r_scope = c.choice(["fragment", "shared"])
+    r = k.alloc(r_scope, (n_keep,), rdt, "red")
     src = s
-    if True:
+    if c.flip(0.3):
         src = k.alloc("fragment", (bm, bn), rdt, "x_frag")
         k.body.emit(f"T.copy({s}, {src})")
         k.features.add("reduce_of_copied_shared")
-    k.body.emit(f"T.reduce_{red_kind}({src}, {r}, dim={dim})")
+    else:
+        k.features.add("reduce_of_shared")
+    k.features.add(f"reduce_into_{r_scope}")
+    clear = c.flip(0.7)
+    if not clear:
+        start = c.choice(["1", "-3", "7"]) if is_int else c.choice(["0.5", "-1.0", "2.0"])
+        k.body.emit(f"T.fill({r}, {start})")
+        k.features.add("reduce_shared_accumulate")
+    if c.flip(0.3):
+        k.body.emit(f"T.reduce({src}, {r}, \"{red_kind}\", {dim}, {clear})")
+        k.features.add("reduce_general_form")
+    else:
+        k.body.emit(f"T.reduce_{red_kind}({src}, {r}, dim={dim}{'' if clear else ', clear=False'})")
     if dim == 1:
         R = k.tensor("R", [str(M), f"T.ceildiv({N}, {bn})"], [M, -(-N // bn)], rdt, role="out")
         k.body.open(f"for i in T.Parallel({bm}):")

@@ -114,13 +114,19 @@ def gen_thread_guard(k: Kernel) -> None:
 
 def _reduce_in_guard(k: Kernel, tiling: Tiling, s: str, bm: int, bn: int, M: int) -> None:
     """Row sums of the guarded tile, reduced by the guard's threads into a fragment they
-    hold, written out by them."""
-    frag = k.alloc("fragment", (bm, bn), "float32", "f")
-    red = k.alloc("fragment", (bm,), "float32", "rowsum")
+    hold (or a shared vector), written out by them; the shared tile reduced directly or
+    copied into a fragment first."""
+    c = k.c
+    src = s
+    if c.flip(0.5):
+        src = k.alloc("fragment", (bm, bn), "float32", "f")
+        k.body.emit(f"T.copy({s}, {src})")
+    else:
+        k.features.add("guard_reduce_shared")
+    red = k.alloc(c.choice(["fragment", "shared"]), (bm,), "float32", "rowsum")
     R = k.tensor("R", [str(M), f"T.ceildiv({tiling.dims[1][1]}, {bn})"], [M, -(-tiling.dims[1][2] // bn)], "float32",
                  role="out")
-    k.body.emit(f"T.copy({s}, {frag})")
-    k.body.emit(f"T.reduce_sum({frag}, {red}, dim=1)")
+    k.body.emit(f"T.reduce_sum({src}, {red}, dim=1)")
     k.body.open(f"for i in T.Parallel({bm}):")
     k.body.open(f"if by * {bm} + i < {M}:")
     k.body.emit(f"{R}[by * {bm} + i, bx] = {red}[i]")

@@ -171,6 +171,18 @@ def test_every_config_failing_names_the_function(bench):
     assert bench.timed == []
 
 
+def test_every_config_failing_shows_the_first_error_on_the_first_line(bench):
+    # A runner that keeps one line of the message (a conformance table) still shows why.
+    configs = [{"block": 128, "threads": 2048}, {"block": 256, "threads": 4096}]
+    with pytest.raises(RuntimeError) as info:
+        tuned(configs)(4096)
+    first, *rest = str(info.value).splitlines()
+    assert "the first, block=128 threads=2048: compile: TegulaCompileError" in first
+    assert "threads must be an int in 1..1024" in first and "2048" in first
+    full = str(info.value).split("The first configuration's error in full:\n", 1)[1]
+    assert full.startswith("compile: TegulaCompileError") and len(full.splitlines()) > 1  # the caret lines too
+
+
 def test_failed_check_skips_the_config_unless_skipped(bench, tmp_path):
     reference = lambda a, b: a + b  # noqa: E731 - the fake bench never calls it
     bench.failing_check, bench.latencies = {1}, [0.5, 0.9]  # the failed config is never timed

@@ -48,7 +48,7 @@ def test_generator_covers_the_language():
         features |= fuzz.program_from_seed(seed).features
     wanted = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy_tile_tile", "parallel_math",
               "read_replicated", "write_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
-              "loop_range", "atomic_element", "atomic_tile", "gemm_a_registers", "scalar_int32", "scalar_float32",
+              "loop_range", "atomic_element", "atomic_tile", "gemm_a_registers", "gemm_b_registers", "scalar_int32", "scalar_float32",
               "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div"]
     # tensor-core programs (fuzz_families_tc.py)
     wanted += ["attention_causal", "attention_mask", "attention_online_max", "attention_p_registers",
@@ -59,12 +59,14 @@ def test_generator_covers_the_language():
                "local_in_parallel", "loop_in_loop_parallel", "grid3d", "dynamic_2d", "copy_changes_dtype",
                "copy_in_parts", "copy_shifted_parts", "fill_region_shared", "fill_local", "use_swizzle",
                "annotate_swizzled", "atomic_shared_histogram", "atomic_shared_tile", "disjoint_writes",
-               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent", "while"]
+               "shared_loop_tree", "shared_loop_chunks", "shared_reduce", "persistent", "while",
+               "reduce_of_shared", "reduce_into_shared", "reduce_into_fragment", "reduce_shared_accumulate",
+               "reduce_general_form"]
     # names the generated CUDA renames (fuzz_families_names.py)
     wanted += ["names"]
     # tile code under thread guards (fuzz_families_guards.py)
     wanted += ["guard_one", "guard_nested", "guard_halves", "guard_prefix", "guard_suffix", "guard_window", "guard_group",
-               "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_barrier_inside"]
+               "guard_with_block", "guard_fill_chain", "guard_reduce", "guard_reduce_shared", "guard_barrier_inside"]
     # views and T.im2col (fuzz_families_views.py)
     wanted += ["view_global", "view_shared", "view_fragment", "view_reduce", "im2col_shared", "im2col_fragment"]
     # gemms of 8-bit floats (fuzz_families_fp8.py)
