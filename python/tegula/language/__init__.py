@@ -41,7 +41,8 @@ from .eager_ops import const, empty, make_tensor, ptr
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
-                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
+                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or, tvm_warp_shuffle,
+                         tvm_warp_shuffle_down, tvm_warp_shuffle_up,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
 from .source_kernel import CUDASourceCodeKernel
