@@ -247,6 +247,38 @@ void Program::check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dy
 
 // The CPython number protocol directly: no pybind11 cast (whose failure text names no
 // argument), and nothing allocated for the common int and float.
+// T.ptr: a CUDA tensor passes its data_ptr (and sets the call's device like any tensor),
+// an int the address itself, None a null pointer (as TileLang's launch does); the tensors
+// T.make_tensor makes there need the address aligned to align_bytes.
+void Program::check_pointer(const ParamSpec& p, PyObject* obj, ArgValue* out, int* device) const {
+  uint64_t addr = 0;
+  if (THPVariable_Check(obj)) {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!t.is_cuda()) bad(p, "(T.ptr) must be a CUDA tensor or an address (an int), got a tensor on " + t.device().str());
+    if (*device < 0) {
+      *device = t.get_device();
+    } else if (t.get_device() != *device) {
+      bad(p, "is on cuda:" + std::to_string(t.get_device()) + " but earlier arguments are on cuda:" + std::to_string(*device));
+    }
+    addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+  } else if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+    addr = PyLong_AsUnsignedLongLong(obj);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      bad(p, "(T.ptr) must be an address, an int in [0, 2**64), got " + py::repr(obj).cast<std::string>());
+    }
+  } else if (obj != Py_None) {
+    bad(p, "(T.ptr) must be a CUDA tensor (its data_ptr is passed) or an address (an int such as "
+           "tensor.data_ptr()), got " + type_name(obj));
+  }
+  if (p.align_bytes > 1 && addr % uint64_t(p.align_bytes) != 0) {
+    bad(p, "(T.ptr) must be an address aligned to " + std::to_string(p.align_bytes) + " bytes (the kernel reads or "
+           "writes the tensor there in " + std::to_string(p.align_bytes) + "-byte pieces); got one " +
+           std::to_string(addr % uint64_t(p.align_bytes)) + " bytes past such a boundary");
+  }
+  out->u64 = addr;
+}
+
 void Program::check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const {
   PyObject* o = obj.ptr();
   if (p.dtype.is_float()) {
@@ -428,13 +460,17 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
   Args tensors(params_.size());
   ArgValue scalars[kMaxArgs];
   size_t next = 0;
+  bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (p.is_output || p.is_workspace) continue;
     PyObject* obj = inputs[next++];
     if (p.is_tensor) tensors[i] = check_tensor(p, obj, dyn, &device);
+    else if (p.is_pointer()) check_pointer(p, obj, &scalars[i], &device), pointers = true;
     else check_scalar(p, obj, &scalars[i]);
   }
+  // Addresses alone (TileLang's `kernel(a.data_ptr(), ...)`): the current device's.
+  if (device < 0 && pointers) device = c10::cuda::current_device();
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
   }
@@ -467,11 +503,14 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   Args tensors(params_.size());
   ArgValue scalars[kMaxArgs];
   size_t next = 0;
+  bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_workspace) continue;
     if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[next++].ptr(), dyn, &device);
+    else if (params_[i].is_pointer()) check_pointer(params_[i], args[next++].ptr(), &scalars[i], &device), pointers = true;
     else check_scalar(params_[i], args[next++], &scalars[i]);
   }
+  if (device < 0 && pointers) device = c10::cuda::current_device();
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
   check_scalar_sized(tensors, scalars, dyn);
   if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);

@@ -79,9 +79,10 @@ double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
                       << shape_text(b.shape) << " (dimension " << d << " of the access " << b.node->name << "["
                       << at << "])";
     }
-    off = off * b.shape[d] + i;
+    off = b.strides.empty() ? off * b.shape[d] + i : off + i * b.strides[d];
   }
   if (b.map) off = b.map->offset(idx, b.shape.data());
+  if (b.limit >= 0 && (off < 0 || off >= b.limit)) address_error(b, idx, loc);
   if (b.alias >= 0) {
     Aliases::View& v = b.aliases->views[b.alias];
     if (!v.out[off]) {
@@ -91,6 +92,17 @@ double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
     }
   }
   return b.data + off;
+}
+
+void address_error(const Buf& b, const int64_t* idx, const SourceLoc& loc) {
+  std::string at;
+  for (size_t e = 0; e < b.shape.size(); ++e) at += (e ? ", " : "") + std::to_string(idx[e]);
+  if (!b.unresolved.empty()) {
+    user_error(loc) << "'" << b.node->name << "' (T.make_tensor at a run-time address) is read or written at [" << at
+                    << "], but " << b.unresolved;
+  }
+  user_error(loc) << "element [" << at << "] of '" << b.node->name << "' (T.make_tensor at a run-time address) lies "
+                  << "outside the tensor its address points into (" << b.limit << " elements from the address on)";
 }
 
 double combine_reducer(int64_t code, double a, double b) {
@@ -380,11 +392,13 @@ StmtFn Compiler::stmt(const Stmt& s) {
       }
       ExprFn v = expr(l->value, loc);
       int slot = declare_var(l->var.get());
+      StmtFn bind = bind_addresses(l->var, loc);  // the tensors T.make_tensor made at this address
       lets_.push_back({l->var, l->value});
       StmtFn body = stmt(l->body);
       lets_.pop_back();
-      return [v, slot, body](Frame& f) {
+      return [v, slot, bind, body](Frame& f) {
         f.vars[slot] = v(f);
+        if (bind) bind(f);
         body(f);
       };
     }
@@ -537,7 +551,9 @@ void run_reference(const Kernel& k, CallArgs& args) {
   }
   for (auto& b : k.allocs) c.declare_buffer(b);
   for (auto& b : k.views) c.declare_buffer(b);
+  for (auto& b : k.addressed) c.declare_buffer(b);
   for (auto& v : k.block_vars) c.declare_var(v.get());
+  c.set_call(&args);
   internal_assert(!k.grid.empty() && k.grid.size() <= 3 && k.grid.size() == k.block_vars.size())
       << "reference: a grid of " << k.grid.size() << " dimensions";
 
@@ -555,6 +571,10 @@ void run_reference(const Kernel& k, CallArgs& args) {
     for (auto& d : b->shape) view_shapes.back().push_back(c.expr(d, b->loc));
   }
   StmtFn body = c.stmt(k.body);
+  std::vector<StmtFn> param_addresses;  // the tensors at T.ptr parameters' addresses
+  for (auto& p : k.params) {
+    if (StmtFn bind = p.var ? c.bind_addresses(p.var, k.loc) : StmtFn()) param_addresses.push_back(bind);
+  }
   // Global tensors with a T.Layout: each element at its place in the map's order.
   const std::map<const BufferNode*, IndexMap> maps = index_maps(k);
   // T.annotate_safe_value({A: v}): a read past A's edge gives v (the whole kernel's hint).
@@ -588,6 +608,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     auto sv = safe.find(p.buffer.get());
     if (sv != safe.end()) b.safe = sv->second;
   }
+  for (auto& bind : param_addresses) bind(f);
   std::vector<std::vector<double>> storage(k.allocs.size());
   for (size_t i = 0; i < k.allocs.size(); ++i) {
     const Buffer& a = k.allocs[i];
@@ -611,6 +632,8 @@ void run_reference(const Kernel& k, CallArgs& args) {
     Buffer root = v;
     while (root->view_of) root = root->view_of;
     const Buf& r = f.bufs[c.buffer_slot(root, v->loc)];
+    user_assert(!root->address, v->loc) << "the reference runs no view ('" << v->name << "') of a tensor at a run-time "
+                                        << "address ('" << root->name << "', T.make_tensor)";
     user_assert(!r.map, v->loc) << "'" << v->name << "' is a view of '" << root->name
                                 << "', whose elements are stored in the order of a T.Layout: a view of it is not supported";
     Buf& b = f.bufs[c.buffer_slot(v, v->loc)];

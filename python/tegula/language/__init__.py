@@ -16,7 +16,8 @@
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
   tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
   scan.py      T.cumsum
-  eager_ops.py T.const, T.empty, T.ptr, T.make_tensor (the body of an eager @tegula.jit function)
+  eager_ops.py T.const, T.empty, T.make_tensor (the body of an eager @tegula.jit function, and prim_funcs')
+  pointers.py  T.ptr parameters, T.Tensor(shape, T.ptr) tables of addresses, T.make_tensor at an address
   source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
   tile_schedule.py  T.PersistentTileScheduler: the tile each block of a persistent kernel takes (a while loop)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
@@ -37,7 +38,8 @@ from .barriers import (access_ptr, alloc_barrier, annotate_consumer_reg_alloc, a
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)
-from .eager_ops import const, empty, make_tensor, ptr
+from .eager_ops import const, empty, make_tensor
+from .pointers import ptr
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
