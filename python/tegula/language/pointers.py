@@ -88,7 +88,7 @@ class PointerValue(PrimExpr):
 
     @classmethod
     def parameter(cls, name: str, spec) -> "PointerValue":
-        value = cls(ir().var(name, "handle"))
+        value = cls(ir().var(name, "handle"), tag="address")  # no value: frontend/values.py refuses it
         value.pointee = spec.dtype if isinstance(spec, PointerSpec) else None
         return value
 

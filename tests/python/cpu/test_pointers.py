@@ -185,6 +185,8 @@ def _kernel(body: str):
     ("X = T.make_tensor(ptrs[g], (16,), 'float17')", "'float17'", "unknown dtype"),
     ("Y[0] = T.make_tensor(ptrs[g], (16,), T.float32)[0]", "T.make_tensor", "assign the tensor to a name first"),
     ("q = p + 16", "p + 16", "a T.ptr parameter, an address: it takes no arithmetic"),
+    ("Y[0] = p", "Y[0] = p", "'p' is a T.ptr parameter, an address: its one use is T.make_tensor"),
+    ("Y[0] = T.cast(p, T.float32)", "T.cast", "'p' is a T.ptr parameter, an address: its one use"),
 ])
 def test_bad_programs_are_errors_at_the_line(body, at, match):
     with pytest.raises(TegulaCompileError, match=match) as info:
