@@ -26,12 +26,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 // A loop bound or shape as an integer; NaN means it was computed from an unwritten value.
 int64_t to_int(double v, const SourceLoc& loc, const char* what) {
   user_assert(!std::isnan(v), loc) << what << " is not a number (it was computed from a value never written)";
@@ -45,65 +39,6 @@ double float_constant(const FloatImmNode* n) {
 }
 
 }  // namespace
-
-int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc) {
-  user_assert(!std::isnan(v), loc) << "index " << dim << " of '" << b.node->name
-                                   << "' is not a number (it was computed from a value never written)";
-  // Far past any edge; clamping keeps the conversion defined.
-  if (!(std::fabs(v) < 4e18)) return v > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
-  return int64_t(v);
-}
-
-void Aliases::write_back(int except) {
-  for (int i = 0; i < int(views.size()); ++i) {
-    if (i == except) continue;
-    View& v = views[i];
-    for (int64_t e : v.handed) {
-      reinterpret_bits(v.type, &v.own[e], v.from, root + e * v.ratio);
-      v.out[e] = 0;
-    }
-    v.handed.clear();
-  }
-}
-
-double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
-  if (b.aliases) b.aliases->write_back(b.alias);
-  int64_t off = 0;
-  for (size_t d = 0; d < b.shape.size(); ++d) {
-    int64_t i = idx[d];
-    if (i < 0 || i >= b.shape[d]) {
-      if (b.global) return nullptr;
-      std::string at;
-      for (size_t e = 0; e < b.shape.size(); ++e) at += (e ? ", " : "") + std::to_string(idx[e]);
-      user_error(loc) << "index " << i << " of '" << b.node->name << "' is out of bounds for its shape "
-                      << shape_text(b.shape) << " (dimension " << d << " of the access " << b.node->name << "["
-                      << at << "])";
-    }
-    off = b.strides.empty() ? off * b.shape[d] + i : off + i * b.strides[d];
-  }
-  if (b.map) off = b.map->offset(idx, b.shape.data());
-  if (b.limit >= 0 && (off < 0 || off >= b.limit)) address_error(b, idx, loc);
-  if (b.alias >= 0) {
-    Aliases::View& v = b.aliases->views[b.alias];
-    if (!v.out[off]) {
-      reinterpret_bits(v.from, b.aliases->root + off * v.ratio, v.type, &v.own[off]);
-      v.out[off] = 1;
-      v.handed.push_back(off);
-    }
-  }
-  return b.data + off;
-}
-
-void address_error(const Buf& b, const int64_t* idx, const SourceLoc& loc) {
-  std::string at;
-  for (size_t e = 0; e < b.shape.size(); ++e) at += (e ? ", " : "") + std::to_string(idx[e]);
-  if (!b.unresolved.empty()) {
-    user_error(loc) << "'" << b.node->name << "' (T.make_tensor at a run-time address) is read or written at [" << at
-                    << "], but " << b.unresolved;
-  }
-  user_error(loc) << "element [" << at << "] of '" << b.node->name << "' (T.make_tensor at a run-time address) lies "
-                  << "outside the tensor its address points into (" << b.limit << " elements from the address on)";
-}
 
 double combine_reducer(int64_t code, double a, double b) {
   switch (code) {
