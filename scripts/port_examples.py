@@ -31,7 +31,8 @@ runs them as they are, against the TileLang the environment imports. Each result
   compile      a compile error, at the DSL line when the engine gives it
   missing      a tilelang / T name the engine lacks (AttributeError, ImportError, an unknown
                keyword argument), named
-  dependency   a package other than tilelang is missing (`tvm` counts here)
+  dependency   a package other than tilelang is missing (`tvm` counts here), or the program's
+               own CUDA extension (torch.utils.cpp_extension, nvcc) failed to build
   timeout      ran past its time
   crash        killed by a signal, a CUDA error, or a non-zero exit without a traceback
   error        any other exception (type and message given)
@@ -423,6 +424,16 @@ def _missing(message: str):
     return None
 
 
+# A program that compiles CUDA code of its own with torch.utils.cpp_extension (nvcc, ninja
+# and a visible GPU's architecture) before any kernel of the engine runs: its failure there
+# says nothing about the engine.
+_EXTENSION = "torch.utils.cpp_extension: the program builds its own CUDA extension with nvcc"
+
+
+def _builds_extension(path: str) -> bool:
+    return path.replace(os.sep, "/").endswith("torch/utils/cpp_extension.py")
+
+
 def classify(rc, exc, output: str, root: str, timeout: float = 0):
     """(status, detail) of one run: its return code (None: timed out), its exception as
     parse_traceback gives it (or None), and its output."""
@@ -443,6 +454,9 @@ def classify(rc, exc, output: str, root: str, timeout: float = 0):
             kind, message = inner[-1][0].rsplit(".", 1)[-1], ": ".join(inner[-1])
     text = re.sub(rf"^({re.escape(exc['type'])}|{kind}):\s*", "", message)
     first = text.splitlines()[0] if text else kind
+    frames = exc.get("frames") or []
+    if any(_builds_extension(f[0]) for f in frames):
+        return "dependency", f"{_EXTENSION} ({kind}: {first[:160]})"
     if re.search(r"CUDA error|CUDA_ERROR|illegal memory access|misaligned address|unspecified launch failure", text):
         return "crash", f"{kind}: {first[:240]}"
     if kind.endswith(("CompileError", "CompilationError")):
@@ -459,7 +473,6 @@ def classify(rc, exc, output: str, root: str, timeout: float = 0):
         missing = _missing(f"{kind}: {first}")
         if missing:
             return missing
-    frames = exc.get("frames") or []
     if kind == "AssertionError" or re.search(r"(?i)mismatch|not close", first):
         last = frames[-1] if frames else None
         internal = last and _is_engine_frame(last[0], root) and not re.search(r"(?i)assert|close|compare", last[2])

@@ -12,6 +12,13 @@ Over an eager @tegula.jit function (the body is the kernel), `f(x, ...)` tunes f
 sizes of the call's tensors, then runs the chosen kernel on them and returns its outputs;
 `f.compile(N=..., ...)` returns the chosen kernel.
 
+A configuration may also hold `pass_configs` (TileLang's reserved key): compiler pass
+configurations for that configuration only, over the ones `@tegula.jit(pass_configs=...)`
+(or `set_compile_args`) gives, so the search covers compiler options as well:
+
+    configs = [{"block": 128, "pass_configs": {PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: ws}}
+               for ws in (True, False)]
+
 The result is remembered per (function source, call arguments, configurations, device,
 target, tegula version and build) in this process and as JSON under
 `<cache dir>/autotune/<key>.json`, so a later call, here or in a new process, only
@@ -23,6 +30,7 @@ through the module-level `_bench` (a `CudaBench`), so tests replace that one obj
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import functools
 import hashlib
 import inspect
@@ -41,6 +49,7 @@ from . import __version__, env
 from .frontend.errors import TegulaCompileError
 from .jit import JITFunction, jit
 from .profiler import Profiler, TensorSupplyType
+from . import transform
 
 # What a configuration the DSL or NVRTC cannot build raises; anything else is a bug in
 # the caller's code or ours and is not swallowed.
@@ -114,6 +123,7 @@ class AutotuneResult(NamedTuple):
     latency: float | None
     kernel: object
     results: list | tuple = ()
+    ref_latency: float | None = None  # TileLang's time of ref_prog; Tegula uses ref_prog only to check
 
 
 # ---- keys and the disk cache ----
@@ -121,8 +131,9 @@ class AutotuneResult(NamedTuple):
 def _plain(value):
     """JSON-ready and order-stable: dicts become sorted [key, value] pairs, unknown objects
     (dtypes, enums) their repr."""
-    if isinstance(value, dict):
-        return sorted(([repr(k), _plain(v)] for k, v in value.items()), key=lambda kv: kv[0])
+    if isinstance(value, dict):  # a str enum key (PassConfigKey) as its string: JSON keeps only that
+        return sorted(([repr(k.value if isinstance(k, enum.Enum) and isinstance(k, str) else k), _plain(v)]
+                       for k, v in value.items()), key=lambda kv: kv[0])
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -255,6 +266,26 @@ class _Failure(str):
 
 # ---- the tuner ----
 
+# TileLang's reserved key of a configuration: pass configurations for that configuration
+# alone, over the function's own; not an argument of the function.
+PASS_CONFIGS = "pass_configs"
+
+
+def _pass_configs(value, where: str) -> dict:
+    """Pass configurations as {key string: value}, each key and value checked; `where`
+    begins the message of a bad one."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{where}: 'pass_configs' must be a dict of pass configurations, got {value!r}")
+    try:
+        out = {transform.key_name(k): v for k, v in value.items()}
+        transform.to_options(out)
+    except ValueError as err:
+        raise ValueError(f"{where}: 'pass_configs': {err}") from None
+    return out
+
+
 def _call_key(args, kwargs):
     """What an eager call's choice depends on: its tensors' shapes, dtypes and devices and
     its other arguments; None when one cannot be hashed."""
@@ -290,6 +321,7 @@ class AutoTuner:
         self._compile_args: dict = {}
         self._chosen: dict = {}  # an eager call's signature -> the tunables it runs with
         self._jit_fn = fn if isinstance(fn, (JITFunction, EagerJITFunction)) else None
+        self._siblings: dict = {}  # a configuration's pass_configs -> the jit function that builds with them
         self._stamp = None  # the function's source and the compiler build, found once
         self.set_profile_args(warmup=warmup, rep=rep, timeout=timeout, supply_type=supply_type, ref_prog=ref_prog,
                               atol=atol, rtol=rtol, max_mismatched_ratio=max_mismatched_ratio,
@@ -332,6 +364,7 @@ class AutoTuner:
             self._jit_fn = jit(**self._compile_args)(self.fn)
             self._eager = not isinstance(self._jit_fn, JITFunction)
             self._stamp = None
+            self._siblings.clear()
         return self._jit_fn
 
     @property
@@ -366,14 +399,34 @@ class AutoTuner:
             chosen = {k: v for k, v in config.items() if k not in given}
             if key is not None:
                 self._chosen[key] = chosen
-        return self._jit_fn(*args, **kwargs, **chosen)
+        jit_fn, chosen = self._for_config(self._jit_fn, chosen)
+        return jit_fn(*args, **kwargs, **chosen)
 
     def compile(self, *args, **kwargs):
         """The tuned kernel (TileLang's `.compile`), also for an eager function, whose
         sizes come from tensors or keywords as in its own `.compile` (`f.compile(N=1024)`)."""
         return self._search(args, kwargs).kernel
 
+    def _for_config(self, jit_fn, config: dict):
+        """(the jit function that builds `config`, its arguments): a configuration's
+        pass_configs go over the function's own in a sibling of the function (made once,
+        so each keeps its kernels); the other entries are arguments."""
+        if PASS_CONFIGS not in config:
+            return jit_fn, config
+        rest = {k: v for k, v in config.items() if k != PASS_CONFIGS}
+        extra = _pass_configs(config[PASS_CONFIGS], f"tegula.autotune({self._name})")
+        if not extra:
+            return jit_fn, rest
+        key = json.dumps(_plain(extra))
+        sibling = self._siblings.get(key)
+        if sibling is None:
+            own = _pass_configs(jit_fn.settings.get("pass_configs"), f"tegula.jit({self._name})")
+            sibling = type(jit_fn)(jit_fn.fn, {**jit_fn.settings, "pass_configs": {**own, **extra}})
+            self._siblings[key] = sibling
+        return sibling, rest
+
     def _build(self, jit_fn, args, kwargs, config):
+        jit_fn, config = self._for_config(jit_fn, config)
         if self._eager:
             return jit_fn.compile(*args, **kwargs, **config)
         return jit_fn(*args, **kwargs, **config)
@@ -394,10 +447,11 @@ class AutoTuner:
         for config in configs:
             if not isinstance(config, dict):
                 raise TypeError(f"tegula.autotune({name}): each configuration must be a dict, got {config!r}")
-            unknown = [k for k in config if k not in fn_params and not open_kwargs]
+            unknown = [k for k in config if k not in fn_params and not open_kwargs and k != PASS_CONFIGS]
             if unknown:
                 raise TypeError(f"tegula.autotune({name}): configuration {config} names {unknown}, which "
                                 f"{name}() does not take")
+            _pass_configs(config.get(PASS_CONFIGS), f"tegula.autotune({name}): configuration {config}")
         return configs
 
     def _given(self, args, kwargs) -> dict:
@@ -430,9 +484,11 @@ class AutoTuner:
         jit_fn = self._jit()
         configs = self._configs_for(args, kwargs)
         given = self._given(args, kwargs)
-        tunables = list(dict.fromkeys(k for c in configs for k in c))
+        tunables = list(dict.fromkeys(k for c in configs for k in c if k != PASS_CONFIGS))
         fixed = {k: given[k] for k in tunables if k in given}
-        if len(fixed) == len(tunables):  # nothing left to choose: compile what was asked for
+        # Nothing left to choose when the call gives every tunable (as in TileLang, its
+        # pass_configs are then not tried either) or the configurations offer no choice.
+        if (len(fixed) == len(tunables) and tunables) or not (tunables or any(c.get(PASS_CONFIGS) for c in configs)):
             kernel = self._build(jit_fn, args, kwargs, {})
             kernel.config = fixed  # nothing was timed: no latency
             return AutotuneResult(fixed, None, kernel)

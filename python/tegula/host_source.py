@@ -41,7 +41,10 @@ def render_kernel(func, ir_kernel, lowered) -> str:
              f"{smem} bytes of dynamic shared memory"]
     args = []
     for p in list(func.params) + list(func.workspaces):
-        if p.is_scalar:
+        if p.dtype == "handle":
+            lines.append(f"void* {p.name};  // T.ptr: a CUDA tensor's data_ptr() or the int given; checked: device, "
+                         "alignment")
+        elif p.is_scalar:
             lines.append(f"{_ctype(p.dtype)} {p.name};  // scalar argument")
         else:
             shape = ", ".join(str(d) for d in p.shape)

@@ -55,6 +55,11 @@ class KernelParam:
         return f"KernelParam({self.name}: {self.dtype_name}{list(self.shape)} {role})"
 
 
+def _torch_dtype(name: str):
+    """A parameter's torch dtype; None for a T.ptr parameter (an address, of no dtype)."""
+    return None if name == "handle" else to_torch(name)
+
+
 def _normalize_out_idx(out_idx, params) -> list[int]:
     if out_idx is None:
         return []
@@ -114,7 +119,7 @@ class JITKernel:
         self = cls.__new__(cls)
         self.out_idx = list(meta["out_idx"])
         self.target, self._target_guessed = meta["target"], meta["guessed"]
-        self.params = [KernelParam(name, tuple(shape), to_torch(dtype), dtype, index in self.out_idx, is_scalar)
+        self.params = [KernelParam(name, tuple(shape), _torch_dtype(dtype), dtype, index in self.out_idx, is_scalar)
                        for index, (name, shape, dtype, is_scalar) in enumerate(meta["params"])]
         self.num_inputs = len(self.params) - len(self.out_idx)
         self._name = meta["name"]
@@ -141,7 +146,7 @@ class JITKernel:
         func, outputs = self.prim_func, set(self.out_idx)
         self.params = [
             KernelParam(info.name, tuple(d if isinstance(d, int) else None for d in info.shape),
-                        to_torch(info.dtype), info.dtype, index in outputs, info.is_scalar)
+                        _torch_dtype(info.dtype), info.dtype, index in outputs, info.is_scalar)
             for index, info in enumerate(func.params)
         ]
         # Found now rather than at the first launch: with out_idx, every dynamic size
@@ -198,7 +203,8 @@ class JITKernel:
 
     def _first_call(self, *args):
         program = self._program or self._build()
-        if any(not p.is_output and not p.is_scalar for p in self.params):
+        # An input tensor, or a T.ptr parameter (given a tensor or an address), sets the device.
+        if any(not p.is_output and (not p.is_scalar or p.dtype_name == "handle") for p in self.params):
             self._call = program.launcher
         else:
             self._call = functools.partial(_launch_outputs_only, self, program)

@@ -299,6 +299,10 @@ class Profiler:
         return tuple(self.dynamic_size if d is None else d for d in param.shape)
 
     def _make(self, param):
+        if getattr(param, "dtype_name", None) == "handle":
+            raise ValueError(f"parameter '{param.name}' is a T.ptr: the profiler cannot make the memory behind an "
+                             "address; pass the inputs yourself (profiler.do_bench(input_tensors=[...]), "
+                             "set_autotune_inputs(...))")
         if getattr(param, "is_scalar", False):
             return make_tensor((), param.dtype, self.supply_type, "cpu").item()
         return make_tensor(self._shape(param), param.dtype, self.supply_type, self.device)

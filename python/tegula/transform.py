@@ -183,6 +183,12 @@ def _key(key) -> PassConfigKey:
     raise ValueError(f"unknown pass config key {key!r}; known keys: {known}")
 
 
+def key_name(key) -> str:
+    """A pass config key as its string ("tl.disable_tma_lower"): a PassConfigKey, its string,
+    or TileLang's "tirx." spelling; ValueError listing the known keys for any other."""
+    return _key(key).value
+
+
 def describe(key) -> str:
     """What Tegula does with a key, for users porting TileLang code."""
     k = _key(key)

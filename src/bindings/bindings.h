@@ -35,8 +35,12 @@ void init_layouts(py::module_& m);
 
 // The CPU interpreters on one call's arguments: float64 CPU tensors (written in place) and
 // Python numbers, one per kernel parameter.
-void run_reference(const ir::Kernel& input, const py::list& values);
-std::vector<std::string> run_simulator(const tegula::transform::Lowered& lowered, const py::list& values);
+// values: the call's arguments in parameter order; memory: (address, dtype, float64 tensor)
+// of each tensor a run-time address may point into (interp::Region), the tensor the same
+// object as an argument's when it is one.
+void run_reference(const ir::Kernel& input, const py::list& values, const py::list& memory);
+std::vector<std::string> run_simulator(const tegula::transform::Lowered& lowered, const py::list& values,
+                                       const py::list& memory);
 
 // The DSL location last given to `ir.set_loc` on this thread. Every node built through the
 // bindings carries it, and the bindings' own user errors (a bad dtype string...) point at it.

@@ -302,6 +302,16 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
       auto it = vec.find(kk.params[i].buffer.get());
       if (it != vec.end()) align[int(i)] = std::max(align[int(i)], it->second);
     }
+    // A T.ptr parameter: what the tensors made at its address need (T.make_tensor). An
+    // address read in the kernel (a pointer table's) cannot be checked: it is assumed
+    // 16-byte aligned, as torch allocates.
+    for (size_t i = 0; i < kk.params.size(); ++i) {
+      if (!kk.params[i].var) continue;
+      for (const ir::Buffer& b : kk.addressed) {
+        auto it = vec.find(b.get());
+        if (b->address.same_as(kk.params[i].var) && it != vec.end()) align[int(i)] = std::max(align[int(i)], it->second);
+      }
+    }
   }
   std::vector<ParamSpec> specs;
   int np = int(k.params.size());
@@ -365,6 +375,8 @@ std::shared_ptr<Program> build_program(const std::vector<std::shared_ptr<Lowered
       s.is_tensor = false;
       s.dtype = p.var.dtype();
       s.var = p.var;
+      auto it = align.find(i);
+      s.align_bytes = it == align.end() ? 0 : it->second;
     }
     specs.push_back(std::move(s));
   }
@@ -413,9 +425,10 @@ void init_compile(py::module_& m) {
         return py::bytes(bytes);
       }, "The program as bytes for tegula._C.load_program; b'' when it cannot be saved.")
       .def_property_readonly("alignment", [](const Program& p) {
-        py::dict d;  // parameter name -> bytes its base address must be a multiple of
+        py::dict d;  // parameter name -> bytes its base address (a T.ptr's address) must be a multiple of
         for (auto& s : p.params()) {
           if (s.is_tensor) d[py::str(s.name)] = std::max(s.align_bytes, s.dtype.bytes());
+          else if (s.is_pointer()) d[py::str(s.name)] = std::max(s.align_bytes, 1);
         }
         return d;
       }, "The base-address alignment each tensor argument needs, in bytes (the launcher checks it).")
@@ -456,19 +469,20 @@ void init_compile(py::module_& m) {
         return build_program({l}, out_idx, 0);
       }, py::arg("out_idx") = std::vector<int>{})
       .def_property_readonly("user_source", [](const LoweredKernel& l) { return l.user_source; })
-      .def("reference", [](const LoweredKernel& l, const py::list& args) {
+      .def("reference", [](const LoweredKernel& l, const py::list& args, const py::list& memory) {
         l.require_ir_body("tegula.testing.reference");
-        run_reference(l.lowered.stages.front().second, args);
-      }, "Runs the kernel as written on the CPU (tegula.testing.reference).")
-      .def("simulate", [](const LoweredKernel& l, const py::list& args) {
+        run_reference(l.lowered.stages.front().second, args, memory);
+      }, py::arg("args"), py::arg("memory") = py::list(), "Runs the kernel as written on the CPU (tegula.testing.reference).")
+      .def("simulate", [](const LoweredKernel& l, const py::list& args, const py::list& memory) {
         l.require_ir_body("tegula.testing.simulate");
-        if (!l.lowered.kernel.consumer_threads) return run_simulator(l.lowered, args);
+        if (!l.lowered.kernel.consumer_threads) return run_simulator(l.lowered, args, memory);
         // The simulator models cp.async pipelines, not the copy engine and its mbarriers:
         // a warp-specialised kernel is simulated in the form the pass config gives.
         transform::Options o = l.options;
         o.disable_warp_specialized = true;
-        return run_simulator(transform::lower(*l.input, l.target, o, false), args);
-      }, "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
+        return run_simulator(transform::lower(*l.input, l.target, o, false), args, memory);
+      }, py::arg("args"), py::arg("memory") = py::list(),
+         "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
       .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })
       .def_property_readonly("tile_threads", [](const LoweredKernel& l) {
         const ir::Kernel& k = l.lowered.kernel;

@@ -16,7 +16,40 @@ struct Marshalled {
   std::vector<std::vector<double>> storage;
   std::vector<at::Tensor> tensors;
   interp::CallArgs args;
+  // The memory regions that are no argument: their tensors and their own storage.
+  std::vector<at::Tensor> region_tensors;
+  std::vector<std::unique_ptr<std::vector<double>>> region_storage;
 };
+
+// (address, dtype, float64 tensor) per region; a tensor that is an argument's (the same
+// object) shares its storage, so a write through either is seen through the other.
+void marshal_memory(Marshalled& m, const py::list& values, const py::list& memory) {
+  for (const py::handle& item : memory) {
+    auto t = item.cast<py::tuple>();
+    if (t.size() != 3) throw ArgumentError("interpreter memory: each region is (address, dtype, tensor)");
+    interp::Region r;
+    r.base = t[0].cast<uint64_t>();
+    if (!ir::DataType::parse(t[1].cast<std::string>(), &r.dtype)) {
+      throw ArgumentError("interpreter memory: unknown dtype " + t[1].cast<std::string>());
+    }
+    PyObject* obj = t[2].ptr();
+    for (size_t i = 0; i < values.size() && !r.data; ++i) {
+      if (values[i].ptr() == obj && m.args.tensors[i]) r.data = m.args.tensors[i];
+    }
+    if (!r.data) {
+      if (!THPVariable_Check(obj)) throw ArgumentError("interpreter memory: a region's tensor must be a tensor");
+      at::Tensor x = THPVariable_Unpack(obj);
+      if (x.scalar_type() != at::kDouble || !x.is_contiguous() || x.is_cuda()) {
+        throw ArgumentError("interpreter memory: a region must be a contiguous float64 CPU tensor here");
+      }
+      const double* p = x.data_ptr<double>();
+      m.region_tensors.push_back(x);
+      m.region_storage.push_back(std::make_unique<std::vector<double>>(p, p + x.numel()));
+      r.data = m.region_storage.back().get();
+    }
+    m.args.memory.push_back(r);
+  }
+}
 
 Marshalled marshal(const ir::Kernel& k, const py::list& values) {
   if (values.size() != k.params.size()) {
@@ -55,6 +88,9 @@ void unmarshal(Marshalled& m) {
     if (!m.args.tensors[i]) continue;
     std::copy(m.storage[i].begin(), m.storage[i].end(), m.tensors[i].data_ptr<double>());
   }
+  for (size_t i = 0; i < m.region_tensors.size(); ++i) {
+    std::copy(m.region_storage[i]->begin(), m.region_storage[i]->end(), m.region_tensors[i].data_ptr<double>());
+  }
 }
 
 // T.assume's checks a launch makes (ir/host_checks.h), made by the interpreters too.
@@ -67,8 +103,9 @@ void check_assumptions(const ir::Kernel& input, const interp::CallArgs& args) {
 
 }  // namespace
 
-void run_reference(const ir::Kernel& input, const py::list& values) {
+void run_reference(const ir::Kernel& input, const py::list& values, const py::list& memory) {
   Marshalled m = marshal(input, values);
+  marshal_memory(m, values, memory);
   check_assumptions(input, m.args);
   {
     py::gil_scoped_release release;
@@ -77,8 +114,10 @@ void run_reference(const ir::Kernel& input, const py::list& values) {
   unmarshal(m);
 }
 
-std::vector<std::string> run_simulator(const transform::Lowered& lowered, const py::list& values) {
+std::vector<std::string> run_simulator(const transform::Lowered& lowered, const py::list& values,
+                                       const py::list& memory) {
   Marshalled m = marshal(lowered.kernel, values);
+  marshal_memory(m, values, memory);
   check_assumptions(lowered.stages.front().second, m.args);
   std::vector<std::string> errors;
   {

@@ -196,7 +196,7 @@ std::shared_ptr<ir::Kernel> build_kernel(const std::string& name, const py::list
     if (d <= 0) fail("cluster_dims must be positive, got " + std::to_string(d));
   }
   k->cluster_dims = cluster_dims;
-  for (const BufferHandle& b : allocs) (b.node->view_of ? k->views : k->allocs).push_back(b.node);
+  for (const BufferHandle& b : allocs) (b.node->view_of ? k->views : b.node->address ? k->addressed : k->allocs).push_back(b.node);
   k->body = body;
   return k;
 }
@@ -340,6 +340,18 @@ void init_ir_builder(py::module_& m) {
     return BufferHandle{ir::make_strided_buffer(name, parse_dtype(dtype), std::move(shape), std::move(strides),
                                                 current_loc())};
   }, py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("strides"));
+  m.def("address_buffer", [](const std::string& name, const std::string& dtype, std::vector<Expr> shape,
+                             std::vector<Expr> strides, const Expr& address) {
+    for (const Expr& d : shape) require_int(d, "a tensor dimension");
+    for (const Expr& d : strides) require_int(d, "a stride");
+    require_var(address, "the address of a tensor");
+    ir::DataType a = address.dtype();
+    if (!(a.code == ir::DataType::Handle || (a.is_int() && a.bits == 64)) || a.lanes != 1) {
+      fail("the address of a tensor must be a pointer or a 64-bit integer, got " + a.name());
+    }
+    return BufferHandle{ir::make_address_buffer(name, parse_dtype(dtype), std::move(shape), std::move(strides), address,
+                                                current_loc())};
+  }, py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("strides"), py::arg("address"));
   m.def("view", [](const std::string& name, const BufferHandle& base, std::vector<Expr> shape,
                    const std::string& dtype) {
     for (const Expr& d : shape) require_int(d, "a view's dimension");

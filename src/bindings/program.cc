@@ -428,13 +428,17 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
   Args tensors(params_.size());
   ArgValue scalars[kMaxArgs];
   size_t next = 0;
+  bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamSpec& p = params_[i];
     if (p.is_output || p.is_workspace) continue;
     PyObject* obj = inputs[next++];
     if (p.is_tensor) tensors[i] = check_tensor(p, obj, dyn, &device);
+    else if (p.is_pointer()) check_pointer(p, obj, &scalars[i], &device), pointers = true;
     else check_scalar(p, obj, &scalars[i]);
   }
+  // Addresses alone (TileLang's `kernel(a.data_ptr(), ...)`): the current device's.
+  if (device < 0 && pointers) device = c10::cuda::current_device();
   if (device < 0) {
     throw ArgumentError(kernel_name_ + ": at least one input tensor is needed to choose the device");
   }
@@ -467,11 +471,14 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   Args tensors(params_.size());
   ArgValue scalars[kMaxArgs];
   size_t next = 0;
+  bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].is_workspace) continue;
     if (params_[i].is_tensor) tensors[i] = check_tensor(params_[i], args[next++].ptr(), dyn, &device);
+    else if (params_[i].is_pointer()) check_pointer(params_[i], args[next++].ptr(), &scalars[i], &device), pointers = true;
     else check_scalar(params_[i], args[next++], &scalars[i]);
   }
+  if (device < 0 && pointers) device = c10::cuda::current_device();
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
   check_scalar_sized(tensors, scalars, dyn);
   if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);

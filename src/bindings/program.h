@@ -35,6 +35,9 @@ struct ParamSpec {
   bool is_output = false;
   bool is_workspace = false;       // T.alloc_global: allocated per call, never passed nor returned
   ir::Expr var;                    // scalar parameters: their variable
+  // T.ptr: an address, given as a CUDA tensor (its data_ptr) or an int (align_bytes: what
+  // the tensors T.make_tensor makes at it need).
+  bool is_pointer() const { return !is_tensor && dtype.code == ir::DataType::Handle; }
 };
 
 constexpr int kMaxArgs = 64;
@@ -146,6 +149,7 @@ class Program {
   at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;
   void check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const;
   void check_scalar(const ParamSpec& p, py::handle obj, ArgValue* out) const;
+  void check_pointer(const ParamSpec& p, PyObject* obj, ArgValue* out, int* device) const;
   runtime::Dim3 launch_grid(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
   // The launch-wide checks of a grid barrier and of clusters (program.cc).
   void check_cooperative(const Kernel& k, const Loaded& l, runtime::Dim3 grid, const int64_t* dyn) const;

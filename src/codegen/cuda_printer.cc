@@ -59,7 +59,8 @@ class Printer {
     // A kernel that waits for the kernel before it (T.pdl_sync) may start while that one
     // still writes its inputs: no __restrict__, which would let the compiler read them
     // through the non-coherent cache.
-    bool restrict_params = !calls("pdl_sync");
+    // Nor where a tensor at a run-time address (T.make_tensor) may be one of them too.
+    bool restrict_params = !calls("pdl_sync") && k_.addressed.empty();
     bool first = true;
     auto sep = [&] {
       if (!first) os_ << ", ";
@@ -125,6 +126,9 @@ class Printer {
                << (align > b->dtype.bytes() ? " __attribute__((aligned(" + std::to_string(align) + ")))" : "")
                << ";\n";
       }
+    }
+    for (auto& p : k_.params) {
+      if (p.var) declare_address_tensors(p.var);  // T.make_tensor of a T.ptr parameter
     }
     stmt(k_.body);
     os_ << "}\n";
@@ -244,6 +248,16 @@ class Printer {
     return n;
   }
   std::string name(const Expr& v) { return unique(v.get(), v.as<VarNode>()->name); }
+
+  // The tensors at the address `var` holds (T.make_tensor), as typed pointers in its scope:
+  //   half_t* A = reinterpret_cast<half_t*>(A_addr);
+  void declare_address_tensors(const Expr& var) {
+    for (const Buffer& b : k_.addressed) {
+      if (!b->address.same_as(var)) continue;
+      std::string t = b->dtype.is_packed() ? "unsigned char" : cuda_type(b->dtype);
+      line() << t << "* " << name(b) << " = reinterpret_cast<" << t << "*>(" << name(var) << ");\n";
+    }
+  }
 
   // The struct that issues wgmma m64nNk16 (A from shared memory or registers) for
   // element types a and b with float accumulators, m64nNk32 for 8-bit ones: its asm names
@@ -803,6 +817,7 @@ class Printer {
         line() << "{\n";
         ++indent_;
         line() << "const " << cuda_type(n->var.dtype()) << " " << name(n->var) << " = " << expr(n->value) << ";\n";
+        declare_address_tensors(n->var);
         stmt(n->body);
         --indent_;
         line() << "}\n";

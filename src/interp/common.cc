@@ -2,6 +2,7 @@
 // rounding values to dtypes.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -151,6 +152,32 @@ VarValues bind_call(const Kernel& k, const CallArgs& args) {
     }
   }
   return out;
+}
+
+std::string resolve_address(const CallArgs& args, double address, const DataType& dtype, double** data,
+                            int64_t* left) {
+  auto hex = [](uint64_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    return std::string(buf);
+  };
+  if (std::isnan(address) || address < 0) return "the address is not a number (it was computed from a value never written)";
+  uint64_t a = uint64_t(address);
+  for (const Region& r : args.memory) {
+    uint64_t bytes = uint64_t(r.dtype.bytes());
+    if (a < r.base || a >= r.base + bytes * r.data->size()) continue;
+    if (r.dtype != dtype) {
+      return "address " + hex(a) + " is in a tensor of " + r.dtype.name() + ", read as " + dtype.name() +
+             " (the interpreters hold elements, not bytes: the dtypes must agree)";
+    }
+    if ((a - r.base) % bytes != 0) return "address " + hex(a) + " falls between two elements of the tensor holding it";
+    int64_t first = int64_t((a - r.base) / bytes);
+    *data = r.data->data() + first;
+    *left = int64_t(r.data->size()) - first;
+    return "";
+  }
+  return "address " + hex(a) + " is in none of the tensors of the call (give the tensors a pointer table points "
+         "into as memory=[...] to tegula.testing.reference / simulate)";
 }
 
 std::unordered_map<const ExprNode*, double> bind_call_values(const Kernel& k, const CallArgs& args) {

@@ -25,13 +25,32 @@ struct Lowered;
 
 namespace tegula::interp {
 
+// Memory a run-time address may point into (T.make_tensor of a T.ptr parameter or of an
+// address read from a pointer table): a tensor of the call or one given beside it, by the
+// address its first element has in the caller's process, its element type, and its
+// elements as the interpreters hold them (row-major).
+struct Region {
+  uint64_t base = 0;
+  ir::DataType dtype;
+  std::vector<double>* data = nullptr;
+};
+
 // One call: for each kernel parameter, in order, either a tensor (its row-major storage
-// and shape) or a scalar value.
+// and shape) or a scalar value (a T.ptr parameter's: its address); and the memory its
+// addresses may point into.
 struct CallArgs {
   std::vector<std::vector<double>*> tensors;  // null for scalar parameters
   std::vector<std::vector<int64_t>> shapes;   // empty for scalar parameters
   std::vector<double> scalars;                // unused for tensor parameters
+  std::vector<Region> memory;
 };
+
+// The elements from `address` on, as a tensor of `dtype` at that address reads them: a
+// pointer into the region holding it and how many elements the region has from there.
+// Returns "" on success, else why the address cannot be read so (no region of the call
+// holds it, it falls between elements, the region holds another dtype).
+std::string resolve_address(const CallArgs& args, double address, const ir::DataType& dtype, double** data,
+                            int64_t* left);
 
 // The value every variable of the call's signature takes: the dynamic dimensions, read
 // off the tensors' shapes, and the integer scalar parameters. Throws UserError naming the

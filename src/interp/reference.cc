@@ -26,12 +26,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 // A loop bound or shape as an integer; NaN means it was computed from an unwritten value.
 int64_t to_int(double v, const SourceLoc& loc, const char* what) {
   user_assert(!std::isnan(v), loc) << what << " is not a number (it was computed from a value never written)";
@@ -45,53 +39,6 @@ double float_constant(const FloatImmNode* n) {
 }
 
 }  // namespace
-
-int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc) {
-  user_assert(!std::isnan(v), loc) << "index " << dim << " of '" << b.node->name
-                                   << "' is not a number (it was computed from a value never written)";
-  // Far past any edge; clamping keeps the conversion defined.
-  if (!(std::fabs(v) < 4e18)) return v > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
-  return int64_t(v);
-}
-
-void Aliases::write_back(int except) {
-  for (int i = 0; i < int(views.size()); ++i) {
-    if (i == except) continue;
-    View& v = views[i];
-    for (int64_t e : v.handed) {
-      reinterpret_bits(v.type, &v.own[e], v.from, root + e * v.ratio);
-      v.out[e] = 0;
-    }
-    v.handed.clear();
-  }
-}
-
-double* element(Buf& b, const int64_t* idx, const SourceLoc& loc) {
-  if (b.aliases) b.aliases->write_back(b.alias);
-  int64_t off = 0;
-  for (size_t d = 0; d < b.shape.size(); ++d) {
-    int64_t i = idx[d];
-    if (i < 0 || i >= b.shape[d]) {
-      if (b.global) return nullptr;
-      std::string at;
-      for (size_t e = 0; e < b.shape.size(); ++e) at += (e ? ", " : "") + std::to_string(idx[e]);
-      user_error(loc) << "index " << i << " of '" << b.node->name << "' is out of bounds for its shape "
-                      << shape_text(b.shape) << " (dimension " << d << " of the access " << b.node->name << "["
-                      << at << "])";
-    }
-    off = off * b.shape[d] + i;
-  }
-  if (b.map) off = b.map->offset(idx, b.shape.data());
-  if (b.alias >= 0) {
-    Aliases::View& v = b.aliases->views[b.alias];
-    if (!v.out[off]) {
-      reinterpret_bits(v.from, b.aliases->root + off * v.ratio, v.type, &v.own[off]);
-      v.out[off] = 1;
-      v.handed.push_back(off);
-    }
-  }
-  return b.data + off;
-}
 
 double combine_reducer(int64_t code, double a, double b) {
   switch (code) {
@@ -380,11 +327,13 @@ StmtFn Compiler::stmt(const Stmt& s) {
       }
       ExprFn v = expr(l->value, loc);
       int slot = declare_var(l->var.get());
+      StmtFn bind = bind_addresses(l->var, loc);  // the tensors T.make_tensor made at this address
       lets_.push_back({l->var, l->value});
       StmtFn body = stmt(l->body);
       lets_.pop_back();
-      return [v, slot, body](Frame& f) {
+      return [v, slot, bind, body](Frame& f) {
         f.vars[slot] = v(f);
+        if (bind) bind(f);
         body(f);
       };
     }
@@ -537,7 +486,9 @@ void run_reference(const Kernel& k, CallArgs& args) {
   }
   for (auto& b : k.allocs) c.declare_buffer(b);
   for (auto& b : k.views) c.declare_buffer(b);
+  for (auto& b : k.addressed) c.declare_buffer(b);
   for (auto& v : k.block_vars) c.declare_var(v.get());
+  c.set_call(&args);
   internal_assert(!k.grid.empty() && k.grid.size() <= 3 && k.grid.size() == k.block_vars.size())
       << "reference: a grid of " << k.grid.size() << " dimensions";
 
@@ -555,6 +506,10 @@ void run_reference(const Kernel& k, CallArgs& args) {
     for (auto& d : b->shape) view_shapes.back().push_back(c.expr(d, b->loc));
   }
   StmtFn body = c.stmt(k.body);
+  std::vector<StmtFn> param_addresses;  // the tensors at T.ptr parameters' addresses
+  for (auto& p : k.params) {
+    if (StmtFn bind = p.var ? c.bind_addresses(p.var, k.loc) : StmtFn()) param_addresses.push_back(bind);
+  }
   // Global tensors with a T.Layout: each element at its place in the map's order.
   const std::map<const BufferNode*, IndexMap> maps = index_maps(k);
   // T.annotate_safe_value({A: v}): a read past A's edge gives v (the whole kernel's hint).
@@ -588,6 +543,7 @@ void run_reference(const Kernel& k, CallArgs& args) {
     auto sv = safe.find(p.buffer.get());
     if (sv != safe.end()) b.safe = sv->second;
   }
+  for (auto& bind : param_addresses) bind(f);
   std::vector<std::vector<double>> storage(k.allocs.size());
   for (size_t i = 0; i < k.allocs.size(); ++i) {
     const Buffer& a = k.allocs[i];
@@ -611,6 +567,8 @@ void run_reference(const Kernel& k, CallArgs& args) {
     Buffer root = v;
     while (root->view_of) root = root->view_of;
     const Buf& r = f.bufs[c.buffer_slot(root, v->loc)];
+    user_assert(!root->address, v->loc) << "the reference runs no view ('" << v->name << "') of a tensor at a run-time "
+                                        << "address ('" << root->name << "', T.make_tensor)";
     user_assert(!r.map, v->loc) << "'" << v->name << "' is a view of '" << root->name
                                 << "', whose elements are stored in the order of a T.Layout: a view of it is not supported";
     Buf& b = f.bufs[c.buffer_slot(v, v->loc)];

@@ -34,6 +34,12 @@ struct Buf {
   // A buffer with views of another dtype, or one of those views (see Aliases).
   Aliases* aliases = nullptr;
   int alias = -1;  // which view of aliases this is; -1 for the buffer and its same-dtype views
+  // A tensor at a run-time address (T.make_tensor), bound where its address is: its
+  // strides (empty: row-major), the elements its memory has from `data` on, and why its
+  // address reads nothing when it does not (an access then fails with that reason).
+  std::vector<int64_t> strides;
+  int64_t limit = -1;
+  std::string unresolved;
 };
 
 // The reference holds each element as a double, so a view of another dtype
@@ -88,6 +94,9 @@ int64_t to_index(double v, const Buf& b, size_t dim, const SourceLoc& loc);
 // store is skipped). Outside a shared, fragment or local buffer it has no meaning:
 // UserError at loc.
 double* element(Buf& b, const int64_t* idx, const SourceLoc& loc);
+// UserError at loc: element idx of a tensor at a run-time address lies outside the memory
+// its address points into, or the address points into none (Buf::unresolved).
+void address_error(const Buf& b, const int64_t* idx, const SourceLoc& loc);
 
 // A reducer's combination (language/reducers.py's codes: sum, max, min, bitand, bitor,
 // bitxor); max and min carry a NaN, as the generated code's do.
@@ -130,6 +139,10 @@ class Compiler {
   VecFn vexpr(const ir::Expr& e, const SourceLoc& at);
   StmtFn wide_store(const ir::CallNode* c, const SourceLoc& loc);
   StmtFn vector_store(const ir::BufferStoreNode* s);
+  // reference_address.cc: a statement pointing every tensor at the address `var` holds
+  // (T.make_tensor) at its memory; null when no tensor is at it. `args`: the call's memory.
+  StmtFn bind_addresses(const ir::Expr& var, const SourceLoc& at);
+  void set_call(const CallArgs* args) { args_ = args; }
 
  private:
   ExprFn binary(const ir::BinaryNode* b, const SourceLoc& at);
@@ -145,6 +158,7 @@ class Compiler {
   ExprFn barrier_call(const ir::CallNode* c, const SourceLoc& loc);
 
   const ir::Kernel& k_;
+  const CallArgs* args_ = nullptr;
   ir::ThreadRange range_;                              // the threads that reach the code compiled now
   bool has_mbarriers_ = false;                         // the kernel's threads meet at mbarriers
   std::optional<ir::ThreadRange> loop_range_;          // range_ at the innermost loop's start

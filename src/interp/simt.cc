@@ -205,6 +205,9 @@ void Machine::run_block(const std::vector<int64_t>& bi) {
   Threads all(threads_);
   for (int t = 0; t < threads_; ++t) all[t] = t;
   mbarriers_.clear();
+  for (auto& p : k_.params) {
+    if (p.var) bind_addresses(p.var, all);  // T.make_tensor of a T.ptr parameter
+  }
   coop_ = std::make_unique<Coop>();
   exec(k_.body, all);
   coop_.reset();
@@ -238,7 +241,10 @@ void Machine::track(Storage* st, int64_t flat, int t, bool write) {
 
 double Machine::read_element(Storage* st, int64_t flat, int t, bool* undef) {
   Scope scope = st->buf->scope;
-  if (scope == Scope::Global) return st->data[flat];
+  if (scope == Scope::Global) {
+    double* p = global_element(st, flat, t);
+    return p ? *p : 0.0;
+  }
   int64_t p = flat;
   if (scope == Scope::Local) {
     p = int64_t(t) * st->size + flat;
@@ -266,7 +272,7 @@ void Machine::write_element(Storage* st, int64_t flat, int t, double v, bool und
     error(thread_name(t) + " stores a value computed from unwritten registers into " + element_name(st, flat));
   }
   if (scope == Scope::Global) {
-    st->data[flat] = v;
+    if (double* p = global_element(st, flat, t)) *p = v;
     return;
   }
   int64_t p = flat;
@@ -335,7 +341,7 @@ int64_t Machine::flat_index(Storage* st, const std::vector<Vals>& idx, size_t i,
             std::to_string(d) + " (size " + std::to_string(n) + ")");
       return -1;
     }
-    flat = flat * n + x;
+    flat = st->strides.empty() ? flat * n + x : flat + x * st->strides[d];
   }
   if (st->map) {  // a T.Layout: the element's place (a vector access moves along the index)
     if (lanes > 1) cannot("a vector access to '" + st->buf->name + "', which has a T.Layout");
@@ -354,9 +360,11 @@ Vals Machine::load(const BufferLoadNode* op, const Threads& ts) {
   int lanes = op->dtype.lanes;
   int64_t step = lane_step(st);
   Vals out{lanes, std::vector<double>(ts.size() * lanes, 0.0)};
+  bool addressed = st->buf->address && lanes > 1;
   for (size_t i = 0; i < ts.size(); ++i) {
     int64_t flat = flat_index(st, idx, i, lanes, ts[i]);
     if (flat < 0) continue;
+    if (addressed && !global_element(st, flat, ts[i], lanes * st->buf->dtype.bytes())) continue;
     for (int l = 0; l < lanes; ++l) {
       bool undef = false;
       out.v[i * lanes + l] = read_element(st, flat + l * step, ts[i], &undef);
@@ -491,8 +499,10 @@ void Machine::store(const BufferStoreNode* op, const Threads& ts) {
   std::vector<int64_t> flats(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) flats[i] = flat_index(st, idx, i, lanes, ts[i]);
   int64_t step = lane_step(st);
+  bool addressed = st->buf->address && lanes > 1;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (flats[i] < 0) continue;
+    if (addressed && !global_element(st, flats[i], ts[i], lanes * st->buf->dtype.bytes())) continue;
     for (int l = 0; l < lanes; ++l) {
       int lv = v.lanes == 1 ? 0 : l;
       write_element(st, flats[i] + l * step, ts[i], v.at(i, lv), v.undef_at(i, lv));
@@ -620,6 +630,7 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
           for (int k = 0; k < lanes; ++k) u[ts[i]] |= v.undef_at(i, k);
         }
       }
+      bind_addresses(l->var, ts);
       exec(l->body, ts);
       break;
     }

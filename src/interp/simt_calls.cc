@@ -402,6 +402,8 @@ static void issue_async_copy(Machine& m, const CallNode* op, const Threads& ts) 
     if (pred.at(i) != 0) {
       int64_t s = src.flat[r++];
       if (s < 0) continue;
+      // A tensor at a run-time address: the copy's bytes must be aligned there.
+      if (src.st->buf->address && !m.global_element(src.st, s, t, lanes * src.st->buf->dtype.bytes())) continue;
       for (int l = 0; l < lanes; ++l) vals[l] = m.read_element(src.st, s + l, t);
     }
     if (dst.flat[i] < 0) continue;
@@ -715,8 +717,10 @@ static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts) {
       }
       u.write_epoch = m.epoch_, u.writer = kAtomic;
     }
-    old.v[i] = st->data[p];
-    st->data[p] = round_to_dtype(st->buf->dtype.element(), st->data[p] + v.at(i));
+    double* q = st->buf->scope == Scope::Global ? m.global_element(st, e, ts[i]) : st->data + p;
+    if (!q) continue;
+    old.v[i] = *q;
+    *q = round_to_dtype(st->buf->dtype.element(), *q + v.at(i));
     if (st->buf->scope != Scope::Global) st->written[p] = 1;
   }
   return old;

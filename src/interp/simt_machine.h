@@ -74,6 +74,9 @@ struct Storage {
   int mma_accumulating = 0;         // registers: wgmma groups in flight accumulating here
   int mma_sourcing = 0;             // registers: wgmma groups in flight reading A from here
   const ir::IndexMap* map = nullptr;  // global: the tensor's T.Layout, if any
+  // A tensor at a run-time address (buf->address): its strides (empty: row-major); its
+  // elements are found per thread, from the address that thread holds (global_element).
+  std::vector<int64_t> strides;
 };
 
 // One cp.async: its bytes, read at issue, land when a wait retires their group.
@@ -116,6 +119,13 @@ class Machine {
   // undef: the value was computed from unwritten registers (reported unless the
   // destination is a register, which then stays unwritten).
   void write_element(Storage* st, int64_t flat, int t, double v, bool undef = false);
+  // The element `flat` of a global tensor as thread t reaches it: a tensor at a run-time
+  // address through the address t holds (null, and a report, when that reads no memory of
+  // the call); with `bytes` past the element's size, a vector access that must be aligned.
+  double* global_element(Storage* st, int64_t flat, int t, int bytes = 0);
+  // Points the tensors at the address `var` holds (T.make_tensor) at it: their shapes and
+  // strides, evaluated for ts (they must agree).
+  void bind_addresses(const ir::Expr& var, const Threads& ts);
   // Reports the first thread whose value in v is undefined, as `what` (e.g. "branches on").
   void require_defined(const Vals& v, const Threads& ts, const std::string& what);
   std::string thread_name(int t) const;

@@ -30,7 +30,7 @@ bool DataType::parse(const std::string& s, DataType* out) {
       {"bf16", {BFloat, 16}},    {"int8", {Int, 8}},        {"int16", {Int, 16}},
       {"int32", {Int, 32}},      {"int", {Int, 32}},        {"int64", {Int, 64}},
       {"uint8", {UInt, 8}},      {"uint16", {UInt, 16}},    {"uint32", {UInt, 32}},
-      {"uint64", {UInt, 64}},    {"bool", {Bool, 8}},
+      {"uint64", {UInt, 64}},    {"bool", {Bool, 8}},       {"handle", {Handle, 64}},
       {"float8_e4m3fn", {Float8E4M3, 8}}, {"float8_e4m3", {Float8E4M3, 8}}, {"e4m3_float8", {Float8E4M3, 8}},
       {"float8_e5m2", {Float8E5M2, 8}},   {"e5m2_float8", {Float8E5M2, 8}},
       {"float8_e8m0fnu", {Float8E8M0, 8}}, {"float4_e2m1fn", {Float4E2M1, 4}},

@@ -146,6 +146,19 @@ Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr
   return b;
 }
 
+Buffer make_address_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
+                           Expr address, SourceLoc loc) {
+  auto b = std::make_shared<BufferNode>();
+  b->name = name;
+  b->scope = Scope::Global;
+  b->dtype = t;
+  b->shape = std::move(shape);
+  b->strides = std::move(strides);
+  b->address = std::move(address);
+  b->loc = std::move(loc);
+  return b;
+}
+
 Buffer make_view(const std::string& name, Buffer base, std::vector<Expr> shape, SourceLoc loc,
                  std::optional<DataType> dtype) {
   auto b = std::make_shared<BufferNode>();

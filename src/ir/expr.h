@@ -128,6 +128,11 @@ struct BufferNode {
   // A T.alloc_var: one element of a thread's own, which the CUDA printer declares as a
   // plain variable (`float x;`, read and written as `x`) rather than a 1-element array.
   bool scalar = false;
+  // A global tensor over a run-time address (T.make_tensor of a T.ptr parameter, or of an
+  // address read from a pointer table): the Var holding the address, a pointer parameter
+  // (dtype handle) or a let of a 64-bit integer, in scope wherever the tensor is accessed.
+  // Not a kernel parameter: the launch knows neither its shape nor its memory.
+  Expr address;
   int64_t num_elements_const() const;  // -1 when a dimension is symbolic
 };
 using Buffer = std::shared_ptr<const BufferNode>;
@@ -163,6 +168,10 @@ Buffer make_buffer(const std::string& name, Scope s, DataType t, std::vector<Exp
 // A global tensor parameter of the given strides (T.StridedTensor).
 Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
                            SourceLoc loc = {});
+// A global tensor at the address `address` holds (see BufferNode::address); strides in
+// elements, empty for row-major.
+Buffer make_address_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
+                           Expr address, SourceLoc loc = {});
 // A view of `base` under another shape (same element count): see BufferNode::view_of.
 // dtype (none: base's) may be wider than base's, a whole number of its elements: the view
 // reinterprets base's bytes (resolve_views).

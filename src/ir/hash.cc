@@ -137,6 +137,8 @@ class CanonicalWriter {
     emit(b->strides.size());
     exprs(b->strides);
     buffer(b->view_of);
+    if (b->address) expr(b->address);
+    else emit(kNull);
   }
 
   void write_IntImm(const IntImmNode* op) { emit(static_cast<uint64_t>(op->value)); }

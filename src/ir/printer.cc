@@ -298,6 +298,9 @@ void print_header(Printer& p, const Kernel& k) {
   for (const Buffer& b : k.views) {
     p.line(1, "view " + p.buffer_name(b) + ": " + p.buffer_type(b) + " of " + p.buffer_name(b->view_of));
   }
+  for (const Buffer& b : k.addressed) {
+    p.line(1, "tensor " + p.buffer_name(b) + ": " + p.buffer_type(b) + " at " + p.var_name(b->address));
+  }
   if (!k.smem_offset.empty() || k.smem_bytes > 0) {
     // In allocation order; the map itself is keyed by address and has no stable order.
     std::string plan;
@@ -353,6 +356,7 @@ std::string to_string(const Kernel& k) {
   c.visit(k.thread_var);
   for (const Buffer& b : k.allocs) c.buffer(b);
   for (const Buffer& b : k.views) c.buffer(b);
+  for (const Buffer& b : k.addressed) c.buffer(b);
   c.visit(k.body);
 
   // Signature first, so parameters keep their own names when a later node shares one.

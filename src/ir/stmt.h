@@ -169,6 +169,7 @@ struct Kernel {
   std::vector<int64_t> cluster_dims;
   std::vector<Buffer> allocs;      // shared / fragment / local buffers, in declaration order
   std::vector<Buffer> views;       // views of parameters and allocations (gone after resolve_views)
+  std::vector<Buffer> addressed;   // global tensors over run-time addresses (BufferNode::address)
   Stmt body;
   SourceLoc loc;
 

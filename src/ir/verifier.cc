@@ -28,6 +28,14 @@ class Verifier : public IRVisitor {
     for (const Expr& v : k.block_vars) bind(v);
     if (k.thread_var) bind(k.thread_var);
     for (const Buffer& b : k.allocs) buffers_.insert(b.get());
+    for (const Buffer& b : k.addressed) {
+      buffers_.insert(b.get());
+      if (!b->address || !b->address.as<VarNode>() || b->scope != Scope::Global ||
+          !(b->address.dtype() == DataType{DataType::Handle, 64, 1} ||
+            (b->address.dtype().is_int() && b->address.dtype().bits == 64))) {
+        fail("tensor '" + b->name + "' at an address: its address must be a 64-bit Var and it global", b->name);
+      }
+    }
     for (const Buffer& b : k.views) {
       buffers_.insert(b.get());
       if (!buffers_.count(b->view_of.get())) fail("view '" + b->name + "' is of a buffer the kernel does not have", b->name);
@@ -140,6 +148,11 @@ class Verifier : public IRVisitor {
   void known_buffer(const Buffer& b, const std::string& text) {
     if (!b) fail("access to a null buffer", text);
     if (!buffers_.count(b.get())) fail("buffer '" + b->name + "' is neither a parameter nor allocated", text);
+    // A tensor at a run-time address is reached through its address: that Var must be in scope.
+    if (b->address && !bound_.count(b->address.get())) {
+      fail("tensor '" + b->name + "' is accessed outside the scope of its address '" +
+               b->address.as<VarNode>()->name + "'", text);
+    }
   }
 
   std::string access_text(const Buffer& b, const std::vector<Expr>& indices) {

@@ -57,9 +57,26 @@ bool reads_memory(const Expr& value) {
   return found;
 }
 
+// Whether a tensor accessed in s lives at the address `var` holds (T.make_tensor): the let
+// of such a var stays, its tensors being reached through it.
+bool addresses_tensor(const Stmt& s, const Expr& var) {
+  bool found = false;
+  auto note = [&](const Buffer& b) { found |= b->address.same_as(var); };
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) note(st->buffer);
+    if (auto* op = x.as<TileOpNode>()) {
+      for (const BufferRegion& r : op->regions) note(r.buffer);
+    }
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) note(ld->buffer);
+  });
+  return found;
+}
+
 Stmt inline_leading(const Stmt& s, const std::set<const BufferNode*>& written) {
   auto* let = s.as<LetStmtNode>();
   if (!let || reads_memory(let->value) || !block_invariant(let->value, written)) return s;
+  if (addresses_tensor(let->body, let->var)) return s;
   return inline_leading(substitute(let->body, {{let->var, let->value}}), written);
 }
 

@@ -216,5 +216,39 @@ TEST(IrVerifier, CatchesRankMismatchAndOtherFaults) {
   EXPECT_THROW(verify(with(Stmt(wrong)), "store dtype"), InternalError);
 }
 
+// A T.ptr parameter and a pointer-table entry held in a let, each the address of a tensor
+// (T.make_tensor): a tensor is reached only where its address is in scope.
+TEST(IrVerifier, TensorAtAnAddressNeedsItsAddressInScope) {
+  TinyKernel t;
+  Expr ptr = make_var("a_ptr", DataType{DataType::Handle, 64, 1});
+  Expr addr = make_var("X_addr", DataType::i64());
+  Buffer table = make_buffer("ptrs", Scope::Global, DataType::i64(), {c(4)});
+  Buffer P = make_address_buffer("P", DataType::f32(), {c(16)}, {}, ptr);
+  Buffer X = make_address_buffer("X", DataType::f32(), {c(16)}, {}, addr);
+  auto kernel = [&](Stmt body) {
+    Kernel k = t.build();
+    k.params.push_back({Buffer(), ptr});
+    k.params.push_back({table, Expr()});
+    k.addressed = {P, X};
+    k.body = make_seq({k.body, body});
+    return k;
+  };
+  Stmt copy = make_store(P, {c(1)}, make_load(X, {c(2)}));
+  Kernel good = kernel(make_let(addr, make_load(table, {t.bx}), copy));
+  EXPECT_NO_THROW(verify(good, "test"));
+  std::string text = to_string(good);
+  EXPECT_NE(text.find("tensor P: float32[16] at a_ptr"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensor X: float32[16] at X_addr"), std::string::npos) << text;
+  try {
+    verify(kernel(make_seq({make_let(addr, make_load(table, {t.bx}), make_sync()), copy})), "outside");
+    FAIL() << "no error";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the scope of its address 'X_addr'"), std::string::npos) << e.what();
+  }
+  // The address is part of a tensor's structure.
+  Buffer Q = make_address_buffer("P", DataType::f32(), {c(16)}, {}, make_var("b_ptr", DataType{DataType::Handle, 64, 1}));
+  EXPECT_FALSE(structural_equal(make_store(P, {c(0)}, make_float(1.0)), make_store(Q, {c(0)}, make_float(1.0))));
+}
+
 }  // namespace
 }  // namespace tegula::ir

@@ -40,6 +40,8 @@ class Builder:
         self.kernels: list[tuple] = []
         # T.alloc_global buffers: workspaces the runtime allocates per call, seen by every kernel.
         self.workspaces: list[BufferValue] = []
+        # Tensors at T.ptr parameters made before the kernels (T.make_tensor): every kernel's.
+        self.addressed: list[BufferValue] = []
         self._names: dict[str, int] = {}
         # The T.* call being evaluated, as (intrinsic, args, kwargs): what emitted a statement.
         self.call: tuple | None = None
@@ -137,6 +139,16 @@ class Builder:
         buf = ir().view(name, base.buf, [to_expr(s, "int32") for s in shape], dtype or "")
         value = BufferValue(buf, name, shape, dtype or base.dtype, base.scope)
         self.allocs.append(value)  # the kernel keeps it among its views
+        return value
+
+    def address_tensor(self, name: str, dtype: str, shape: tuple, strides: tuple, address) -> BufferValue:
+        """The global tensor at the address the Var `address` holds (T.make_tensor): the
+        kernel's own, or every kernel's when made before them."""
+        name = self.unique_name(name)
+        buf = ir().address_buffer(name, dtype, [to_expr(s, "int32") for s in shape],
+                                  [to_expr(s, "int32") for s in strides], address)
+        value = BufferValue(buf, name, shape, dtype, "global", strides)
+        (self.allocs if self.blocks else self.addressed).append(value)
         return value
 
     def allocate_workspace(self, name: str, dtype: str, shape: tuple) -> BufferValue:

@@ -293,6 +293,10 @@ class _Session:
             raise parser.error(node, f"declare parameter '{name}' before the `with T.Kernel(...)` blocks")
         self._declare_read(parser, name, self._read_annotation(parser, annotation), node)
 
+    def is_pointer_parameter(self, value) -> bool:
+        """A `T.ptr` parameter of the eager function, which T.make_tensor declares."""
+        return isinstance(value, _Pointer)
+
     def make_tensor(self, pointer, shape, dtype, strides):
         """`T.make_tensor(A, shape, dtype, strides)` on T.ptr parameter A: declares A."""
         if not isinstance(pointer, _Pointer):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import inspect
 
-from ..language import barriers, reducers
+from ..language import barriers, pointers, reducers
 from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
 from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
@@ -311,6 +311,8 @@ class Parser(Evaluator):
         if isinstance(value, AllocRequest):
             self._allocate(name, value)
             return []
+        if isinstance(value, pointers.AddressRequest):
+            return self._address_tensor(target, name, value)
         if isinstance(value, DeclaredVar) and value.var is None:
             value.name_as(self.builder.unique_name(name))  # `x = T.int32()`: T.let binds it later
             self.bind(name, value)
@@ -324,6 +326,20 @@ class Parser(Evaluator):
             return [(var, value)]
         self.bind(name, value)
         return []
+
+    def _address_tensor(self, target, name: str, request) -> list:
+        """`A = T.make_tensor(address, ...)`: the tensor A at the address, which a let holds
+        from here on when the kernel reads or computes it."""
+        address, lets = request.address, []
+        if request.needs_let():
+            if not self.builder.blocks:
+                raise self.error(target, "T.make_tensor of an address read from a buffer must be inside "
+                                 "`with T.Kernel(...)`")
+            var = PrimExpr.var(self.builder.unique_name(f"{name}_addr"), address.expr.dtype)
+            lets, address = [(var, address)], var
+        self.bind(name, self.builder.address_tensor(name, request.dtype, request.shape, request.strides,
+                                                    address.expr))
+        return lets
 
     def _allocate(self, name: str, request: AllocRequest) -> None:
         if isinstance(request, reducers.ReducerRequest):
@@ -640,9 +656,11 @@ class Parser(Evaluator):
                 self.builder.unique_name(arg.arg)
             elif is_dtype(spec):
                 value = PrimExpr.var(arg.arg, DType(normalize_dtype(spec)))
+            elif pointers.is_pointer_annotation(spec):
+                value = pointers.PointerValue.parameter(arg.arg, spec)
             else:
-                raise self.error(arg.annotation, f"parameter '{arg.arg}': expected T.Tensor(shape, dtype) or a "
-                                 f"dtype such as T.int32, got {spec!r}")
+                raise self.error(arg.annotation, f"parameter '{arg.arg}': expected T.Tensor(shape, dtype), a "
+                                 f"dtype such as T.int32 or T.ptr, got {spec!r}")
             self.restore_loc(previous)
             self.bind(arg.arg, value)
             params.append((arg.arg, value, spec))

@@ -186,7 +186,7 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
                 [v.expr for v in frame.block_vars],
                 frame.thread_var.expr,
                 frame.threads,
-                [b.buf for b in allocs],
+                [b.buf for b in (*allocs, *builder.addressed)],
                 body,
                 {} if frame.user_source is None else {"cuda_source": frame.user_source[0],
                                                       "entry_name": frame.user_source[1]},

@@ -72,9 +72,17 @@ def is_number(value) -> bool:
     return isinstance(value, numbers.Real)
 
 
+def _refuse_address(value: "PrimExpr") -> None:
+    """A T.ptr parameter (tag "address", language/pointers.py) is no value of the kernel."""
+    if value.tag == "address":
+        raise TypeError(f"'{value.expr}' is a T.ptr parameter, an address: its one use is "
+                        f"T.make_tensor({value.expr}, shape, dtype), the tensor there")
+
+
 def to_expr(value, dtype: str | None = None):
     """PrimExpr or number -> `_C.ir.Expr`."""
     if isinstance(value, PrimExpr):
+        _refuse_address(value)
         return value.expr
     if isinstance(value, VarBuffer):
         return value.load().expr
@@ -214,6 +222,7 @@ def cast_value(value, dtype: str):
                 raise ValueError(f"the constant {value} cannot be converted to {dtype}")
             return PrimExpr(int_const(int(value), dtype))
         return PrimExpr(ir().float_imm(float(value), dtype))
+    _refuse_address(value)
     if value.expr.dtype == dtype:
         return value
     _require_scalars(f"cast to {dtype}", value)

@@ -17,7 +17,8 @@
   tileops.py   T.copy, T.fill, T.clear, T.gemm, T.atomic_add, layouts, T.print
   reductions.py T.reduce, T.reduce_*
   scan.py      T.cumsum
-  eager_ops.py T.const, T.empty, T.ptr, T.make_tensor (the body of an eager @tegula.jit function)
+  eager_ops.py T.const, T.empty, T.make_tensor (the body of an eager @tegula.jit function, and prim_funcs')
+  pointers.py  T.ptr parameters, T.Tensor(shape, T.ptr) tables of addresses, T.make_tensor at an address
   source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
   tile_schedule.py  T.PersistentTileScheduler: the tile each block of a persistent kernel takes (a while loop)
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
@@ -32,17 +33,19 @@ from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipel
                        sigmoid, sin, sqrt, sync_threads, tanh, unroll)
 from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
-from .barriers import (access_ptr, alloc_barrier, barrier_arrive, barrier_wait, cp_async_barrier_noinc,
+from .barriers import (access_ptr, alloc_barrier, annotate_consumer_reg_alloc, annotate_producer_reg_dealloc, barrier_arrive, barrier_wait, cp_async_barrier_noinc,
                        disable_warp_group_reg_alloc, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_cp_async,
                        set_max_nreg, tma_copy, wait_wgmma, wgmma_gemm)
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)
-from .eager_ops import const, empty, make_tensor, ptr
+from .eager_ops import const, empty, make_tensor
+from .pointers import ptr
 from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
-                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
+                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or, tvm_warp_shuffle,
+                         tvm_warp_shuffle_down, tvm_warp_shuffle_up,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
 from .source_kernel import CUDASourceCodeKernel

@@ -219,6 +219,20 @@ def set_max_nreg(reg_count, is_inc):
     _emit(fn, "set_max_nreg", [to_expr(int(reg_count), "int32"), to_expr(int(is_inc), "int32")])
 
 
+@intrinsic("T.annotate_producer_reg_dealloc")
+def annotate_producer_reg_dealloc(reg_count=24):
+    """TileLang's mark at the top of a hand-written producer branch: its warpgroup lowers
+    its registers per thread to reg_count (`T.set_max_nreg(reg_count, 0)` where it stands)."""
+    set_max_nreg(reg_count, 0)
+
+
+@intrinsic("T.annotate_consumer_reg_alloc")
+def annotate_consumer_reg_alloc(reg_count=240):
+    """TileLang's mark at the top of a hand-written consumer branch: its warpgroup raises
+    its registers per thread to reg_count (`T.set_max_nreg(reg_count, 1)` where it stands)."""
+    set_max_nreg(reg_count, 1)
+
+
 @intrinsic("T.disable_warp_group_reg_alloc")
 def disable_warp_group_reg_alloc():
     """The kernel's warp-specialised form (if the compiler makes one) keeps the launch's

@@ -15,6 +15,8 @@ from ..frontend.builder import intrinsic
 from ..frontend.dtypes import normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.values import PrimExpr
+from . import pointers
+from .pointers import PointerSpec, is_pointer_annotation, ptr  # noqa: F401 - eager.py reads them here
 
 _OUTSIDE = ("can only be used in the body of an eager @tegula.jit function (one that declares its "
             "tensors in its body, `A: T.Tensor((M, K), dtype)`, instead of returning a T.prim_func)")
@@ -88,46 +90,15 @@ def empty(*shape, dtype="float32"):
         raise ArgError("dtype", f"T.empty: {err}") from None
 
 
-class PointerSpec:
-    """What `T.ptr` stands for: a kernel parameter passed as a bare device pointer (a
-    tensor at the call), whose shape and dtype `T.make_tensor` gives in the body."""
-
-    __slots__ = ("dtype", "storage_scope")
-
-    def __init__(self, dtype=None, storage_scope: str = "global"):
-        self.dtype = dtype
-        self.storage_scope = storage_scope
-
-    def __repr__(self):
-        return "T.ptr()" if self.dtype is None else f"T.ptr({self.dtype})"
-
-
-def ptr(dtype=None, storage_scope: str = "global", *, is_size_var: bool = False) -> PointerSpec:  # noqa: ARG001
-    """`A: T.ptr` (or `T.ptr()`) on a parameter of an eager @tegula.jit function: A is a
-    pointer to global memory; `A = T.make_tensor(A, (M, K), dtype)` in the body makes it a
-    tensor. At the call A is a torch tensor of that shape and dtype; ahead of one
-    (`fn.compile(A=T.ptr(), ...)`, `fn.par_compile([...])`) `T.ptr()` stands for it.
-    `is_size_var` is TVM's flag, accepted and ignored."""
-    if storage_scope != "global":
-        raise ValueError(f"T.ptr: storage_scope must be 'global' (only global pointers are kernel parameters), "
-                         f"got {storage_scope!r}")
-    if dtype is not None:
-        try:
-            dtype = normalize_dtype(dtype)
-        except ValueError as err:
-            raise ValueError(f"T.ptr: dtype: {err}") from None
-    return PointerSpec(dtype, storage_scope)
-
-
-def is_pointer_annotation(value) -> bool:
-    """`T.ptr` itself or `T.ptr(...)`: a parameter passed as a pointer."""
-    return value is ptr or isinstance(value, PointerSpec)
-
-
 @intrinsic("T.make_tensor")
 def make_tensor(ptr, shape, dtype="float32", strides=None):  # noqa: A002 - TileLang's parameter name
-    """`A = T.make_tensor(A, (M, K), dtype)`: the tensor over pointer parameter A (`A:
-    T.ptr`), row-major unless `strides` (in elements) are given. It declares A, as
-    `A: T.Tensor((M, K), dtype)` would: the call's tensor must have this shape and dtype."""
-    session = _session("T.make_tensor")
-    return session.make_tensor(ptr, shape, dtype, strides)
+    """`A = T.make_tensor(ptr, (M, K), dtype, strides=None)`: the global tensor at an
+    address, row-major unless `strides` (in elements) are given. In a prim_func the address
+    is a T.ptr parameter or a 64-bit integer read in the kernel (language/pointers.py); on
+    a `A: T.ptr` parameter of an eager @tegula.jit body it declares A, as `A: T.Tensor((M,
+    K), dtype)` would: the call's tensor must have this shape and dtype."""
+    session = getattr(builder._STACK[-1], "eager", None) if builder._STACK else None
+    if session is not None and session.is_pointer_parameter(ptr):
+        return session.make_tensor(ptr, shape, dtype, strides)
+    builder.current("T.make_tensor")
+    return pointers.make_tensor(ptr, shape, dtype, strides)

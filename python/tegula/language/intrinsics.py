@@ -152,6 +152,44 @@ shfl_up = _shuffle("shfl_up", "shfl_up", "delta",
                    "`value` of lane (this lane - delta) within the group; before its start, this lane's own.")
 
 
+def _tvm_shuffle(name: str, op: str, lane_arg: str, what: str):
+    """TVM's spelling, which TileLang keeps: (mask, value, lane or offset, width, warp_size),
+    the same IR call as the T.shfl_* of the same meaning. On CUDA, TVM prints these as
+    __shfl_sync / __shfl_up_sync / __shfl_down_sync(mask, value, lane, width): warp_size
+    is for other targets, checked and then unused."""
+    fn_name = f"T.{name}"
+
+    def fn(mask, value, lane, width, warp_size):
+        if isinstance(warp_size, bool) or not isinstance(warp_size, (numbers.Integral, PrimExpr)) or (
+                isinstance(warp_size, numbers.Integral) and warp_size <= 0):
+            raise ArgError("warp_size", f"{fn_name}: warp_size must be a positive int, got {warp_size!r}")
+        if isinstance(width, bool) or not isinstance(width, numbers.Integral) or width not in (1, 2, 4, 8, 16, 32):
+            raise ArgError("width", f"{fn_name}: width must be a power of two up to 32 (an int), got {width!r}")
+        v = _value(value, fn_name, "value")
+        d = _value(lane, fn_name, lane_arg)
+        if not is_int(d.expr.dtype):
+            raise ArgError(lane_arg, f"{fn_name}: '{lane_arg}' must be an integer, got {d.expr.dtype}")
+        return call(op, [_mask(mask, fn_name), v, cast_value(d, "int32"), cast_value(int(width), "int32")],
+                    v.expr.dtype)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{fn_name}(mask, value, {lane_arg}, width, warp_size): {what}"
+    fn.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                          for n in ("mask", "value", lane_arg, "width", "warp_size")])
+    return intrinsic(fn_name)(fn)
+
+
+tvm_warp_shuffle = _tvm_shuffle("tvm_warp_shuffle", "shfl_idx", "warp_id",
+                                "T.shfl_sync(value, warp_id, width, mask): `value` of lane `warp_id` (modulo width) "
+                                "of this lane's group of `width` lanes.")
+tvm_warp_shuffle_up = _tvm_shuffle("tvm_warp_shuffle_up", "shfl_up", "offset",
+                                   "T.shfl_up(value, offset, width, mask): `value` of lane (this lane - offset) "
+                                   "within the group; before its start, this lane's own.")
+tvm_warp_shuffle_down = _tvm_shuffle("tvm_warp_shuffle_down", "shfl_down", "offset",
+                                     "T.shfl_down(value, offset, width, mask): `value` of lane (this lane + offset) "
+                                     "within the group; past its end, this lane's own.")
+
+
 @intrinsic("T.sync_warp")
 def sync_warp(mask=None):
     """`__syncwarp(mask)`: the lanes of `mask` (all 32 when left out) meet here."""

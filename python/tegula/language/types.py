@@ -7,6 +7,7 @@ import re
 
 from ..frontend.dtypes import DType, normalize_dtype
 from ..frontend.values import PrimExpr
+from .pointers import table_dtype
 
 float16 = half = DType("float16")
 bfloat16 = DType("bfloat16")
@@ -73,7 +74,7 @@ class TensorSpec:
                 raise ValueError(f"T.Tensor: each shape entry must be a positive int or a T.dynamic "
                                  f"var, got {dim!r} in {shape!r}")
         self.shape = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in dims)
-        self.dtype = DType(normalize_dtype(dtype))
+        self.dtype = DType(normalize_dtype(table_dtype(dtype)))
 
     def __repr__(self):
         if self.strides:

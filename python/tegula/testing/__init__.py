@@ -118,6 +118,13 @@ def _prepare(kernel, args):
             full.append(None)
             continue
         value = next(given)
+        if p.dtype_name == "handle":  # T.ptr: a tensor, an address or None, as at a launch
+            if not (isinstance(value, torch.Tensor) or value is None or
+                    (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64)):
+                raise TypeError(f"{kernel.prim_func.name}: argument '{p.name}' (T.ptr) must be a tensor or an address "
+                                f"(an int such as tensor.data_ptr()), got {type(value).__name__}")
+            full.append(value)
+            continue
         if p.is_scalar:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{kernel.prim_func.name}: argument '{p.name}' must be a number, got {type(value).__name__}")
@@ -207,11 +214,66 @@ def _workspace_size(kernel, ws, dim, dynamic: dict, C, scalars: dict | None = No
     return size
 
 
-def _run(kernel, args, method):
+def _region_dtype(t: torch.Tensor) -> str:
+    from ..frontend.dtypes import normalize_dtype
+
+    return normalize_dtype(t.dtype)
+
+
+def _memory(full, wide, names, memory, name: str) -> tuple[list, list]:
+    """What the call's addresses may point into (T.make_tensor): every contiguous tensor
+    argument (its float64 copy shared with the argument's), each tensor given for a T.ptr parameter, and
+    each of `memory`, as (address, dtype, float64 tensor); and (original, copy) of those
+    that are no argument, to copy the results back. A T.ptr parameter's value becomes its
+    tensor's address."""
+    regions, back, seen = [], [], {}
+
+    def add(t: torch.Tensor, copy, what: str, argument: bool = False):
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: {what} must be contiguous (the interpreters read it as one run of elements)")
+        start, size = t.data_ptr(), t.numel() * t.element_size()
+        key = (start, size, t.dtype)
+        if key in seen:
+            return seen[key]
+        for (s, n, _), _c in seen.items():
+            if start < s + n and s < start + size:
+                if argument:  # arguments that share memory stay arguments; no address reaches them
+                    return None
+                raise ValueError(f"{name}: {what} overlaps another tensor the call can reach; give each piece of "
+                                 "memory once")
+        if copy is None:
+            copy = t.detach().to("cpu", torch.float64).contiguous()
+            back.append((t, copy))
+        regions.append((start, _region_dtype(t), copy))
+        seen[key] = copy
+        return copy
+
+    for i, (v, nm) in enumerate(zip(full, names)):
+        # A strided (T.StridedTensor) argument is no run of elements an address could reach.
+        if isinstance(v, torch.Tensor) and nm != "handle" and not is_packed(nm or "") and v.numel() and \
+                v.is_contiguous():
+            add(v, wide[i], f"argument {i}", argument=True)
+    for i, (v, nm) in enumerate(zip(full, names)):
+        if nm == "handle":
+            if isinstance(v, torch.Tensor):
+                add(v, None, f"the tensor of T.ptr argument {i}")
+                wide[i] = v.data_ptr()
+            elif v is None:
+                wide[i] = 0
+    for j, t in enumerate(memory or ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: memory[{j}] must be a tensor, got {type(t).__name__}")
+        if t.numel():
+            add(t, None, f"memory[{j}]")
+    return regions, back
+
+
+def _run(kernel, args, method, memory=None):
     full, outputs, dynamic = _prepare(kernel, args)
     names = [p.dtype_name for p in kernel.params] + [None] * len(kernel.prim_func.workspaces)
     wide = [(unpack_4bit(v, name) if is_packed(name) else v.detach().to("cpu", torch.float64).contiguous())
-            if isinstance(v, torch.Tensor) else v for v, name in zip(full, names)]
+            if isinstance(v, torch.Tensor) and name != "handle" else v for v, name in zip(full, names)]
+    regions, back = _memory(full, wide, names, memory, kernel.prim_func.name)
     from .. import env
 
     C = env.native()
@@ -220,13 +282,17 @@ def _run(kernel, args, method):
         shape = [_workspace_size(kernel, ws, d, dynamic, C) for d in ws.shape]
         wide.append(poison(torch.empty(shape, dtype=torch.float64)))
     try:
-        results = [getattr(lowered, method)(wide) for lowered in kernel._lowered_all]
+        results = [getattr(lowered, method)(wide, regions) for lowered in kernel._lowered_all]
     except C.CompileError as err:
         raise from_native(err, kernel.prim_func.source) from None
     except C.AssumptionError as err:
         raise AssumptionError(str(err)) from None
     result = results[0] if len(results) == 1 else [r for part in results for r in (part or [])]
+    for original, computed in back:
+        original.copy_(computed.to(original.dtype).to(original.device))
     for original, computed, name in zip(full, wide, names):
+        if name == "handle":
+            continue
         if isinstance(original, torch.Tensor) and is_packed(name):
             original.view(torch.uint8).copy_(pack_4bit(computed, name).to(original.device))
         elif isinstance(original, torch.Tensor):
@@ -240,16 +306,19 @@ def _run(kernel, args, method):
     return out, result
 
 
-def reference(kernel, *args):
-    """The kernel's outputs as the language defines them, computed on the CPU."""
-    return _run(kernel, args, "reference")[0]
+def reference(kernel, *args, memory=None):
+    """The kernel's outputs as the language defines them, computed on the CPU. `memory`:
+    tensors the call's addresses may point into besides its arguments (those a pointer
+    table lists, for T.make_tensor); they are read and written like the arguments."""
+    return _run(kernel, args, "reference", memory)[0]
 
 
-def simulate(kernel, *args, check: bool = True):
+def simulate(kernel, *args, check: bool = True, memory=None):
     """The kernel's outputs as its lowered code computes them, thread by thread on the CPU.
     With check (the default), raises SimulationError if the run accessed memory out of
-    bounds, read what was never written, raced, or misused a barrier or shuffle."""
-    out, errors = _run(kernel, args, "simulate")
+    bounds, read what was never written, raced, or misused a barrier or shuffle. `memory`:
+    as for reference."""
+    out, errors = _run(kernel, args, "simulate", memory)
     if check and errors:
         raise SimulationError(f"{kernel.prim_func.name}: the simulated run is not sound:\n  " + "\n  ".join(errors))
     return out

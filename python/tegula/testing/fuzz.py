@@ -40,6 +40,9 @@ Coverage (fuzz_gen.py draws each with some probability):
   * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
     (T.cluster_sync, or T.cluster_arrive ... T.cluster_wait), each block reading another's
     writes, the barrier between loops or inside a T.Parallel body;
+  * warp shuffles (T.shfl_sync / up / down / xor and TileLang's T.tvm_warp_shuffle*) in
+    groups of 1..32 lanes, checked against an oracle in torch (the reference cannot run a
+    warp's lanes together);
   * invalid programs: constant indices out of bounds of shared/fragment/local buffers,
     copies/reductions/gemms of mismatched shapes, bitwise operators on floats, a
     T.Kernel grid that the `as` names do not match or that is not positive.
@@ -182,9 +185,12 @@ def _probe() -> bool:
 
 
 def run_reference(program: Program, kernel, seed: int) -> dict:
+    """What the program must write: the reference's run, or its oracle's (see Program)."""
     from . import reference
 
     inputs = make_inputs(program, seed)
+    if program.oracle is not None:
+        return program.oracle(inputs)
     return _results(program, inputs, reference(kernel, *inputs))
 
 

@@ -99,6 +99,7 @@ class Kernel:
         self.dtypes: set[str] = set()
         self.features: set[str] = set()
         self._names: dict[str, int] = {}
+        self.oracle = None  # the outputs in torch, for a program the reference cannot run
 
     def fresh(self, base: str) -> str:
         n = self._names.get(base, 0)
@@ -142,7 +143,7 @@ class Kernel:
         if error_kind:
             error_line = header_line if self.header_mark else first + self.body.marked
         return Program("\n".join(lines), self.args, self.target, tolerance_for(self.dtypes), error_line,
-                       error_kind, self.features, name)
+                       error_kind, self.features, name, self.oracle)
 
 
 # ---- expressions ----

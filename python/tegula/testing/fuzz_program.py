@@ -37,6 +37,9 @@ class Program:
     error_kind: str = ""
     features: set = field(default_factory=set)
     name: str = "fuzz"
+    # For a program the reference cannot run (a warp's lanes together): the call's inputs
+    # (make_inputs' list) -> name -> the tensor it must write, computed in torch.
+    oracle: object = None
 
     _counter = itertools.count()
 

@@ -229,3 +229,74 @@ def test_autotuner_from_kernel_in_tilelang_style(bench):
 def test_package_exposes_autotune():
     assert tegula.autotune is autotuner.autotune
 
+
+
+# ---- a configuration's pass_configs (TileLang's reserved key) ----
+
+VECTORIZE = [{"block": 256, "threads": 128, "pass_configs": {tegula.PassConfigKey.TIR_DISABLE_VECTORIZE: off}}
+             for off in (True, False)]
+
+
+@pytest.mark.parametrize("latencies,vectorized", [([0.1, 0.5], False), ([0.5, 0.1], True)])
+def test_pass_configs_of_a_config_compile_it_and_are_reported(bench, latencies, vectorized):
+    bench.latencies = latencies
+    kernel = tuned(VECTORIZE)(4096)
+    chosen = VECTORIZE[vectorized]
+    assert kernel.config == chosen and kernel.latency == 0.1
+    assert ("float4" in kernel.get_kernel_source()) == vectorized
+    # Each configuration was built with its own pass configurations.
+    assert ["float4" in k.get_kernel_source() for k in bench.timed] == [False, True]
+
+
+def test_pass_configs_go_over_the_functions_own(bench):
+    # The function disables vectorisation; a configuration's False turns it back on.
+    fn = tegula.autotune(configs=VECTORIZE[1:] + [{"block": 256, "threads": 128}], warmup=1, rep=1)(
+        tegula.jit(out_idx=[-1], target="sm_90a", pass_configs={"tir.disable_vectorize": True})(add_kernel))
+    bench.latencies = [0.5, 0.1]
+    fn(4096)
+    assert ["float4" in k.get_kernel_source() for k in bench.timed] == [True, False]
+
+
+def test_pass_configs_alone_are_a_choice(bench):
+    bench.latencies = [0.5, 0.1]
+    configs = [{"pass_configs": c["pass_configs"]} for c in VECTORIZE]
+    kernel = tuned(configs)(4096)
+    assert len(bench.timed) == 2 and kernel.config == configs[1]
+
+
+def test_a_call_giving_every_tunable_compiles_without_the_pass_configs(bench):
+    kernel = tuned(VECTORIZE)(4096, block=256, threads=128)
+    assert bench.timed == [] and "float4" in kernel.get_kernel_source()
+
+
+def test_pass_configs_choice_is_cached_on_disk(bench, monkeypatch, tmp_path):
+    bench.latencies = [0.1, 0.5]
+    tuned(VECTORIZE)(4096)
+    autotuner.clear_memory_cache()  # as a new process: the JSON holds the keys as strings
+    fresh = FakeBench([])
+    monkeypatch.setattr(autotuner, "_bench", fresh)
+    kernel = tuned(VECTORIZE)(4096)
+    assert fresh.timed == [] and kernel.config == VECTORIZE[0]
+    assert "float4" not in kernel.get_kernel_source()
+
+
+def test_autotuner_from_kernel_with_pass_configs(bench):
+    def add_4096(block=128, threads=128):
+        return add_kernel(4096, block, threads)
+
+    bench.latencies = [0.5, 0.1]
+    tuner = autotuner.AutoTuner.from_kernel(add_4096, configs=VECTORIZE)
+    result = tuner.set_compile_args(out_idx=[-1], target="sm_90a").run(warmup=1, rep=1, enable_grouped_compile=True)
+    assert result.config == VECTORIZE[1] and result.ref_latency is None
+    assert "float4" in result.kernel.get_kernel_source()
+
+
+@pytest.mark.parametrize("pass_configs,error,match", [
+    ({"tl.no_such_key": True}, ValueError, r"'pass_configs': unknown pass config key 'tl.no_such_key'"),
+    ({"tl.config_index_bitwidth": 64}, ValueError, r"'pass_configs': .*tl.config_index_bitwidth"),
+    ([("tir.disable_vectorize", True)], TypeError, r"'pass_configs' must be a dict"),
+])
+def test_bad_pass_configs_name_the_configuration(bench, pass_configs, error, match):
+    with pytest.raises(error, match=match) as info:
+        tuned([{"block": 128, "threads": 128, "pass_configs": pass_configs}])(4096)
+    assert "tegula.autotune(add_kernel): configuration" in str(info.value)

@@ -261,6 +261,11 @@ def _exc(kind, message, frames=()):
     (_exc("AssertionError", "bad layout", [("/site/tilelang/layout/x.py", 9, "infer")]), 1,
      ("error", "AssertionError in x.py:9 (infer): bad layout")),
     (_exc("ValueError", "shapes differ"), 1, ("error", "ValueError: shapes differ")),
+    # TileLang's minference example builds its own CUDA ops with nvcc before any kernel runs.
+    (_exc("IndexError", "list index out of range",
+          [("/ck/examples/m/x.py", 58, "_load_ops"), ("/site/torch/utils/cpp_extension.py", 2600, "_get_cuda_arch_flags")]),
+     1, ("dependency", "torch.utils.cpp_extension: the program builds its own CUDA extension with nvcc "
+                       "(IndexError: list index out of range)")),
 ])
 def test_classify(exc, rc, expected):
     assert runner.classify(rc, exc, "", "/ck", 120) == expected

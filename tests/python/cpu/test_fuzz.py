@@ -90,6 +90,9 @@ def test_generator_covers_the_language():
     # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
     wanted += ["flat_write", "flat_read"]
     wanted += ["tc_block_mask_branch"]
+    # warp shuffles in both spellings (fuzz_families_warp.py)
+    wanted += ["warp_shuffle_idx", "warp_shuffle_up", "warp_shuffle_down", "warp_shuffle_xor", "warp_shuffle_tvm",
+               "warp_shuffle_shfl"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

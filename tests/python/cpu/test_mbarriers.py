@@ -110,6 +110,31 @@ def test_register_counts_leave_results_alone(run):
 
 
 @RUNS
+def test_tilelang_register_annotations_are_set_max_nreg(run):
+    # TileLang's marks on hand-written producer / consumer branches (its minference kernel).
+    @T.prim_func
+    def regs(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            tx = T.get_thread_binding()
+            if tx >= 128:
+                T.annotate_producer_reg_dealloc()
+                for i in T.Parallel(128):
+                    B[128 + i] = A[128 + i] - 3
+            else:
+                T.annotate_consumer_reg_alloc(232)
+                for i in T.Parallel(128):
+                    B[i] = A[i] * 5
+
+    k = _kernel(regs)
+    src = k.get_kernel_source()
+    assert "setmaxnreg_dec<24>()" in src and "setmaxnreg_inc<232>()" in src
+    a = torch.randn(256)
+    b = torch.zeros(256)
+    run(k, a, b)
+    assert torch.equal(b[:128], a[:128] * 5) and torch.equal(b[128:], a[128:] - 3)
+
+
+@RUNS
 @SHAPES
 def test_tma_copy_and_wgmma_gemm_ring(run, M, N, K):
     k = _kernel(bp.tma_wgmma_program(M, N, K))
@@ -187,6 +212,7 @@ IND = "        "
     (IND + "T.ptx_cp_async(T.access_ptr(X[0], 'w', 8), T.access_ptr(S[0], 'r', 8), 8)", "into shared memory"),
     (IND + "T.ptx_cp_async(S[0], X[0], 8)", "must be a T.access_ptr"),
     (IND + "T.set_max_nreg(250, 1)", "multiple of 8"),
+    (IND + "T.annotate_consumer_reg_alloc(300)", "reg_count is an int in 24..256"),
     (IND + "T.wait_wgmma(-1)", "int >= 0"),
     (IND + "bar = T.alloc_barrier(arrive_count=128)\n" + IND + "for i in T.Parallel(128):\n" + IND +
      "    T.barrier_arrive(bar)", "inside a T.Parallel loop"),
