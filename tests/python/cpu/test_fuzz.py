@@ -87,6 +87,8 @@ def test_generator_covers_the_language():
                "barrier_stages_3", "barrier_whole_block_arrival", "barrier_set_max_nreg"]
     # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
     wanted += ["flat_write", "flat_read"]
+    # programs instrumented with tegula.tools.cuda.iket (fuzz_families_iket.py)
+    wanted += ["gen_instrumented", "iket_mark", "iket_mark_nested", "iket_range"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
