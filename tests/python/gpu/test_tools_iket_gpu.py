@@ -63,6 +63,7 @@ def test_each_launch_has_its_own_log_on_its_own_stream():
     first = k(A, B, S)
     stream = torch.cuda.Stream()
     C = torch.empty(n, device="cuda")
+    stream.wait_stream(torch.cuda.current_stream())  # A, B and S were made on the current stream
     with torch.cuda.stream(stream):
         A2 = A * 2  # written on `stream`: the launch must see it
         k.launch(A2, B, S, C, stream=stream.cuda_stream)
