@@ -143,7 +143,7 @@ class KernelEvents:
         self._pending: list[tuple] = []  # (log, device, done event) of launches not read yet
         self._launches: list[LaunchTrace] = []
         self._count = 0
-        self._written = -1  # how many launches the trace file holds
+        self._written: dict[Path, int] = {}  # trace file -> how many launches it holds
         self._lock = threading.Lock()
         _LIVE.append(self)
 
@@ -207,7 +207,8 @@ class KernelEvents:
                 for i, (name, kind, dtype) in sorted(self.events.items())]
 
     def write(self, directory: Path | None = None) -> Path | None:
-        """The trace file, (re)written when there are launches it does not hold yet."""
+        """The trace file, (re)written when there are launches it does not hold yet;
+        None where no directory is set or nothing was launched."""
         directory = directory or self.output_dir or state.output_dir()
         if directory is None:
             return None
@@ -215,8 +216,8 @@ class KernelEvents:
         if not launches:
             return None
         path = _path_for(self, Path(directory))
-        if self._written == len(launches) and path.exists():
-            return path
+        if self._written.get(path) == len(launches):
+            return path  # written already (and perhaps moved or removed since: left so)
         origin = min(launch.start_ns for launch in launches)
         data = {"kernel": self.name, "format": "tegula.iket/1", "events": self.table(),
                 "launches": [launch.to_json(origin) for launch in launches], "displayTimeUnit": "ns",
@@ -225,7 +226,7 @@ class KernelEvents:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(path)
-        self._written = len(launches)
+        self._written[path] = len(launches)
         return path
 
 
