@@ -38,6 +38,9 @@ Coverage (fuzz_gen.py draws each with some probability):
   * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
     (T.cluster_sync, or T.cluster_arrive ... T.cluster_wait), each block reading another's
     writes, the barrier between loops or inside a T.Parallel body;
+  * programs of other families instrumented with tegula.tools.cuda.iket (marks at every
+    depth, some with payloads, a range beside T.Kernel), parsed in a session: the events
+    change nothing computed;
   * invalid programs: constant indices out of bounds of shared/fragment/local buffers,
     copies/reductions/gemms of mismatched shapes, bitwise operators on floats, a
     T.Kernel grid that the `as` names do not match or that is not positive.

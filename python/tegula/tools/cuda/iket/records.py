@@ -218,7 +218,7 @@ class KernelEvents:
         path = _path_for(self, Path(directory))
         if self._written.get(path) == len(launches):
             return path  # written already (and perhaps moved or removed since: left so)
-        origin = min(launch.start_ns for launch in launches)
+        origin = min((launch.start_ns for launch in launches if launch.records), default=0)
         data = {"kernel": self.name, "format": "tegula.iket/1", "events": self.table(),
                 "launches": [launch.to_json(origin) for launch in launches], "displayTimeUnit": "ns",
                 "traceEvents": [e for launch in launches for e in launch.chrome_events(origin)]}
