@@ -14,7 +14,7 @@ data for a reader, in the shape of the code it stands for:
     cuLaunchKernelEx(&config, gemm, args, nullptr);
 
 Nothing here is compiled: it documents the argument order (tensor pointers, then the
-dynamic sizes, then tensor maps) and the launch (grid, block, shared memory, cluster,
+dynamic sizes, then tensor maps, then an instrumented kernel's event log) and the launch (grid, block, shared memory, cluster,
 cooperative).
 """
 from __future__ import annotations
@@ -54,6 +54,9 @@ def render_kernel(func, ir_kernel, lowered) -> str:
     for var in func.dynamic_vars:
         lines.append(f"{_ctype(str(var.dtype))} {var} = /* read off the tensor it sizes */;")
         args.append(f"&{var}")
+    if getattr(lowered, "records_events", False):
+        lines.append("tegula::IketLog* tegula_iket_log = /* this launch's event log (tegula.tools.cuda.iket), or null */;")
+        args.append("&tegula_iket_log")
     lines.append(f"void* args[] = {{{', '.join(args)}}};")
     lines += ["CUlaunchConfig config = {};",
               f"config.gridDimX = {grid[0]}; config.gridDimY = {grid[1]}; config.gridDimZ = {grid[2]};",

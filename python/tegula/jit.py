@@ -31,7 +31,7 @@ import warnings
 from . import env, jit_index, registers
 from .frontend.dtypes import is_packed, to_torch
 from .frontend.errors import from_native
-from .frontend.prim_func import PrimFunc
+from .frontend.prim_func import PrimFunc, parse_context
 from .transform import PYTHON_SIDE, to_options
 
 _BACKENDS = (None, "auto", "cython", "ctypes", "nvrtc", "tvm_ffi", "dlpack", "torch")
@@ -205,10 +205,17 @@ class JITKernel:
         program = self._program or self._build()
         # An input tensor, or a T.ptr parameter (given a tensor or an address), sets the device.
         if any(not p.is_output and (not p.is_scalar or p.dtype_name == "handle") for p in self.params):
-            self._call = program.launcher
+            self._call = self._hooked(program, program.launcher)
         else:
-            self._call = functools.partial(_launch_outputs_only, self, program)
+            self._call = self._hooked(program, functools.partial(_launch_outputs_only, self, program))
         return self._call(*args)
+
+    def _hooked(self, program, launch, stream: int = 0):
+        """`launch` wrapped by the tools that instrumented the kernel (tools/cuda/iket)."""
+        # A kernel from the persistent index has no prim_func, so no tool.
+        for hook in getattr(self.__dict__.get("prim_func"), "launch_hooks", ()):
+            launch = hook.wrap_launch(self, program, launch, stream)
+        return launch
 
     # TileLang semantics: with out_idx, pass the inputs and get the outputs back (one
     # tensor, or a list); without, pass every tensor and get None.
@@ -224,7 +231,8 @@ class JITKernel:
 
     def launch(self, *args, stream: int = 0) -> None:
         """Every parameter given (outputs included), on an explicit CUDA stream handle."""
-        (self._program or self._build()).launch(list(args), stream)
+        program = self._program or self._build()
+        self._hooked(program, lambda *a: program.launch(list(a), stream), stream)(*args)
 
     def cubin(self, index: int = 0) -> bytes:
         """The compiled binary of kernel `index` (through the cache), without loading it:
@@ -596,9 +604,12 @@ class JITFunction:
             except TypeError as err:
                 raise TypeError(f"{self.fn.__name__}(): {err}") from None
             bound.apply_defaults()
-            return tuple((k, _freeze(v, f"argument '{k}'")) for k, v in bound.arguments.items())
-        return (tuple(_freeze(a, f"argument {i}") for i, a in enumerate(args)),
-                tuple(sorted((k, _freeze(v, f"argument '{k}'")) for k, v in kwargs.items())))
+            key = tuple((k, _freeze(v, f"argument '{k}'")) for k, v in bound.arguments.items())
+        else:
+            key = (tuple(_freeze(a, f"argument {i}") for i, a in enumerate(args)),
+                   tuple(sorted((k, _freeze(v, f"argument '{k}'")) for k, v in kwargs.items())))
+        context = parse_context()  # a call in an instrumentation session parses to another kernel
+        return (key, context) if context else key
 
     def __call__(self, *args, **kwargs) -> JITKernel:
         key = self._key(args, kwargs)
@@ -629,7 +640,8 @@ class JITFunction:
         log = env.log_enabled()
         name = self.fn.__name__
         index_key = None
-        if (jit_index.enabled() and not self.settings.get("verbose") and not self.settings.get("debug_root_path")
+        if (jit_index.enabled() and not parse_context() and not self.settings.get("verbose")
+                and not self.settings.get("debug_root_path")
                 and not _python_side_outputs(self.settings.get("pass_configs"))):
             start = time.perf_counter()
             bound = self._bound(args, kwargs)

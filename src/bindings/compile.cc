@@ -229,6 +229,7 @@ struct LoweredKernel {
     l.smem_bytes = int(k.smem_bytes);
     l.rules.fold = !user_source && codegen::folds_grid(k);  // user CUDA reads blockIdx as launched
     l.cooperative = codegen::launches_cooperatively(k);
+    l.event_log = !user_source && codegen::records_events(k);
     l.cluster_dims = k.cluster_dims;
     l.rules.dyn_multiple = dynamic_multiples(k, options.dynamic_alignment);
     for (auto& m : k.tensor_maps) {
@@ -420,6 +421,9 @@ void init_compile(py::module_& m) {
       .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
       .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
       .def_property_readonly("num_outputs", &Program::num_outputs)
+      .def_property_readonly("records_events", &Program::records_events)
+      .def("set_event_log", &Program::set_event_log, py::arg("address"),
+           "The device address of the event log later launches pass to kernels that record events (0: none).")
       .def("save", [](const Program& p) {
         std::string bytes = p.save();
         return py::bytes(bytes);
@@ -490,6 +494,9 @@ void init_compile(py::module_& m) {
       }, "The threads that run the tile program and hold its fragments: T.Kernel's, or two warpgroups for one "
          "whose fragments do not fit its registers (src/transform/widen_threads.h); a producer warpgroup not counted.")
       .def_property_readonly("tensor_maps", [](const LoweredKernel& l) { return l.lowered.kernel.tensor_maps.size(); })
+      .def_property_readonly("records_events", [](const LoweredKernel& l) {
+        return !l.user_source && codegen::records_events(l.lowered.kernel);
+      })
       .def("layouts", [](const LoweredKernel& l) { return describe_layouts(l.lowered); },
            "Per fragment and shared buffer the kernel declares, the layout the passes chose (a dict each).")
       .def("compile_log", [](LoweredKernel& l) {

@@ -95,9 +95,18 @@ void require_rank(const ir::Buffer& b, size_t n) {
 }
 
 // Intrinsic names reach the generated source, so only identifiers are let through.
-// The exception is T.print's "print:<message>", whose message the printer escapes.
+// The exceptions: T.print's "print:<message>", whose message the printer escapes, and an
+// instrumentation event's "iket_<phase>:<name>", whose name is printed in a line comment
+// only (so anything but control characters).
 void require_identifier(const std::string& op) {
   if (op.rfind("print:", 0) == 0) return;
+  if (size_t colon = op.find(':'); op.rfind("iket_", 0) == 0 && colon != std::string::npos) {
+    require_identifier(op.substr(0, colon));
+    for (char c : op.substr(colon + 1)) {
+      if (static_cast<unsigned char>(c) < 0x20) fail("bad event name in intrinsic '" + op + "'");
+    }
+    return;
+  }
   bool ok = !op.empty() && !std::isdigit(static_cast<unsigned char>(op[0]));
   for (char c : op) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   if (!ok) fail("bad intrinsic name '" + op + "'");

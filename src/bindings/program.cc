@@ -609,18 +609,22 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
     Kernel& k = kernels_[ki];
     const Loaded& l = loaded_for(k, device);
     const runtime::Dim3 block{unsigned(k.launch.threads), 1, 1};
-    if (k.launch.tensor_maps.empty()) {
+    if (k.launch.tensor_maps.empty() && !k.launch.event_log) {
       l.fn.launch(grids[ki], block, k.launch.smem_bytes, s, argv, k.launch.cooperative);
       continue;
     }
-    // The tensor maps follow the shared arguments, each by the address of its 128 bytes.
+    // The tensor maps follow the shared arguments, each by the address of its 128 bytes;
+    // then the event log, when the kernel records events.
     constexpr size_t kMaxMaps = 8;
-    internal_assert(k.launch.tensor_maps.size() <= kMaxMaps && n + kMaxMaps <= size_t(kMaxArgs)) << "too many tensor maps";
+    internal_assert(k.launch.tensor_maps.size() <= kMaxMaps && n + kMaxMaps + 1 <= size_t(kMaxArgs)) << "too many tensor maps";
     alignas(64) unsigned char maps[kMaxMaps][128];
-    encode_maps(k, tensors, maps);
+    if (!k.launch.tensor_maps.empty()) encode_maps(k, tensors, maps);
     void* kargv[kMaxArgs];
     for (size_t i = 0; i < n; ++i) kargv[i] = argv[i];
-    for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) kargv[n + i] = maps[i];
+    size_t m = n;
+    for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) kargv[m++] = maps[i];
+    void* log = event_log_;
+    if (k.launch.event_log) kargv[m++] = &log;
     l.fn.launch(grids[ki], block, k.launch.smem_bytes, s, kargv, k.launch.cooperative);
   }
 }

@@ -86,6 +86,9 @@ struct Launch {
   bool cooperative = false;
   // Thread block clusters (compiled into the kernel): each must divide its grid extent.
   std::vector<int64_t> cluster_dims;
+  // Records instrumentation events (codegen::records_events): its last parameter is the
+  // program's event log (null unless a tool set one).
+  bool event_log = false;
 };
 
 // A compiled prim_func: one kernel per `with T.Kernel` block, launched in order on one
@@ -106,6 +109,16 @@ class Program {
   int num_outputs() const { return num_outputs_; }
   size_t num_kernels() const { return kernels_.size(); }
   const Launch& launch_spec(size_t i) const { return kernels_.at(i).launch; }
+  // The event log the next launches pass to kernels that record events (iket.h's IketLog,
+  // a device address; 0 for none: they record nothing). tegula.tools.cuda.iket sets one
+  // per call; the kernels read it when launched, so a later change leaves them unaffected.
+  void set_event_log(uint64_t address) { event_log_ = reinterpret_cast<void*>(address); }
+  bool records_events() const {
+    for (auto& k : kernels_) {
+      if (k.launch.event_log) return true;
+    }
+    return false;
+  }
 
   // The program as bytes a later process can load() and launch without lowering anything
   // (program_io.cc); "" when a grid extent is an expression save() cannot write.
@@ -163,6 +176,7 @@ class Program {
   std::vector<ir::Expr> dynamic_vars_;
   std::vector<int> dyn_multiple_;  // per dynamic var: the multiple every kernel relies on
   std::vector<Kernel> kernels_;
+  void* event_log_ = nullptr;
   std::mutex mu_;
 };
 

@@ -205,6 +205,7 @@ std::string Program::save() const {
   w.i64(int64_t(kernels_.size()));
   for (auto& k : kernels_) {
     const Launch& l = k.launch;
+    if (l.event_log) return "";  // an instrumented kernel is for this process's session only
     w.str(l.entry);
     w.bytes(l.image);
     w.i64(int64_t(l.grid.size()));

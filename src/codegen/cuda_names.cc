@@ -60,6 +60,9 @@ const char* const kReservedWords[] = {
     // cluster.h, and the namespace of <cooperative_groups.h> (T.sync_grid)
     "block_rank_in_cluster", "cluster_arrive", "cluster_arrive_relaxed", "cluster_sync", "cluster_wait",
     "cooperative_groups",
+    // iket.h
+    "IketLog", "IketRecord", "iket_append", "iket_event", "iket_mark", "iket_range_end", "iket_range_start",
+    "iket_time", "kIketMark", "kIketRangeEnd", "kIketRangeStart",
     // ldst.h (its load_* / store_* families are prefixes below)
     "reinterpret", "shfl_idx", "shfl_up", "shfl_down", "shfl_bfly", "sync_warp", "ffs", "warp_reduce_bitand", "warp_reduce_bitor", "warp_reduce_max", "warp_reduce_min", "warp_reduce_sum",
 };

@@ -34,6 +34,10 @@ class Printer {
     post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
       auto* c = e.as<CallNode>();
       if (c && c->op == "no_set_max_nreg") no_set_max_nreg_ = true;
+      std::string phase, event;
+      if (c && event_call(c->op, &phase, &event)) {
+        events_[*as_const_int(c->args.at(0))] = (phase == "mark" ? "mark \"" : "range \"") + event + "\"";
+      }
     });
   }
 
@@ -83,6 +87,10 @@ class Printer {
     for (size_t i = 0; i < k_.tensor_maps.size(); ++i) {
       sep();
       os_ << "const __grid_constant__ tegula::TensorMap tegula_tmap_" << i;
+    }
+    if (!events_.empty()) {
+      sep();
+      os_ << "tegula::IketLog* tegula_iket_log";  // iket.h; the launcher passes it last
     }
     os_ << ") {\n";
     indent_ = 1;
@@ -140,6 +148,9 @@ class Printer {
     }
     head += "\n";
     head += "using namespace tegula;\n\n";
+    // The instrumentation events by id (tegula.tools.cuda.iket decodes the log with them).
+    for (auto& [id, what] : events_) head += "// iket event " + std::to_string(id) + ": " + what + "\n";
+    if (!events_.empty()) head += "\n";
     for (auto& kv : instructions_) head += kv.second + "\n";
     out.code = head + os_.str();
     return out;
@@ -717,6 +728,16 @@ class Printer {
       for (char ch : msg) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
       return "print(\"" + quoted + "\", " + expr(c->args.at(0)) + ")";
     }
+    if (std::string phase; event_call(c->op, &phase, nullptr)) {
+      // An instrumentation event (iket.h): its id, then its payload's 32 bits.
+      std::string s = "tegula::iket_" + phase + "(tegula_iket_log, " + expr(c->args.at(0));
+      if (c->args.size() > 1) {
+        const Expr& p = c->args[1];
+        bool u32 = p.dtype().code == DataType::UInt;
+        s += p.dtype().is_float() ? ", __float_as_uint(" + expr(p) + ")" : u32 ? ", " + expr(p) : ", (unsigned)(" + expr(p) + ")";
+      }
+      return s + ")";
+    }
     if (c->op == "ffs") {
       // CUDA's __ffs reads an int, __ffsll a long long.
       bool wide = c->args.at(0).dtype().bits == 64;
@@ -874,6 +895,7 @@ class Printer {
   std::set<const BufferNode*> scalars_;  // T.alloc_var buffers declared as plain variables
   // T.disable_warp_group_reg_alloc: the warp-specialised form keeps the launch's registers.
   bool no_set_max_nreg_ = false;
+  std::map<int64_t, std::string> events_;  // iket event id -> its phase and name
   bool proxy_dirty_ = false;  // an ordinary store into a wgmma operand since the last barrier
   int proxy_loops_ = 0;       // enclosing loops whose bodies make such stores
 

@@ -27,6 +27,13 @@ bool folds_grid(const ir::Kernel& k);
 // (every block resident at once), and includes <cooperative_groups.h>.
 bool launches_cooperatively(const ir::Kernel& k);
 
+// Whether the kernel records instrumentation events (tegula.tools.cuda.iket: calls named
+// "iket_<phase>:<event name>"): it then takes the launch's event log as its last parameter.
+bool records_events(const ir::Kernel& k);
+// The phase of an instrumentation event call ("mark", "range_start", "range_end") and the
+// event's name; false for any other call.
+bool event_call(const std::string& op, std::string* phase, std::string* name);
+
 // Registers of a warp-specialised kernel (k.consumer_threads > 0): with one consumer
 // warpgroup, two blocks share an SM when their shared memory allows (the cp.async form
 // of such a kernel runs two as well); each block's 64K / blocks registers go 24 per

@@ -1,7 +1,7 @@
 // What a lowered kernel asks of the machine when it launches, decided where the printer
 // and the launcher read it alike: the registers of a warp-specialised kernel's roles, the
-// widest wgmma's register need, a thread's register limit, whether the grid folds, and
-// whether it is launched cooperatively.
+// widest wgmma's register need, a thread's register limit, whether the grid folds,
+// whether it is launched cooperatively, and whether it takes an event log.
 #include <algorithm>
 
 #include "codegen/cuda_printer.h"
@@ -53,6 +53,24 @@ bool launches_cooperatively(const Kernel& k) {
   post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
     auto* c = e.as<CallNode>();
     found = found || (c && c->op == "sync_grid");
+  });
+  return found;
+}
+
+bool event_call(const std::string& op, std::string* phase, std::string* name) {
+  if (op.rfind("iket_", 0) != 0) return false;
+  size_t colon = op.find(':');
+  if (colon == std::string::npos) return false;
+  if (phase) *phase = op.substr(5, colon - 5);
+  if (name) *name = op.substr(colon + 1);
+  return true;
+}
+
+bool records_events(const Kernel& k) {
+  bool found = false;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    found = found || (c && event_call(c->op, nullptr, nullptr));
   });
   return found;
 }

@@ -71,6 +71,10 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
   }
   if (f == "reinterpret" || wide_access(op)) return bits_call(op, ts);
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
+  if (f.rfind("iket_", 0) == 0) {  // an instrumentation event (tegula.tools.cuda.iket): only its payload is read
+    for (auto& a : op->args) eval(a, ts);
+    return {1, std::vector<double>(n, 0.0)};
+  }
   if (f.rfind("rng_", 0) == 0) return rng_call(op, ts);
   if (f == "syncthreads_count" || f == "syncthreads_and" || f == "syncthreads_or") {
     // A barrier of the whole block that also counts the threads whose predicate holds.

@@ -16,6 +16,7 @@
 //   random.h   Philox, the per-thread generator of T.rng_* (curand's Philox numbers)
 //   atomic.h   atomic_add
 //   print.h    print for T.print
+//   iket.h     the event records of the instrumentation tool tegula.tools.cuda.iket
 //   mma.h      ldmatrix, stmatrix, mma.sync (sm_80+)
 //   async.h    cp.async, named barriers; fence.proxy.async and mbarrier (sm_90+)
 //   gemm.h     the block GEMM on mma.sync that T.gemm lowers to; the operand swizzle
@@ -37,6 +38,7 @@
 #include "tegula/random.h"
 #include "tegula/atomic.h"
 #include "tegula/print.h"
+#include "tegula/iket.h"
 #include "tegula/mma.h"
 #include "tegula/async.h"
 #include "tegula/gemm.h"

@@ -29,6 +29,19 @@ class KernelFrame:
         self.user_source = None  # T.CUDASourceCodeKernel: (CUDA source, entry name)
 
 
+class StatementScope:
+    """A `with` item of a kernel that is not T.Kernel: `with T.Kernel(...) as bx, scope:`,
+    or `with scope:` inside the kernel. The parser calls `enter()` before the body and
+    `exit()` after it, each emitting its statements into the current builder; a tool's
+    range of instrumentation events is one (tegula/tools/cuda/iket)."""
+
+    def enter(self) -> None:
+        raise NotImplementedError
+
+    def exit(self) -> None:
+        raise NotImplementedError
+
+
 class Builder:
     def __init__(self, name: str):
         self.name = name
@@ -60,6 +73,9 @@ class Builder:
         # T.tma_copy calls still waiting for an arrival on their barrier (language/barriers.py).
         self.mbarriers: dict = {}
         self.pending_tma: list = []
+        # What tools attached while the function parsed: the JIT lets each wrap the compiled
+        # kernel's launches (hook.wrap_launch(kernel, program, launch, stream) -> launch).
+        self.launch_hooks: list = []
 
     # ---- statements ----
     def emit(self, stmt) -> None:

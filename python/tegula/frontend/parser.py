@@ -20,7 +20,7 @@ from ..language import barriers, pointers, reducers
 from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
 from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
-from .builder import KernelFrame
+from .builder import KernelFrame, StatementScope
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
 from .values import BufferValue, DeclaredVar, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
@@ -44,6 +44,8 @@ UNSUPPORTED_STMTS = {
     ast.AsyncFor: "async for is not supported in a kernel",
     ast.AsyncWith: "async with is not supported in a kernel",
 }
+_WITH_ITEMS = ("a `with` in a kernel takes `T.Kernel(...) as ...` first, then scopes such as a tool's "
+               "iket.range(name); inside the kernel, only such scopes")
 if hasattr(ast, "TryStar"):
     UNSUPPORTED_STMTS[ast.TryStar] = UNSUPPORTED_STMTS[ast.Try]
 if hasattr(ast, "Match"):
@@ -551,12 +553,12 @@ class Parser(Evaluator):
         return [e.id for e in elements]
 
     def _with(self, stmt):
-        if len(stmt.items) != 1:
-            raise self.error(stmt, "only `with T.Kernel(...) as ...:` is supported in a kernel")
         item = stmt.items[0]
         spec = self.eval(item.context_expr)
+        if isinstance(spec, StatementScope):
+            return self._scoped(stmt, stmt.items, spec)
         if not isinstance(spec, KernelSpec):
-            raise self.error(item.context_expr, "only `with T.Kernel(...) as ...:` is supported in a kernel")
+            raise self.error(item.context_expr, _WITH_ITEMS)
         if self.builder.blocks:
             raise self.error(stmt, "`with T.Kernel(...)` blocks cannot nest: write them one after another "
                              "(they are launched in order)")
@@ -576,7 +578,7 @@ class Parser(Evaluator):
             if item.optional_vars is not None:
                 self.bind(name, var)
         self.builder.push()
-        self.parse_block(stmt.body)
+        self._scoped(stmt, stmt.items[1:])
         try:
             reducers.check_finalized(self.builder)
             barriers.check_tma_arrivals(self.builder)
@@ -589,6 +591,29 @@ class Parser(Evaluator):
         inner = self.scopes.pop()
         self.scopes[-1].update({k: v for k, v in inner.items() if not isinstance(v, (BufferValue, PrimExpr))})
         return None
+
+    def _scoped(self, stmt, items: list, first=None) -> None:
+        """The body of a `with` inside its statement scopes (frontend/builder.py), each
+        entered in order and exited in reverse; `first`: the first item, evaluated."""
+        entered = []
+        for index, item in enumerate(items):
+            scope = first if index == 0 and first is not None else self.eval(item.context_expr)
+            if not isinstance(scope, StatementScope):
+                raise self.error(item.context_expr, _WITH_ITEMS)
+            if not self.builder.blocks:
+                raise self.error(item.context_expr, "this `with` item must be inside `with T.Kernel(...)` (or "
+                                 "follow T.Kernel(...) in the same `with`)")
+            previous = self.set_loc(item.context_expr)
+            scope.enter()
+            self.restore_loc(previous)
+            entered.append((item, scope))
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, scope)
+        self.parse_block(stmt.body)
+        for item, scope in reversed(entered):
+            previous = self.set_loc(item.context_expr)
+            scope.exit()
+            self.restore_loc(previous)
 
     # Loops a break or continue may leave: those that stay loops in the generated code.
     _JUMPABLE = frozenset({"serial", "unrolled"})

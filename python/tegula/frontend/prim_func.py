@@ -46,6 +46,8 @@ class PrimFunc:
         self.dynamic_vars = dynamic_vars
         self.source = source
         self.__wrapped__ = fn
+        # What tools attached while it parsed (frontend/builder.py): they wrap its launches.
+        self.launch_hooks: list = []
 
     def ir(self, stage: str = "all") -> str:
         return "\n".join(k.ir(stage) for k in self.kernels)
@@ -104,6 +106,15 @@ _SOURCE_CACHE: dict = {}
 # Callables told the file of every function whose source is parsed (prim_funcs and the
 # T.macros they inline): the JIT's persistent index records them (tegula/jit_index.py).
 SOURCE_OBSERVERS: list = []
+# Callables giving the state, outside a function's source, that changes what it parses to
+# (an instrumentation session: tegula/tools/cuda/iket), or None when it changes nothing.
+# The JIT keeps the kernels of calls made in different states apart (tegula/jit.py).
+PARSE_CONTEXT: list = []
+
+
+def parse_context() -> tuple:
+    """The current state the PARSE_CONTEXT callables give, the Nones left out."""
+    return tuple(value for value in (state() for state in PARSE_CONTEXT) if value is not None)
 
 
 def _source_and_tree(fn):
@@ -201,7 +212,9 @@ def finish(parser: Parser, builder: Builder, fn, source: SourceInfo, fn_node, pa
         else:
             infos.append(ParamInfo(name, (), str(value.dtype), True, value))
     workspaces = [ParamInfo(ws.name, ws.shape, str(ws.dtype), False, ws) for ws in builder.workspaces]
-    return PrimFunc(fn.__name__, kernels, infos, dynamic_vars, source, fn, workspaces, builder.func_attrs)
+    func = PrimFunc(fn.__name__, kernels, infos, dynamic_vars, source, fn, workspaces, builder.func_attrs)
+    func.launch_hooks = list(builder.launch_hooks)
+    return func
 
 
 class Macro:

@@ -43,6 +43,9 @@ Coverage (fuzz_gen.py draws each with some probability):
   * warp shuffles (T.shfl_sync / up / down / xor and TileLang's T.tvm_warp_shuffle*) in
     groups of 1..32 lanes, checked against an oracle in torch (the reference cannot run a
     warp's lanes together);
+  * programs of other families instrumented with tegula.tools.cuda.iket (marks at every
+    depth, some with payloads, a range beside T.Kernel), parsed in a session: the events
+    change nothing computed;
   * invalid programs: constant indices out of bounds of shared/fragment/local buffers,
     copies/reductions/gemms of mismatched shapes, bitwise operators on floats, a
     T.Kernel grid that the `as` names do not match or that is not positive.

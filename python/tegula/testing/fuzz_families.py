@@ -376,6 +376,7 @@ FAMILY_MODULES = (
     "fuzz_families_barriers",  # producer and consumer sides ordered by explicit mbarriers
     "fuzz_families_flat",      # fragments indexed by a loop's row-major position (composable index)
     "fuzz_families_warp",      # warp shuffles, against an oracle in torch
+    "fuzz_families_iket",      # programs instrumented with tegula.tools.cuda.iket's marks and ranges
 )
 
 

@@ -96,6 +96,9 @@ class Kernel:
         self.header = ""
         self.header_mark = False
         self.module_lines: list[str] = []  # module-level lines (T.dynamic)
+        # A `with` around the prim_func's definition in make(), which parses it there (an
+        # instrumentation session: fuzz_families_iket.py).
+        self.make_context: str | None = None
         self.dtypes: set[str] = set()
         self.features: set[str] = set()
         self._names: dict[str, int] = {}
@@ -131,13 +134,14 @@ class Kernel:
             "",
             f"@tegula.jit(out_idx={outs}, target=TARGET)",
             "def make():",
-            "    @T.prim_func",
-            f"    def {name}({', '.join(self.decls)}):",
-            f"        {self.header}",
         ]
+        pad = "    " if self.make_context is None else "        "
+        if self.make_context is not None:
+            lines.append(f"    with {self.make_context}:")
+        lines += [f"{pad}@T.prim_func", f"{pad}def {name}({', '.join(self.decls)}):", f"{pad}    {self.header}"]
         header_line = len(lines)
         first = len(lines) + 1
-        lines += ["            " + line for line in self.body.lines]
+        lines += [pad + "        " + line for line in self.body.lines]
         lines += [f"    return {name}", ""]
         error_line = None
         if error_kind:

@@ -93,6 +93,8 @@ def test_generator_covers_the_language():
     # warp shuffles in both spellings (fuzz_families_warp.py)
     wanted += ["warp_shuffle_idx", "warp_shuffle_up", "warp_shuffle_down", "warp_shuffle_xor", "warp_shuffle_tvm",
                "warp_shuffle_shfl"]
+    # programs instrumented with tegula.tools.cuda.iket (fuzz_families_iket.py)
+    wanted += ["gen_instrumented", "iket_mark", "iket_mark_nested", "iket_range"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
