@@ -203,8 +203,12 @@ class Barriers : public IRMutator {
     }
   }
   // Whether s's shared-memory accesses are divided among threads: a partitioned T.Parallel
-  // nest (an always-true unit) or a call all threads run together (a gemm, a matrix load).
+  // nest (an always-true unit) or a call the threads run together on a shared tile (a gemm,
+  // a matrix load or store, a bulk copy). A thread's own accesses (a load, a store, an
+  // atomic at an index it computed) are not: SIMT code under a branch on the thread index
+  // orders them itself, with its own barriers.
   static bool by_several_threads(const Stmt& s) {
+    static const char* const kCollective[] = {"gemm_", "wgmma_", "ldmatrix", "stmatrix", "tma_"};
     bool found = false;
     post_order(s, [&](const Stmt& x) {
       auto* br = x.as<IfThenElseNode>();
@@ -212,10 +216,7 @@ class Barriers : public IRMutator {
     }, [&](const Expr& e) {
       auto* c = e.as<CallNode>();
       if (!c || found) return;
-      for (const Expr& a : c->args) {
-        auto* ld = a.as<BufferLoadNode>();
-        if (ld && ld->buffer->scope == Scope::Shared) found = true;
-      }
+      for (const char* prefix : kCollective) found |= c->op.rfind(prefix, 0) == 0;
     });
     return found;
   }
