@@ -41,6 +41,7 @@
 #include "layout/mma.h"
 #include "ir/functor.h"
 #include "ir/printer.h"
+#include "ir/thread_guard.h"
 #include "ops/region.h"
 #include "ops/tile_op.h"
 
@@ -220,6 +221,8 @@ void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& 
                                  << " into whole 16x8 mma tiles per warp";
 }
 
+}  // namespace
+
 // Whether this gemm can run on wgmma: operand types, a warpgroup split, operand rows in a
 // layout the descriptors name, instructions covering whole swizzle atoms of an MN-major
 // operand, and (A in registers) no transpose.
@@ -253,6 +256,15 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   return region_fits(op->regions[1], g.tb, tn);  // N-major B: whole atoms per instruction
 }
 
+namespace {
+
+// The mma.sync warp split of a gemm: the policy's, or wgmma's (ctx.warpgroup_split).
+GemmShape mma_shape(const TileOpNode* op, const Kernel& k, const transform::PassContext& ctx) {
+  GemmShape g = shape_of(op, k);
+  if (ctx.warpgroup_split.count(op->regions.at(2).buffer.get()) && g.wgm > 0) g.wm = 4 * g.wgm, g.wn = g.wgn;
+  return g;
+}
+
 template <typename F>
 void for_each_gemm(const Kernel& k, F f) {
   post_order(k.body, [&](const Stmt& s) {
@@ -264,6 +276,24 @@ void for_each_gemm(const Kernel& k, F f) {
 
 class Gemm : public TileOp {
  public:
+  // clear_accum as a run-time condition (TileLang's `clear_accum=(k == 0)`), the op's one
+  // argument: C is cleared where it holds, then the gemm accumulates.
+  //   gemm(A, B, C; cond)  ->  if cond: fill(C, 0)        (expanded, as T.clear is)
+  //                             gemm(A, B, C; clear_accum=0)
+  Stmt expand(const TileOpNode* op, const Kernel& k) const override {
+    if (op->args.empty()) return {};
+    user_assert(op->args.size() == 1 && op->attr_int("clear_accum", 0) == 0, op->loc)
+        << "T.gemm takes one run-time clear_accum condition";
+    user_assert(!k.thread_var || !reads_var(op->args[0], k.thread_var), op->loc)
+        << "T.gemm: clear_accum (" << to_string(op->args[0]) << ") reads the thread index, but the threads of a "
+        << "gemm share its accumulator: the condition must be the same in all of them";
+    const BufferRegion& c = op->regions.at(2);
+    Stmt fill = make_tile_op("fill", {c}, {make_int(0)}, {}, op->loc);
+    Stmt clear = find_tile_op("fill")->expand(fill.as<TileOpNode>(), k);
+    Stmt gemm = make_tile_op("gemm", op->regions, {}, op->attrs, op->loc);
+    return make_seq({make_if(op->args[0], clear, {}, op->loc), gemm}, op->loc);
+  }
+
   bool infer_layout(const TileOpNode* op, InferLevel level, transform::PassContext& ctx,
                     const Kernel& k) const override {
     if (level != InferLevel::Strict) return false;
@@ -288,6 +318,7 @@ class Gemm : public TileOp {
       }
       return changed;
     }
+    g = mma_shape(op, k, ctx);
     require_warp_split(g, op, k);
     bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
@@ -343,6 +374,7 @@ class Gemm : public TileOp {
     }
     Buffer creg = ctx.registers.at(C.get());
     if (ctx.wgmma_accumulators.count(C.get())) return lower_wgmma(op, g, ctx);
+    g = mma_shape(op, k, ctx);
     require_warp_split(g, op, k);
     std::vector<Stmt> body;
     // clear_accum: the first k-step's mma takes 0 for C, so no register is cleared first.
