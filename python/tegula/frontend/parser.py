@@ -443,7 +443,7 @@ class Parser(Evaluator):
         self.builder.push()
         self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
         num_stages = spec.num_stages
-        kind = spec.kind
+        loop_kind = spec.kind
         ws_before = self.builder.ws_scopes
         parallel = spec.kind == "parallel"
         self.builder.parallel += parallel
@@ -456,10 +456,10 @@ class Parser(Evaluator):
             self.parse_block(stmt.body)
             if schedule is not None:
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
-            if kind == "pipelined" and self.builder.ws_scopes > ws_before:
+            if loop_kind == "pipelined" and self.builder.ws_scopes > ws_before:
                 # Manual warp specialisation: the T.ws scopes order the iterations of their
                 # warp groups with their own barriers, so each group runs the loop in order.
-                kind, num_stages = "serial", 0
+                loop_kind, num_stages = "serial", 0
         finally:
             self._loop_kinds.pop()
             self.builder.parallel -= parallel
@@ -472,7 +472,7 @@ class Parser(Evaluator):
         def nest(body):
             for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
                 low = start if step == 1 else 0
-                body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), kind, body,
+                body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), loop_kind, body,
                                      num_stages)
             return body
 
