@@ -48,6 +48,8 @@ const std::map<std::string, CallSpelling>& call_table() {
       // A grid barrier: CUDA's own (the kernel includes <cooperative_groups.h> and is launched
       // cooperatively); cluster.h: the cluster barrier and rank.
       {"sync_grid", {"cooperative_groups::this_grid().sync", false}},
+      // T.fence_proxy_async (async.h, sm_90+).
+      {"fence_proxy_async", {"fence_proxy_async", false}},
       {"cluster_arrive", {"tegula::cluster_arrive", false}},
       {"cluster_arrive_relaxed", {"tegula::cluster_arrive_relaxed", false}},
       {"cluster_wait", {"tegula::cluster_wait", false}}, {"cluster_sync", {"tegula::cluster_sync", false}},

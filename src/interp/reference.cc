@@ -14,6 +14,7 @@
 #include "interp/reference_impl.h"
 #include "ir/functor.h"
 #include "ir/index_map.h"
+#include "ir/warp_groups.h"
 #include "ir/wide_access.h"
 
 namespace tegula::interp {
@@ -506,7 +507,9 @@ void run_reference(const Kernel& k, CallArgs& args) {
     view_shapes.emplace_back();
     for (auto& d : b->shape) view_shapes.back().push_back(c.expr(d, b->loc));
   }
-  StmtFn body = c.stmt(k.body);
+  // Warp groups that meet at mbarriers run as the GPU runs them (ir/warp_groups.h).
+  const Stmt program = run_warp_groups_apart(k.body, k.thread_var, k.threads);
+  StmtFn body = c.stmt(program);
   std::vector<StmtFn> param_addresses;  // the tensors at T.ptr parameters' addresses
   for (auto& p : k.params) {
     if (StmtFn bind = p.var ? c.bind_addresses(p.var, k.loc) : StmtFn()) param_addresses.push_back(bind);

@@ -325,11 +325,14 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
   user_assert(op->regions.size() == 3, loc) << "T.gemm takes A, B and C";
   RegionFn a = c.region(op->regions[0], loc), b = c.region(op->regions[1], loc), cc = c.region(op->regions[2], loc);
   bool ta = op->attr_int("transpose_A", 0) != 0, tb = op->attr_int("transpose_B", 0) != 0;
-  bool clear = op->attr_int("clear_accum", 0) != 0;
+  bool clear_always = op->attr_int("clear_accum", 0) != 0;
+  // clear_accum as a run-time condition: C = A B where it holds, C += A B elsewhere.
+  ExprFn clear_if = op->args.empty() ? ExprFn() : c.expr(op->args[0], loc);
   DataType t = op->regions[2].buffer->dtype;
   // 32-bit operands run on the tf32 tensor cores: each is rounded to tfloat32 first.
   bool tf32 = op->regions[0].buffer->dtype.is_tf32_operand() && op->regions[1].buffer->dtype.is_tf32_operand();
-  return [a, b, cc, ta, tb, clear, t, tf32, loc](Frame& f) {
+  return [a, b, cc, ta, tb, clear_always, clear_if, t, tf32, loc](Frame& f) {
+    const bool clear = clear_always || (clear_if && clear_if(f) != 0);
     Matrix A = matrix(a, f, "A", loc), B = matrix(b, f, "B", loc), C = matrix(cc, f, "C", loc);
     int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
     int64_t KB = tb ? B.cols : B.rows, N = tb ? B.rows : B.cols;

@@ -765,8 +765,8 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
     const int64_t* keep = op->args.size() == 2 ? as_const_int(op->args[1]) : nullptr;
     if (!keep) cannot("a wgmma_wait whose count is not a constant");
     while (int64_t(wgmma_.size()) > *keep) retire_wgmma(*this);
-  } else if (f == "set_max_nreg" || f == "no_set_max_nreg") {
-    // Register counts do not change what the threads compute.
+  } else if (f == "set_max_nreg" || f == "no_set_max_nreg" || f == "fence_proxy_async") {
+    // Register counts do not change what the threads compute; the simulator has one proxy.
   } else if (f == "ptx_cp_async") {
     issue_async_copy(*this, op, ts);
   } else if (barrier_statement(op, ts)) {

@@ -89,7 +89,7 @@ using TileAttr = std::variant<int64_t, double, std::string>;
 
 // A tile-level operation. `op` names an implementation in src/ops (see ops/tile_op.h):
 //   copy(src, dst)  fill(dst; value)  reduce(src, dst; kind, dim, clear)
-//   gemm(A, B, C; transpose_A, transpose_B, policy, clear_accum)  atomic_add(dst, src)
+//   gemm(A, B, C; transpose_A, transpose_B, policy, clear_accum[; clear_if])  atomic_add(dst, src)
 struct TileOpNode : StmtNode {
   static constexpr NodeKind kKind = NodeKind::TileOp;
   std::string op;

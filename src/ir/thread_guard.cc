@@ -1,5 +1,7 @@
 #include "ir/thread_guard.h"
 
+#include <algorithm>
+
 #include "ir/analyzer.h"
 #include "ir/functor.h"
 
@@ -116,7 +118,17 @@ bool pure_call(const std::string& op) {
   return names.count(op) > 0;
 }
 
-bool Uniformity::uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const {
+bool Uniformity::uniform_impl(const Expr& e, const std::set<const ExprNode*>& same, ThreadRange in) const {
+  // A local buffer stored under a range of threads partly inside `in` differs within it.
+  auto split_by_stores = [&](const BufferNode* b) {
+    auto it = store_ranges_.find(b);
+    if (it == store_ranges_.end()) return false;
+    for (const ThreadRange& r : it->second) {
+      bool covers = r.lo <= in.lo && in.hi <= r.hi, apart = r.hi <= in.lo || in.hi <= r.lo;
+      if (!covers && !apart) return true;
+    }
+    return false;
+  };
   return !reads_any(e, [&](const Expr& x) {
     if (varying_.count(x.get()) && !same.count(x.get())) return true;
     // Each thread's own draw, the lanes running a call, an atomic's previous value, the side
@@ -130,7 +142,8 @@ bool Uniformity::uniform_given(const Expr& e, const std::set<const ExprNode*>& s
     if (ld->buffer->scope == Scope::Fragment) {
       return !whole_fragments_.count(ld->buffer.get()) || varying_locals_.count(ld->buffer.get());
     }
-    return (ld->buffer->scope == Scope::Local && (!locals_known_ || varying_locals_.count(ld->buffer.get())));
+    return (ld->buffer->scope == Scope::Local &&
+            (!locals_known_ || varying_locals_.count(ld->buffer.get()) || split_by_stores(ld->buffer.get())));
   });
 }
 
@@ -140,8 +153,9 @@ namespace {
 // marked something new.
 class LearnVarying : public IRVisitor {
  public:
-  LearnVarying(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals, bool lowered)
-      : u_(u), vars_(vars), locals_(locals), lowered_(lowered) {}
+  LearnVarying(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals,
+               std::map<const BufferNode*, std::vector<ThreadRange>>& store_ranges, bool lowered)
+      : u_(u), vars_(vars), locals_(locals), store_ranges_(store_ranges), range_{0, u.threads()}, lowered_(lowered) {}
   bool changed = false;
 
   void visit_Call(const CallNode* op) override {
@@ -180,9 +194,28 @@ class LearnVarying : public IRVisitor {
   }
   void visit_IfThenElse(const IfThenElseNode* op) override {
     bool saved = varying_, saved_control = control_varying_;
-    varying_ |= !u_.uniform(op->cond);
     control_varying_ |= !u_.uniform_given(op->cond, parallel_vars_);
-    IRVisitor::visit_IfThenElse(op);
+    // A branch that selects ranges of threads by the thread index: each side's stores are
+    // the same in the threads of its range (the branch in the uniformity's ranges).
+    std::optional<ThreadRange> then_r, else_r;
+    if (u_.threads() > 0 && !varying_ && reads_var(op->cond, u_.thread_var())) {
+      GuardSplit g = split_guard(op->cond, u_.thread_var(), range_, {});
+      if (g.evaluable && (!g.uniform || u_.uniform(g.uniform))) {
+        then_r = contiguous_range(g.takes, range_, true);
+        else_r = contiguous_range(g.takes, range_, false);
+      }
+    }
+    if (!then_r || (op->else_case && !else_r)) {
+      varying_ |= !u_.uniform(op->cond);
+      IRVisitor::visit_IfThenElse(op);
+    } else {
+      ThreadRange saved_range = range_;
+      range_ = *then_r;
+      visit(op->then_case);
+      range_ = else_r ? *else_r : saved_range;
+      if (op->else_case) visit(op->else_case);
+      range_ = saved_range;
+    }
     varying_ = saved;
     control_varying_ = saved_control;
   }
@@ -198,6 +231,10 @@ class LearnVarying : public IRVisitor {
       bool differs = varying_ || !u_.uniform(op->value);
       for (const Expr& i : op->indices) differs |= !u_.uniform(i);
       if (differs) locals_.insert(op->buffer.get()), changed = true;
+      auto& ranges = store_ranges_[op->buffer.get()];
+      if (!differs && u_.threads() > 0 && std::find(ranges.begin(), ranges.end(), range_) == ranges.end()) {
+        ranges.push_back(range_), changed = true;
+      }
     }
     IRVisitor::visit_BufferStore(op);
   }
@@ -214,6 +251,10 @@ class LearnVarying : public IRVisitor {
     const BufferNode* dst = op->regions.empty() ? nullptr : op->regions.back().buffer.get();
     bool held_alike = dst && (dst->scope == Scope::Local || u_.whole_fragments().count(dst));
     if (held_alike && differs && !locals_.count(dst)) locals_.insert(dst), changed = true;
+    if (held_alike && !differs && dst->scope == Scope::Local && u_.threads() > 0) {
+      auto& ranges = store_ranges_[dst];
+      if (std::find(ranges.begin(), ranges.end(), range_) == ranges.end()) ranges.push_back(range_), changed = true;
+    }
     IRVisitor::visit_TileOp(op);
   }
 
@@ -224,6 +265,8 @@ class LearnVarying : public IRVisitor {
   Uniformity& u_;
   std::set<const ExprNode*>& vars_;
   std::set<const BufferNode*>& locals_;
+  std::map<const BufferNode*, std::vector<ThreadRange>>& store_ranges_;
+  ThreadRange range_;  // the threads that run the statement visited now
   bool lowered_;
   bool varying_ = false;
   bool control_varying_ = false;  // varying_ but for the division of T.Parallel nests
@@ -258,9 +301,10 @@ std::map<const BufferNode*, SourceLoc> fragments_held_whole(const Stmt& body) {
 namespace {
 
 void learn_to_fixed_point(Uniformity& u, std::set<const ExprNode*>& vars, std::set<const BufferNode*>& locals,
-                          const Stmt& body, bool lowered) {
+                          std::map<const BufferNode*, std::vector<ThreadRange>>& store_ranges, const Stmt& body,
+                          bool lowered) {
   while (true) {
-    LearnVarying pass(u, vars, locals, lowered);
+    LearnVarying pass(u, vars, locals, store_ranges, lowered);
     pass.visit(body);
     if (!pass.changed) return;
   }
@@ -271,13 +315,13 @@ void learn_to_fixed_point(Uniformity& u, std::set<const ExprNode*>& vars, std::s
 void Uniformity::learn(const Stmt& body) {
   locals_known_ = true;
   whole_fragments_ = fragments_held_whole(body);
-  learn_to_fixed_point(*this, varying_, varying_locals_, body, false);
+  learn_to_fixed_point(*this, varying_, varying_locals_, store_ranges_, body, false);
 }
 
 void Uniformity::learn_lowered(const Stmt& body) {
   locals_known_ = true;
   whole_fragments_.clear();
-  learn_to_fixed_point(*this, varying_, varying_locals_, body, true);
+  learn_to_fixed_point(*this, varying_, varying_locals_, store_ranges_, body, true);
 }
 
 std::optional<ThreadRange> thread_scope_range(const Expr& value) {

@@ -66,9 +66,16 @@ bool reads_var(const Expr& e, const Expr& v);
 // A local buffer (T.alloc_local, T.alloc_var) is each thread's own, but holds the same
 // value in all of them unless some store into it differs between threads (a varying value
 // or index, inside a T.Parallel loop, under a branch that differs): `learn` finds those.
+// Given the block's thread count, a store under branches that select a range of threads
+// by the thread index is the same in every thread of that range: the buffer is then the
+// same in the threads of any range each such store either covers or leaves alone
+// (uniform_in), as a T.alloc_var a warp group sets for itself is in that group.
 class Uniformity {
  public:
-  explicit Uniformity(const Expr& thread_var) { varying_.insert(thread_var.get()); }
+  explicit Uniformity(const Expr& thread_var, int64_t threads = 0) : threads_(threads) {
+    varying_.insert(thread_var.get());
+    tx_ = thread_var;
+  }
   // Finds the local buffers of body whose stores differ between threads (to a fixed point).
   // For the tile-level program only: after lowering, register arrays are written by calls
   // (a gemm's accumulator) that no store shows.
@@ -78,17 +85,28 @@ class Uniformity {
   // as varying, since no store shows what the call writes.
   void learn_lowered(const Stmt& body);
   bool uniform(const Expr& e) const { return uniform_given(e, {}); }
+  // As uniform, for the threads of `range` alone.
+  bool uniform_in(const Expr& e, ThreadRange range) const { return uniform_impl(e, {}, range); }
   // As uniform, with the variables in `same` taken as the same in every thread (the
   // variables of a T.Parallel nest that every thread runs whole).
-  bool uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const;
+  bool uniform_given(const Expr& e, const std::set<const ExprNode*>& same) const {
+    return uniform_impl(e, same, ThreadRange{0, threads_});
+  }
   const std::map<const BufferNode*, SourceLoc>& whole_fragments() const { return whole_fragments_; }
   // A let (or a loop whose bounds are `value`'s): the variable varies when its value does.
   void bind(const Expr& var, const Expr& value) {
     if (!uniform(value)) varying_.insert(var.get());
   }
   void mark_varying(const Expr& var) { varying_.insert(var.get()); }
+  const Expr& thread_var() const { return tx_; }
+  int64_t threads() const { return threads_; }
 
  private:
+  bool uniform_impl(const Expr& e, const std::set<const ExprNode*>& same, ThreadRange in) const;
+  Expr tx_;
+  int64_t threads_ = 0;  // 0: ranges of threads are not tracked
+  // The ranges of threads the stores into a local buffer run under (learn, with threads_).
+  std::map<const BufferNode*, std::vector<ThreadRange>> store_ranges_;
   std::set<const ExprNode*> varying_;
   std::set<const BufferNode*> varying_locals_;
   bool locals_known_ = false;  // before learn, every local buffer counts as varying

@@ -42,6 +42,7 @@
 #include "layout/mma.h"
 #include "ir/functor.h"
 #include "ir/printer.h"
+#include "ir/thread_guard.h"
 #include "ops/region.h"
 #include "ops/tile_op.h"
 
@@ -221,6 +222,8 @@ void require_warp_split(const GemmShape& g, const TileOpNode* op, const Kernel& 
                                  << " into whole 16x8 mma tiles per warp";
 }
 
+}  // namespace
+
 // Whether this gemm can run on wgmma: operand types, a warpgroup split, operand rows in a
 // layout the descriptors name, instructions covering whole swizzle atoms of an MN-major
 // operand, and (A in registers) no transpose.
@@ -254,6 +257,15 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   return region_fits(op->regions[1], g.tb, tn);  // N-major B: whole atoms per instruction
 }
 
+namespace {
+
+// The mma.sync warp split of a gemm: the policy's, or wgmma's (ctx.warpgroup_split).
+GemmShape mma_shape(const TileOpNode* op, const Kernel& k, const transform::PassContext& ctx) {
+  GemmShape g = shape_of(op, k);
+  if (ctx.warpgroup_split.count(op->regions.at(2).buffer.get()) && g.wgm > 0) g.wm = 4 * g.wgm, g.wn = g.wgn;
+  return g;
+}
+
 template <typename F>
 void for_each_gemm(const Kernel& k, F f) {
   post_order(k.body, [&](const Stmt& s) {
@@ -265,12 +277,29 @@ void for_each_gemm(const Kernel& k, F f) {
 
 class Gemm : public TileOp {
  public:
+  // clear_accum as a run-time condition (TileLang's `clear_accum=(k == 0)`), the op's one
+  // argument: C is cleared where it holds, then the gemm accumulates.
+  //   gemm(A, B, C; cond)  ->  if cond: fill(C, 0)        (expanded, as T.clear is)
+  //                             gemm(A, B, C; clear_accum=0)
   // B in a fragment (TileLang's gemm_sr / gemm_rr): the tensor cores read B from shared
   // memory on both paths, so B is staged there through a buffer the op allocates,
   //   T.copy(B, B_shared); T.gemm(A, B_shared, C)
   // a T.Parallel nest like the author's, which insert_barriers fences from the gemm's reads.
   Stmt expand(const TileOpNode* op, Kernel& k, transform::PassContext& ctx) const override {
     user_assert(op->regions.size() == 3, op->loc) << "T.gemm takes A, B and C";
+    if (!op->args.empty()) {
+      user_assert(op->args.size() == 1 && op->attr_int("clear_accum", 0) == 0, op->loc)
+          << "T.gemm takes one run-time clear_accum condition";
+      user_assert(!k.thread_var || !reads_var(op->args[0], k.thread_var), op->loc)
+          << "T.gemm: clear_accum (" << to_string(op->args[0]) << ") reads the thread index, but the threads of a "
+          << "gemm share its accumulator: the condition must be the same in all of them";
+      const BufferRegion& c = op->regions.at(2);
+      Stmt fill = make_tile_op("fill", {c}, {make_int(0)}, {}, op->loc);
+      Stmt clear = find_tile_op("fill")->expand(fill.as<TileOpNode>(), k, ctx);
+      Stmt gemm = make_tile_op("gemm", op->regions, {}, op->attrs, op->loc);
+      Stmt staged = expand(gemm.as<TileOpNode>(), k, ctx);
+      return make_seq({make_if(op->args[0], clear, {}, op->loc), staged ? staged : gemm}, op->loc);
+    }
     const BufferRegion& b = op->regions[1];
     if (b.buffer->scope != Scope::Fragment) return {};
     user_assert(is_whole(b), op->loc) << "T.gemm: B ('" << b.buffer->name
@@ -311,6 +340,7 @@ class Gemm : public TileOp {
       }
       return changed;
     }
+    g = mma_shape(op, k, ctx);
     require_warp_split(g, op, k);
     bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), C, op, layouts);
     if (A->scope == Scope::Fragment) {
@@ -366,6 +396,7 @@ class Gemm : public TileOp {
     }
     Buffer creg = ctx.registers.at(C.get());
     if (ctx.wgmma_accumulators.count(C.get())) return lower_wgmma(op, g, ctx);
+    g = mma_shape(op, k, ctx);
     require_warp_split(g, op, k);
     std::vector<Stmt> body;
     // clear_accum: the first k-step's mma takes 0 for C, so no register is cleared first.

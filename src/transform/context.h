@@ -50,9 +50,15 @@ struct PassContext {
   std::set<const ir::BufferNode*> panelled;
   // The accumulators of the gemms that run on wgmma (ops::wgmma_accumulators).
   std::set<const ir::BufferNode*> wgmma_accumulators;
+  // Accumulators of gemms on mma.sync with wgmma's warp split (each warpgroup's 4 warps
+  // along M): on sm_90a, gemms under a thread guard that wgmma could run (layout_inference).
+  std::set<const ir::BufferNode*> warpgroup_split;
   // Set by plan_bulk_copies when the kernel's T.Pipelined loop will be warp specialised:
   // its global->shared copies (and those ahead of it) became tma_copy calls.
   bool warp_specialize = false;
+  // Set by check_user_barriers: the program's threads meet at its own mbarriers, so it
+  // orders what its warp groups do (insert_barriers leaves disjoint ranges of threads alone).
+  bool user_mbarriers = false;
   // The mbarriers pipeline_loops and warp_specialize allocate: (buffer, index, arrival count).
   struct Mbarrier {
     ir::Buffer buffer;

@@ -17,8 +17,19 @@
 // (scope_thread_guards.cc), whose barriers then meet the scope's threads alone: a named
 // barrier each range of threads has to itself. A loop left by a break or continue ends
 // each iteration and itself with a barrier the jump cannot skip.
+//
+// In a kernel whose threads meet at the program's own mbarriers (T.alloc_barrier), the
+// program orders what different ranges of threads do (manual warp specialisation,
+// TileLang's meaning): accesses under branches on the thread index that select disjoint
+// ranges never get a barrier between them, so
+//   for k:  if tx >= 128: (wait empty; write S; arrive full)
+//           if tx < 128:  (wait full; read S; arrive empty)
+// lets each warp group run ahead to its own wait instead of meeting the other at a
+// __syncthreads (which would hang were the reader written first). Accesses by the same
+// range are ordered by that range's named barrier, inside its branch.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -96,11 +107,46 @@ bool meets(const BufSet& a, const BufSet& b) {
   return false;
 }
 
+// The threads of the block that run a side of a branch on the thread index, when they are
+// one contiguous range selected by the thread index alone; nullopt otherwise.
+std::optional<ThreadRange> side_range(const IfThenElseNode* op, const Expr& tx, int64_t threads, bool taken) {
+  if (!tx || !reads_var(op->cond, tx)) return std::nullopt;
+  GuardSplit g = split_guard(op->cond, tx, ThreadRange{0, threads}, {});
+  if (!g.evaluable || g.uniform) return std::nullopt;
+  auto r = contiguous_range(g.takes, ThreadRange{0, threads}, taken);
+  if (!r || r->count() == 0) return std::nullopt;
+  return r;
+}
+
+// What a statement touches, by the range of threads that touch it (nullopt: the whole
+// block, or threads not known as one range).
+struct Part {
+  std::optional<ThreadRange> range;
+  Touch touch;
+};
+
+bool overlap(const std::optional<ThreadRange>& a, const std::optional<ThreadRange>& b) {
+  return !a || !b || (a->lo < b->hi && b->lo < a->hi);
+}
+
+bool conflict(const Touch& later, const Touch& earlier) {
+  return meets(later.reads, earlier.writes) || meets(later.writes, earlier.writes) ||
+         meets(later.writes, earlier.reads);
+}
+
+// A barrier among `r`'s threads alone: bar.sync needs whole warps; one thread needs none.
+bool range_can_sync(const ThreadRange& r) { return r.count() == 1 || (r.lo % 32 == 0 && r.count() % 32 == 0); }
+
 class Barriers : public IRMutator {
  public:
   // Learns from the kernel's lowered body which registers hold the same value in every
   // thread, so that a branch on one (a mask read from a replicated fragment) is uniform.
-  explicit Barriers(const Kernel& k) : uni_(k.thread_var) { uni_.learn_lowered(k.body); }
+  // With user_ranges (the program's own mbarriers), disjoint ranges of threads are left to
+  // the program.
+  explicit Barriers(const Kernel& k, bool user_ranges = false)
+      : uni_(k.thread_var), tx_(k.thread_var), threads_(k.threads), user_ranges_(user_ranges && k.thread_var) {
+    uni_.learn_lowered(k.body);
+  }
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override { return run(op->seq, op->loc); }
   // The split of a warp-specialised kernel (warp_specialize): its consumer side is the
   // program, placed like any other. Other branches: see the header.
@@ -131,6 +177,11 @@ class Barriers : public IRMutator {
     // The next iteration's accesses follow this one's: check the body against itself.
     if (touched(body).writes.empty()) {
       return make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+    }
+    if (user_ranges_ && !jumps_out(body)) {
+      if (auto ranged = sync_ranges_at_end(body)) {
+        return make_for(op->var, op->min, op->extent, op->for_kind, *ranged, op->num_stages, op->loc);
+      }
     }
     if (!jumps_out(body)) {
       body = make_seq({body, make_sync(op->loc)});
@@ -226,6 +277,7 @@ class Barriers : public IRMutator {
   }
 
   Stmt run(const std::vector<Stmt>& seq, const SourceLoc& loc) {
+    if (user_ranges_) return run_ranged(seq, loc);
     std::vector<Stmt> out;
     BufSet reads, writes;
     for (const Stmt& s0 : seq) {
@@ -249,7 +301,117 @@ class Barriers : public IRMutator {
   }
 
  private:
+  // What s touches, by range: each side of a branch on the thread index apart.
+  std::vector<Part> parts(const Stmt& s) const {
+    auto* op = s.as<IfThenElseNode>();
+    auto then_r = op ? side_range(op, tx_, threads_, true) : std::nullopt;
+    if (!then_r) return {Part{std::nullopt, touched(s)}};
+    std::vector<Part> out{Part{then_r, touched(op->then_case)}};
+    if (op->else_case) {
+      auto else_r = side_range(op, tx_, threads_, false);
+      if (!else_r) return {Part{std::nullopt, touched(s)}};
+      out.push_back(Part{else_r, touched(op->else_case)});
+    }
+    return out;
+  }
+
+  // `sync` at the start (or end) of the side of branch s that range r runs, as a barrier of
+  // that range alone (a thread scope's, see ScopeBarriers); a single thread needs none.
+  Stmt sync_in_side(const Stmt& s, const ThreadRange& r, bool at_end) const {
+    if (r.count() == 1) return s;
+    auto* op = s.as<IfThenElseNode>();
+    bool then_side = side_range(op, tx_, threads_, true) == std::optional<ThreadRange>(r);
+    Stmt side = then_side ? op->then_case : op->else_case;
+    auto add = [&](const Stmt& body) {
+      Stmt sync = make_sync(op->loc);
+      return at_end ? make_seq({body, sync}, op->loc) : make_seq({sync, body}, op->loc);
+    };
+    Stmt inner;
+    if (auto* let = side.as<LetStmtNode>(); let && thread_scope_range(let->value) == std::optional<ThreadRange>(r)) {
+      inner = make_let(let->var, let->value, add(let->body), let->loc);
+    } else {
+      // A side with no tile code has no thread scope: one made for its barrier.
+      Expr var = make_var(tx_.as<VarNode>()->name + "_sync", DataType::i32(), op->loc);
+      Expr value = make_call(kThreadScope, {tx_, make_int(r.lo), make_int(r.count())}, DataType::i32(), op->loc);
+      inner = make_let(var, value, add(side), op->loc);
+    }
+    return then_side ? make_if(op->cond, inner, op->else_case, op->loc) : make_if(op->cond, op->then_case, inner, op->loc);
+  }
+
+  // As run, with the accesses kept by range (user_ranges_): a conflict between the same
+  // range's accesses is a barrier of that range inside the later branch; between ranges
+  // that overlap without being the same, a block-wide barrier; between disjoint ranges,
+  // none (the program's mbarriers order them).
+  Stmt run_ranged(const std::vector<Stmt>& seq, const SourceLoc& loc) {
+    std::vector<Stmt> out;
+    std::vector<Part> since;  // accesses since the last block-wide barrier
+    for (const Stmt& s0 : seq) {
+      Stmt s = mutate(s0);
+      if (s.as<SyncNode>()) {
+        since.clear();
+        out.push_back(s);
+        continue;
+      }
+      std::vector<Part> mine = parts(s);
+      bool block_wide = false;
+      std::vector<ThreadRange> own;  // ranges that need a barrier of their own first
+      for (const Part& p : mine) {
+        for (const Part& q : since) {
+          if (!overlap(p.range, q.range) || !conflict(p.touch, q.touch)) continue;
+          if (p.range && q.range && *p.range == *q.range && range_can_sync(*p.range)) {
+            if (std::find(own.begin(), own.end(), *p.range) == own.end()) own.push_back(*p.range);
+          } else {
+            block_wide = true;
+          }
+        }
+      }
+      if (block_wide) {
+        out.push_back(make_sync(s->loc));
+        since.clear();
+      } else {
+        for (const ThreadRange& r : own) {
+          s = sync_in_side(s, r, false);
+          since.erase(std::remove_if(since.begin(), since.end(), [&](const Part& q) { return q.range == r; }),
+                      since.end());
+        }
+      }
+      if (touched(s).has_sync && mine.size() == 1 && !mine[0].range) since.clear();
+      since.insert(since.end(), mine.begin(), mine.end());
+      out.push_back(s);
+    }
+    return make_seq(out, loc);
+  }
+
+  // The loop body with the barriers that order one iteration's accesses before the next
+  // one's when only the same ranges conflict (each range's own barrier at the end of its
+  // last branch); nullopt when that takes a block-wide barrier.
+  std::optional<Stmt> sync_ranges_at_end(const Stmt& body) const {
+    auto* seq = body.as<SeqNode>();
+    std::vector<Stmt> stmts = seq ? seq->seq : std::vector<Stmt>{body};
+    std::vector<Part> all;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < stmts.size(); ++i) {
+      for (const Part& p : parts(stmts[i])) all.push_back(p), owner.push_back(i);
+    }
+    std::map<std::pair<int64_t, int64_t>, size_t> last;  // range -> its last statement
+    for (size_t a = 0; a < all.size(); ++a) {
+      for (size_t b = 0; b < all.size(); ++b) {
+        if (!overlap(all[a].range, all[b].range) || !conflict(all[a].touch, all[b].touch)) continue;
+        if (!all[a].range || !all[b].range || !(*all[a].range == *all[b].range) || !range_can_sync(*all[a].range)) {
+          return std::nullopt;
+        }
+        auto key = std::make_pair(all[a].range->lo, all[a].range->hi);
+        last[key] = std::max(last.count(key) ? last[key] : 0, std::max(owner[a], owner[b]));
+      }
+    }
+    for (auto& [key, i] : last) stmts[i] = sync_in_side(stmts[i], ThreadRange{key.first, key.second}, true);
+    return make_seq(stmts, body->loc);
+  }
+
   Uniformity uni_;
+  Expr tx_;
+  int64_t threads_ = 0;
+  bool user_ranges_ = false;
 };
 
 // Every barrier inside a thread scope meets the scope's threads alone: a named barrier per
@@ -290,7 +452,7 @@ Stmt place_barriers(const std::vector<Stmt>& seq, const Kernel& k) {
   return Barriers(k).run(seq, seq.empty() ? SourceLoc() : seq[0]->loc);
 }
 
-void insert_barriers(Kernel& k, PassContext&) {
+void insert_barriers(Kernel& k, PassContext& ctx) {
   // Union of buffers whose byte ranges overlap, by a sweep over the sorted ranges.
   std::vector<std::tuple<int64_t, int64_t, const BufferNode*>> ranges;
   for (auto& [b, off] : k.smem_offset) ranges.push_back({off, off + b->num_elements_const() * b->dtype.bytes(), b});
@@ -306,7 +468,7 @@ void insert_barriers(Kernel& k, PassContext&) {
   g_same_bytes = &same;
   auto* seq = k.body.as<SeqNode>();
   try {
-    k.body = Barriers(k).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
+    k.body = Barriers(k, ctx.user_mbarriers).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
     k.body = ScopeBarriers().mutate(k.body);
   } catch (...) {
     g_same_bytes = nullptr;

@@ -782,6 +782,29 @@ void infer_layout(Kernel& k, PassContext& ctx) {
     if (op->op == "gemm" && c.op_scope[op].var) guarded.insert(op);
   }
   ctx.wgmma_accumulators = ops::wgmma_accumulators(k, ctx, group_of, guarded);
+  // On sm_90a a guarded gemm runs on mma.sync; where its scope is whole warpgroups and
+  // wgmma could run it, with wgmma's warp split (each warpgroup's 4 warps along M), so its
+  // fragments take the layouts TileLang's wgmma gives them there: a P = cast(Q Kᵀ) feeds
+  // P V in place and rows reduce within a warp, with no exchange through shared memory.
+  // A group takes that split only when all its gemms do.
+  if (ctx.target.arch == "sm_90a" && !ctx.options.disable_wgmma) {
+    std::map<const BufferNode*, bool> split;
+    for (const TileOpNode* op : c.ops) {
+      if (op->op != "gemm") continue;
+      const ScopeRef& s = c.op_scope[op];
+      bool fits = s.var && s.range.lo % 128 == 0 && s.count % 128 == 0;
+      if (fits) {
+        ScopedThreads scoped(k, s.var, s.count);
+        fits = ops::wgmma_fits(op, k);
+      }
+      auto it = split.emplace(group_of(op->regions.at(2).buffer.get()), true).first;
+      it->second = it->second && fits;
+    }
+    for (const TileOpNode* op : c.ops) {
+      const BufferNode* acc = op->op == "gemm" ? op->regions.at(2).buffer.get() : nullptr;
+      if (acc && split.at(group_of(acc))) ctx.warpgroup_split.insert(acc);
+    }
+  }
   Inference inference(k, ctx, c);
   inference.run();
   if (!inference.exchanges.empty() || !inference.write_exchanges.empty()) {

@@ -30,6 +30,10 @@ void read_annotations(ir::Kernel& k, PassContext& ctx);
 void flatten_stage_buffers(ir::Kernel& k, PassContext& ctx);
 // Kernels with T.alloc_barrier: checks, and none of the compiler's own warp specialisation.
 void check_user_barriers(ir::Kernel& k, PassContext& ctx);
+// Kernels with T.alloc_barrier: each warp group's branches and loops apart (ir/warp_groups.h).
+void run_warp_groups_apart(ir::Kernel& k, PassContext& ctx);
+// A T.unroll loop whose gemm operand regions start at its variable: unrolled.
+void unroll_gemm_offsets(ir::Kernel& k, PassContext& ctx);
 void expand_tile_ops(ir::Kernel& k, PassContext& ctx);
 void resolve_views(ir::Kernel& k, PassContext& ctx);
 void apply_safe_values(ir::Kernel& k, PassContext& ctx);

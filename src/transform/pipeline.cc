@@ -23,6 +23,8 @@ const Step kPipeline[] = {
     {"bound_parallel_extents", bound_parallel_extents},
     {"read_annotations", read_annotations},
     {"check_user_barriers", check_user_barriers},
+    {"run_warp_groups_apart", run_warp_groups_apart},
+    {"unroll_gemm_offsets", unroll_gemm_offsets},
     {"flatten_stage_buffers", flatten_stage_buffers},
     {"inline_loop_lets", inline_loop_lets},
     {"plan_bulk_copies", plan_bulk_copies},

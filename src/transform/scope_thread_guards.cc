@@ -11,7 +11,9 @@
 // The branch must select one contiguous range of whole warps, known at compile time
 // (ir/thread_guard.h); tile code under any other condition that may differ between the
 // block's threads (a register's value, a range of threads in pieces) is an error at the
-// branch's line, naming the condition. Nested guards narrow the enclosing scope.
+// branch's line, naming the condition. Nested guards narrow the enclosing scope. Inside a
+// scope, a condition need only be the same in the scope's threads (a T.alloc_var a warp
+// group sets for itself, ir/thread_guard.h's Uniformity::uniform_in).
 #include "ir/functor.h"
 #include "ir/printer.h"
 #include "ir/thread_guard.h"
@@ -37,7 +39,8 @@ bool has_tile_code(const Stmt& s) {
 
 class Scoper : public IRMutator {
  public:
-  Scoper(const Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx), uni_(k.thread_var), range_{0, k.threads} {
+  Scoper(const Kernel& k, PassContext& ctx)
+      : k_(k), ctx_(ctx), uni_(k.thread_var, k.threads), range_{0, k.threads} {
     uni_.learn(k.body);
   }
 
@@ -62,7 +65,7 @@ class Scoper : public IRMutator {
     if (!then_tile && !else_tile) return self;
     GuardSplit g = split_guard(op->cond, k_.thread_var, range_, lets_);
     if (!g.reads_thread) {
-      user_assert(uni_.uniform(op->cond), op->loc)
+      user_assert(uni_.uniform_in(op->cond, range_), op->loc)
           << "tile code under a condition that may differ between the block's threads (" << to_string(op->cond)
           << "): a tile operation is shared by the threads of a block, so they must all take the same branch, "
           << "or the branch must select a range of threads by the thread index";
@@ -71,7 +74,7 @@ class Scoper : public IRMutator {
     user_assert(g.evaluable, op->loc)
         << "tile code under a branch on the thread index whose threads cannot be known at compile time ("
         << to_string(op->cond) << "): compare the thread index with constants only, e.g. `if tx < 128:`";
-    user_assert(!g.uniform || uni_.uniform(g.uniform), op->loc)
+    user_assert(!g.uniform || uni_.uniform_in(g.uniform, range_), op->loc)
         << "tile code under a condition that may differ between the block's threads (" << to_string(g.uniform)
         << ")";
     user_assert(!else_tile || !g.uniform, op->loc)

@@ -97,6 +97,8 @@ const Stage kStages[] = {
     {"bound_parallel_extents", transform::bound_parallel_extents},
     {"read_annotations", transform::read_annotations},
     {"check_user_barriers", transform::check_user_barriers},
+    {"run_warp_groups_apart", transform::run_warp_groups_apart},
+    {"unroll_gemm_offsets", transform::unroll_gemm_offsets},
     {"flatten_stage_buffers", transform::flatten_stage_buffers},
     {"inline_loop_lets", transform::inline_loop_lets},
     {"plan_bulk_copies", transform::plan_bulk_copies},

@@ -64,6 +64,10 @@ class Builder:
         self.parallel = 0  # T.Parallel loops around the statement being parsed
         self.pipelined = 0  # T.Pipelined loops around it
         self.parallel_body: int | None = None  # id() of the innermost T.Parallel loop's body block
+        # `with T.ws(...)` scopes: how many were parsed so far, and for each one open, innermost
+        # last, the T.Pipelined loops around it (a barrier in the scope orders its own loop).
+        self.ws_scopes = 0
+        self.ws_levels: list[int] = []
         self.barriers: dict[int, object] = {}  # id() -> barrier statement emitted in a T.Parallel body
         self.loop_bodies: set = set()  # ids of the blocks that are loop bodies (of any kind)
         self.reducers: list = []  # the kernel's T.alloc_reducer buffers (language/reducers.py)

@@ -20,6 +20,7 @@ from ..language import barriers, pointers, reducers
 from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
 from ..language.kernel import KernelSpec
 from ..language.types import TensorSpec
+from ..language.warpgroup import WarpSpecializeSpec
 from .builder import KernelFrame, StatementScope
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
@@ -45,7 +46,7 @@ UNSUPPORTED_STMTS = {
     ast.AsyncWith: "async with is not supported in a kernel",
 }
 _WITH_ITEMS = ("a `with` in a kernel takes `T.Kernel(...) as ...` first, then scopes such as a tool's "
-               "iket.range(name); inside the kernel, only such scopes")
+               "iket.range(name); inside the kernel, only such scopes, or `with T.ws(...):` alone")
 if hasattr(ast, "TryStar"):
     UNSUPPORTED_STMTS[ast.TryStar] = UNSUPPORTED_STMTS[ast.Try]
 if hasattr(ast, "Match"):
@@ -460,6 +461,8 @@ class Parser(Evaluator):
         self.builder.push()
         self.builder.loop_bodies.add(id(self.builder.blocks[-1]))
         num_stages = spec.num_stages
+        loop_kind = spec.kind
+        ws_before = self.builder.ws_scopes
         parallel = spec.kind == "parallel"
         self.builder.parallel += parallel
         self.builder.pipelined += spec.kind == "pipelined"
@@ -471,6 +474,10 @@ class Parser(Evaluator):
             self.parse_block(stmt.body)
             if schedule is not None:
                 num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
+            if loop_kind == "pipelined" and self.builder.ws_scopes > ws_before:
+                # Manual warp specialisation: the T.ws scopes order the iterations of their
+                # warp groups with their own barriers, so each group runs the loop in order.
+                loop_kind, num_stages = "serial", 0
         finally:
             self._loop_kinds.pop()
             self.builder.parallel -= parallel
@@ -483,7 +490,7 @@ class Parser(Evaluator):
         def nest(body):
             for var, (start, extent, step) in reversed(list(zip(loop_vars, spec.dims))):
                 low = start if step == 1 else 0
-                body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), spec.kind, body,
+                body = self._ir.for_(var.expr, to_expr(low, "int32"), to_expr(extent, "int32"), loop_kind, body,
                                      num_stages)
             return body
 
@@ -552,9 +559,15 @@ class Parser(Evaluator):
             raise self.error(target, f"this loop has {count} variable(s), but {len(elements)} name(s) are given")
         return [e.id for e in elements]
 
+    _WITH_FORMS = "only `with T.Kernel(...) as ...:` and `with T.ws(...):` are supported in a kernel"
+
     def _with(self, stmt):
         item = stmt.items[0]
         spec = self.eval(item.context_expr)
+        if isinstance(spec, WarpSpecializeSpec):
+            if len(stmt.items) != 1:
+                raise self.error(stmt, self._WITH_FORMS)
+            return self._warp_groups(stmt, spec)
         if isinstance(spec, StatementScope):
             return self._scoped(stmt, stmt.items, spec)
         if not isinstance(spec, KernelSpec):
@@ -614,6 +627,31 @@ class Parser(Evaluator):
             previous = self.set_loc(item.context_expr)
             scope.exit()
             self.restore_loc(previous)
+
+    def _warp_groups(self, stmt, spec):
+        """`with T.ws(g):` is the branch `if g * 128 <= tx < (g + 1) * 128:` over its body
+        (language/warpgroup.py); names bound inside end with it, as in an `if`."""
+        if stmt.items[0].optional_vars is not None:
+            raise self.error(stmt.items[0].optional_vars, f"{spec!r} binds no name: write `with {spec!r}:`")
+        if self.builder.parallel:
+            raise self.error(stmt, f"`with {spec!r}:` inside a T.Parallel loop: a T.Parallel iteration has no "
+                             "warp group of its own; put the T.Parallel loop inside the T.ws scope")
+        cond = spec.condition(self.builder.kernel.thread_var)
+        self.builder.ws_scopes += 1
+        self.builder.ws_levels.append(self.builder.pipelined)
+        try:
+            body = self.parse_nested(stmt.body)
+        finally:
+            self.builder.ws_levels.pop()
+        if body is None:
+            return None
+        if cond is None:  # every thread of the block: the body as it stands
+            self.builder.emit(body)
+            return None
+        previous = self.set_loc(stmt)
+        self.builder.emit(self._ir.if_(cond.expr, body, None))
+        self.restore_loc(previous)
+        return None
 
     # Loops a break or continue may leave: those that stay loops in the generated code.
     _JUMPABLE = frozenset({"serial", "unrolled"})

@@ -21,6 +21,7 @@
   pointers.py  T.ptr parameters, T.Tensor(shape, T.ptr) tables of addresses, T.make_tensor at an address
   source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
   tile_schedule.py  T.PersistentTileScheduler: the tile each block of a persistent kernel takes (a while loop)
+  warpgroup.py T.ws / T.WarpSpecialize: a body only some warp groups of the block run
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
   dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
@@ -34,7 +35,7 @@ from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipel
 from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .barriers import (access_ptr, alloc_barrier, annotate_consumer_reg_alloc, annotate_producer_reg_dealloc, barrier_arrive, barrier_wait, cp_async_barrier_noinc,
-                       disable_warp_group_reg_alloc, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_cp_async,
+                       disable_warp_group_reg_alloc, fence_proxy_async, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_cp_async,
                        set_max_nreg, tma_copy, wait_wgmma, wgmma_gemm)
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
@@ -50,6 +51,7 @@ from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume,
 from .views import reshape, view
 from .source_kernel import CUDASourceCodeKernel
 from .tile_schedule import PersistentTileScheduler
+from .warpgroup import WarpSpecialize, ws
 from . import dtypes, fp8  # tilelang.language.dtypes (resolve_torch_storage_dtype), .fp8 (determine_fp8_type)
 from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256, lds32, lds64, lds128, reinterpret, stg32, stg64,
                    stg128, stg256, sts32, sts64, sts128)

@@ -90,9 +90,10 @@ def _barrier(bar, fn: str, arg: str = "barrier"):
     if b.parallel:
         raise ArgError(None, f"{fn} inside a T.Parallel loop: its iterations are divided among the threads, so how "
                              "many arrive or wait would depend on the layout; call it outside the loop")
-    if b.pipelined:
+    if b.pipelined and not (b.ws_levels and b.ws_levels[-1] == b.pipelined):
         raise ArgError(None, f"{fn} inside a T.Pipelined loop: the pipeline issues later iterations' copies ahead "
-                             "of this iteration's statements; order the stages with the barriers in a T.serial loop")
+                             "of this iteration's statements; order the stages with the barriers in a T.serial loop "
+                             "(or in T.ws scopes inside the loop, which then runs in order in each warp group)")
     known = barriers_of(b)
     if isinstance(bar, BufferValue) and bar.name in known and known[bar.name][0] is bar:
         if len(known[bar.name][1]) != 1:
@@ -243,6 +244,16 @@ def disable_warp_group_reg_alloc():
 
 
 no_set_max_nreg = disable_warp_group_reg_alloc
+
+
+@intrinsic("T.fence_proxy_async")
+def fence_proxy_async():
+    """Orders the thread's ordinary writes to shared memory before later asynchronous reads
+    of it (wgmma, bulk copies out of shared memory) by any thread it synchronises with
+    (sm_90+). Tegula's own barriers fence where they need to; this one is the program's."""
+    b = builder.current("T.fence_proxy_async")
+    b.require_kernel("T.fence_proxy_async")
+    _emit("T.fence_proxy_async", "fence_proxy_async", [])
 
 
 class AccessPtr:

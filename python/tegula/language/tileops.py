@@ -240,23 +240,46 @@ def _policy(value) -> str:
     raise ArgError("policy", f"T.gemm: policy must be one of {names}, got {value!r}")
 
 
+def _clear_condition(value, fn: str):
+    """clear_accum as (constant flag, run-time condition or None): True / False, or a
+    kernel value tested at run time (`clear_accum=(k == 0)`), a bool or an int (non-zero
+    clears)."""
+    if isinstance(value, VarBuffer):
+        value = value.load()
+    if isinstance(value, PrimExpr):
+        dtype = str(value.expr.dtype)
+        if dtype != "bool" and not (dtype.startswith("int") or dtype.startswith("uint")):
+            raise ArgError("clear_accum", f"{fn}: 'clear_accum' must be True, False or a bool (or int) condition, "
+                                          f"got a {dtype} value {value}")
+        if value.expr.const is not None:
+            return int(bool(value.expr.const)), None
+        return 0, (value if dtype == "bool" else value != 0)
+    if not isinstance(value, (bool, numbers.Integral)):
+        raise ArgError("clear_accum", f"{fn}: 'clear_accum' must be True, False or a kernel condition such as "
+                                      f"(k == 0), got {_describe(value)}")
+    return int(bool(value)), None
+
+
 @intrinsic("T.gemm")
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,  # noqa: N803
          clear_accum=False, k_pack=1, wg_wait=0):
     """C += A @ B on tensor cores (transposes as asked; C starts from zero with
-    clear_accum=True): wgmma on sm_90a, ldmatrix + mma.sync elsewhere."""
+    clear_accum=True, or where a run-time condition such as clear_accum=(k == 0) holds):
+    wgmma on sm_90a, ldmatrix + mma.sync elsewhere."""
     # wg_wait is TileLang's manual wgmma wait depth; Tegula's lowering places the waits.
     if isinstance(k_pack, bool) or k_pack not in (1, 2):
         raise ArgError("k_pack", f"T.gemm: k_pack must be 1 or 2, got {k_pack!r}")
     regions = [_region(A, "T.gemm", "A"), _region(B, "T.gemm", "B"), _region(C, "T.gemm", "C")]
+    clear, clear_if = _clear_condition(clear_accum, "T.gemm")
     attrs = {
         "transpose_A": _flag(transpose_A, "T.gemm", "transpose_A"),
         "transpose_B": _flag(transpose_B, "T.gemm", "transpose_B"),
-        "clear_accum": _flag(clear_accum, "T.gemm", "clear_accum"),
+        "clear_accum": clear,
         "policy": _policy(policy),
         "k_pack": int(k_pack),
     }
-    _emit("T.gemm", "gemm", regions, [], attrs)
+    # A run-time clear_accum is the op's argument (ops/gemm.cc expands it).
+    _emit("T.gemm", "gemm", regions, [] if clear_if is None else [clear_if.expr], attrs)
 
 
 # TileLang's memory-order names and ids (the C++ std::memory_order order).

@@ -37,6 +37,11 @@ Coverage (fuzz_gen.py draws each with some probability):
     values past the 8-bit floats' range, on sm_80, sm_89 and sm_90a (pairs of conversions);
   * scalar arguments (int32, float32) and T.dynamic sizes; 1-D and 2-D grids of several
     blocks;
+  * warp-group scopes (`with T.ws(g):`): producer and consumer groups ordered by explicit
+    mbarriers (either written first in the loop body, in a T.Pipelined loop, or a loop in
+    each scope; consumers of one group or of two, `T.ws(0, 1)`), and groups that each
+    work on their own part of a tile or product; gemms with clear_accum=(k == 0),
+    (k == last), k % 2 or a T.alloc_var flag (fuzz_families_ws.py);
   * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
     (T.cluster_sync, or T.cluster_arrive ... T.cluster_wait), each block reading another's
     writes, the barrier between loops or inside a T.Parallel body;

@@ -377,6 +377,7 @@ FAMILY_MODULES = (
     "fuzz_families_flat",      # fragments indexed by a loop's row-major position (composable index)
     "fuzz_families_warp",      # warp shuffles, against an oracle in torch
     "fuzz_families_iket",      # programs instrumented with tegula.tools.cuda.iket's marks and ranges
+    "fuzz_families_ws",        # warp-group scopes (T.ws) and run-time clear_accum
 )
 
 
@@ -404,11 +405,12 @@ def gen_valid(c) -> Program:
 def all_invalid() -> dict:
     """Every family of invalid programs: kind -> family (fuzz_invalid.py, and the tile code
     under undividable thread guards of fuzz_families_guards.py, the barriers allocated in a
-    branch of fuzz_families_barriers.py)."""
-    from . import fuzz_families_barriers, fuzz_families_guards
+    branch of fuzz_families_barriers.py, the warp groups of fuzz_families_ws.py that are not
+    one range)."""
+    from . import fuzz_families_barriers, fuzz_families_guards, fuzz_families_ws
     from .fuzz_invalid import INVALID
 
-    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID}
+    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID, **fuzz_families_ws.INVALID}
 
 
 def gen_invalid(c) -> Program:

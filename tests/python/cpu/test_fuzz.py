@@ -95,6 +95,12 @@ def test_generator_covers_the_language():
                "warp_shuffle_shfl"]
     # programs instrumented with tegula.tools.cuda.iket (fuzz_families_iket.py)
     wanted += ["gen_instrumented", "iket_mark", "iket_mark_nested", "iket_range"]
+    # warp-group scopes and run-time clear_accum (fuzz_families_ws.py)
+    wanted += ["gen_ws_ring", "ws_order_producer_first", "ws_order_consumer_first", "ws_order_loops_inside",
+               "ws_order_pipelined", "ws_producer_copy", "ws_producer_tma_copy", "ws_consumer_gemm",
+               "ws_consumer_parallel", "ws_union", "gen_ws_split", "ws_split_tile_2", "ws_split_tile_3",
+               "ws_split_gemm_2", "ws_split_gemm_3", "ws_every_group", "gen_clear_accum_runtime", "clear_accum_first",
+               "clear_accum_last", "clear_accum_odd", "clear_accum_flag", "clear_accum_in_ws"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
