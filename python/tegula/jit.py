@@ -211,22 +211,19 @@ class JITKernel:
         return self._call(*args)
 
     def _hooked(self, program, launch, stream: int = 0):
-        """`launch` wrapped by the tools that instrumented the kernel (tools/cuda/iket)."""
-        # A kernel from the persistent index has no prim_func, so no tool.
+        """`launch` wrapped by the tools that instrumented the kernel (tools/cuda/iket);
+        a kernel from the persistent index has no prim_func, so no tool."""
         for hook in getattr(self.__dict__.get("prim_func"), "launch_hooks", ()):
             launch = hook.wrap_launch(self, program, launch, stream)
         return launch
 
     # TileLang semantics: with out_idx, pass the inputs and get the outputs back (one
-    # tensor, or a list); without, pass every tensor and get None.
-    #
-    # The launch is one C++ call (`Program.__call__`): it checks each argument (count,
-    # type, dtype, rank, static and dynamic sizes, device, contiguity, alignment; an error
-    # is a ValueError naming the argument), allocates the outputs on the inputs' device
-    # and launches on torch's current stream. `__call__` is a property handing out that
-    # C++ callable itself, so a launch runs no Python frame of ours. A kernel with no input
-    # tensor (every tensor an output) runs on torch's current device instead, through
-    # `_launch_outputs_only`.
+    # tensor, or a list); without, pass every tensor and get None. The launch is one C++
+    # call (`Program.__call__`): it checks each argument (an error is a ValueError naming
+    # it), allocates the outputs on the inputs' device and launches on torch's current
+    # stream. `__call__` hands out that C++ callable itself, so a launch runs no Python
+    # frame of ours. A kernel with no input tensor runs on torch's current device instead
+    # (`_launch_outputs_only`).
     __call__ = property(operator.attrgetter("_call"))
 
     def launch(self, *args, stream: int = 0) -> None:
