@@ -10,13 +10,10 @@
     C = kernel(A, B)                      # out_idx: outputs are allocated and returned
 
 The eager form (tegula/eager.py) writes the kernel body as the decorated function itself:
-`C = matmul(A, B, block_M=128)` compiles on first use and launches.
-
-A @jit call that a process compiled before is answered from the persistent index
-(tegula/jit_index.py): the built program comes off the disk without parsing or lowering,
-and the prim_func and IR are rebuilt only if something asks for them (get_ir, stages...).
-
-Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
+`C = matmul(A, B, block_M=128)` compiles on first use and launches. A @jit call that a
+process compiled before is answered from the persistent index (tegula/jit_index.py): the
+built program comes off the disk without parsing or lowering, and the prim_func and IR are
+rebuilt only if something asks for them (get_ir, stages...). Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
 arguments, allocates the outputs and launches (see JITKernel.__call__).
 """
 from __future__ import annotations
