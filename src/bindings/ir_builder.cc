@@ -95,9 +95,10 @@ void require_rank(const ir::Buffer& b, size_t n) {
 }
 
 // Intrinsic names reach the generated source, so only identifiers are let through.
-// The exception is T.print's "print:<message>", whose message the printer escapes.
+// The exceptions are T.print's "print:<message>" and T.device_assert's
+// "device_assert:<message>", whose messages the printer escapes.
 void require_identifier(const std::string& op) {
-  if (op.rfind("print:", 0) == 0) return;
+  if (op.rfind("print:", 0) == 0 || op.rfind("device_assert:", 0) == 0) return;
   bool ok = !op.empty() && !std::isdigit(static_cast<unsigned char>(op[0]));
   for (char c : op) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   if (!ok) fail("bad intrinsic name '" + op + "'");

@@ -514,6 +514,13 @@ class Printer {
       std::string msg = c->op.size() > 6 ? c->op.substr(6) : "";
       return "print(" + string_literal(msg) + ", " + expr(c->args.at(0)) + ")";
     }
+    if (c->op.rfind("device_assert", 0) == 0) {
+      // T.device_assert(cond, msg): the message (the op name's tail) names the kernel line.
+      std::string msg = c->op.size() > 14 ? c->op.substr(14) : "";
+      std::string file = c->loc.file.substr(c->loc.file.find_last_of('/') + 1);
+      std::string at = file + ":" + std::to_string(c->loc.line);
+      return "device_assert(" + expr(c->args.at(0)) + ", " + string_literal(msg.empty() ? at : msg + " (" + at + ")") + ")";
+    }
     if (c->op == "ffs") {
       // CUDA's __ffs reads an int, __ffsll a long long.
       bool wide = c->args.at(0).dtype().bits == 64;

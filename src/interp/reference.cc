@@ -332,6 +332,14 @@ StmtFn Compiler::stmt(const Stmt& s) {
       const Expr& v = s.as<EvaluateNode>()->value;
       auto* call = v.as<CallNode>();
       if (call && call->op.rfind("print", 0) == 0) return [](Frame&) {};  // T.print has no effect on results
+      if (call && call->op.rfind("device_assert", 0) == 0) {
+        // T.device_assert: a kernel where it fails stops on the GPU; here it is the user's error.
+        ExprFn cond = expr(call->args.at(0), loc);
+        std::string msg = call->op.size() > 14 ? call->op.substr(14) : "";
+        return [cond, msg, loc](Frame& f) {
+          user_assert(cond(f) != 0, loc) << "T.device_assert failed" << (msg.empty() ? "" : ": " + msg);
+        };
+      }
       if (call && call->op == "reducer_update") return reducer_update(call, loc);
       if (auto w = call ? wide_access(call) : std::nullopt; w && w->store) return wide_store(call, loc);
       ExprFn e = expr(v, loc);

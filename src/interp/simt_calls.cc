@@ -91,6 +91,20 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
   if (f == "block_rank_in_cluster") {
     return {1, std::vector<double>(n, double(rank_in_cluster(k_.cluster_dims, block_index_)))};
   }
+  if (f.rfind("device_assert", 0) == 0) {
+    // T.device_assert: the GPU stops the kernel at the first thread where it fails.
+    Vals c = eval(op->args.at(0), ts);
+    require_defined(c, ts, "asserts on");
+    for (size_t i = 0; i < n; ++i) {
+      if (c.at(i) == 0) {
+        std::string file = op->loc.file.substr(op->loc.file.find_last_of('/') + 1);
+        error("T.device_assert" + (f.size() > 14 ? "(" + f.substr(14) + ")" : std::string()) + " failed in " +
+              thread_name(ts[i]) + " (" + file + ":" + std::to_string(op->loc.line) + ")");
+        break;
+      }
+    }
+    return {1, std::vector<double>(n, 0.0)};
+  }
   if (f == "assume") {
     // The compiler dropped the checks this implies: a thread where it fails reads or writes
     // past what the program meant.

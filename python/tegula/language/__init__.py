@@ -9,7 +9,8 @@
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, allocations
   kernel.py    T.Kernel, T.get_thread_binding, T.launch_thread (TileLang's tilelang.language.kernel)
-  intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
+  intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.device_assert,
+               T.shift_left / shift_right, T.pdl_*
   barriers.py  T.alloc_barrier / barrier_arrive / barrier_wait, T.tma_copy, T.wgmma_gemm, T.set_max_nreg,
                T.ptx_cp_async with T.access_ptr: explicit mbarriers and manual warp specialisation
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
@@ -38,10 +39,10 @@ from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, clus
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)
 from .eager_ops import const, empty, make_tensor, ptr
-from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
+from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, device_assert, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
-                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
+                         shift_left, shift_right, shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
 from .source_kernel import CUDASourceCodeKernel
