@@ -59,7 +59,7 @@ const Named<ir::ForKind> kForKinds[] = {
 const Named<int> kTileOps[] = {
     {"copy", 0}, {"fill", 0}, {"reduce", 0}, {"gemm", 0}, {"atomic_add", 0}, {"annotate_layout", 0}, {"use_swizzle", 0},
     {"finalize_reducer", 0}, {"im2col", 0}, {"annotate_safe_value", 0},
-    {"annotate_min_blocks_per_sm", 0}, {"cumsum", 0},
+    {"annotate_min_blocks_per_sm", 0}, {"cumsum", 0}, {"gemm_sp", 0},
 };
 
 template <typename T, size_t N>

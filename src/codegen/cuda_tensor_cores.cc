@@ -136,6 +136,26 @@ std::string tensor_core_call(const CallNode* c, const TensorCorePrinter& p) {
     else s += regions;
     return s + ">(" + gemm_operands(c, p) + ")";
   }
+  if (c->op == "gemm_sp_ss") {
+    // gemm_sp_ss<M, N, K, WM, WN, TA, TB, TE, CLEAR, SA, SE, SB, PA, PB>(A, E, B, C): the
+    // operands by address (gemm_sp.h); S* whether each is stored swizzled, P* the stored
+    // rows of an operand kept in wgmma's panels (0: not panelled).
+    std::string s = "tegula::gemm_sp_ss<";
+    for (int i = 0; i < 9; ++i) s += (i ? ", " : "") + p.expr(c->args[i]);
+    std::string operands;
+    for (int i = 9; i < 13; ++i) {
+      auto* ld = c->args[i].as<BufferLoadNode>();
+      const Buffer& b = ld->buffer;
+      if (i < 12) s += p.k.smem_swizzled.count(b.get()) || p.k.smem_panelled.count(b.get()) ? ", true" : ", false";
+      operands += (i > 9 ? ", &" : "&") + p.element(b, ld->indices, true);
+    }
+    for (int i : {9, 11}) {
+      const Buffer& b = c->args[i].as<BufferLoadNode>()->buffer;
+      s += ", " + (wide_panels(p.k, b) ? p.expr(b->shape[0]) : std::string("0"));
+    }
+    if (!c->args[13].same_as(p.k.thread_var)) operands += ", " + p.expr(c->args[13]);
+    return s + ">(" + operands + ")";
+  }
   if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {
     // wgmma_{ss,rs}<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, Inst>(A, B, C): RA / RB are
     // the stored rows of the shared operands (0 for a register A).

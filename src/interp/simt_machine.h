@@ -129,8 +129,8 @@ class Machine {
   // an ordinary expression call.
   bool call_statement(const ir::CallNode* op, const Threads& ts);
   void end_block();
-  // ---- simt_tensor_cores.cc: gemm_ss / gemm_rs, wgmma_ss / wgmma_rs and wgmma_wait, at
-  // tile level; false for other calls.
+  // ---- simt_tensor_cores.cc: gemm_ss / gemm_rs, wgmma_ss / wgmma_rs and wgmma_wait,
+  // gemm_sp_ss, at tile level; false for other calls.
   bool tensor_core_statement(const ir::CallNode* op, const Threads& ts);
   // ---- simt_barriers.cc: T.alloc_barrier's mbarriers; false for other calls.
   bool barrier_statement(const ir::CallNode* op, const Threads& ts);

@@ -13,6 +13,13 @@
 // operands (m16n8k32, m64nNk32) are K-major shared tiles, checked here: the instructions
 // have no other form for them. mma.sync is synchronous; a wgmma reads its operands at issue
 // and writes C at the wgmma_wait that retires its group (one group per call).
+//
+// gemm_sp_ss(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid) (mma.sp): A is the
+// M x K/2 tile of kept elements (K/2 x M with TA), E the metadata tile (M x K/F, K/F x M
+// with TE, F its bits; ops/gemm_sp.cc gives its meaning), B and C as for gemm_ss. Each kept
+// element multiplies the row of B its position names, summed in double; a group naming one
+// position twice is positions 0 and 1, as the device code makes it, and positions out of
+// order (which mma.sp::ordered_metadata leaves undefined) are reported.
 #include <cmath>
 #include <algorithm>
 #include <map>
@@ -290,10 +297,63 @@ static void retire_wgmma(Machine& m) {
   });
 }
 
+static void sparse_tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
+  if (op->args.size() != 14) m.cannot("a gemm_sp_ss call with " + std::to_string(op->args.size()) + " arguments");
+  int64_t v[9];
+  for (int i = 0; i < 9; ++i) {
+    const int64_t* x = as_const_int(op->args[i]);
+    if (!x) m.cannot("a gemm_sp_ss call whose shape argument " + std::to_string(i) + " is not a constant");
+    v[i] = *x;
+  }
+  int64_t M = v[0], N = v[1], K = v[2], wm = v[3], wn = v[4];
+  bool ta = v[5] != 0, tb = v[6] != 0, te = v[7] != 0, clear = v[8] != 0;
+  const BufferLoadNode *a = op->args[9].as<BufferLoadNode>(), *e = op->args[10].as<BufferLoadNode>(),
+                       *b = op->args[11].as<BufferLoadNode>(), *c = op->args[12].as<BufferLoadNode>();
+  if (!a || !e || !b || !c) m.cannot("a gemm_sp_ss call whose operands are not buffer elements");
+  int first = 0;
+  if (!sharing_threads(m, op, ts, 13, wm * wn, &first)) return;
+  auto& lc = m.mma_layouts_[{op, 0}];
+  if (!lc) lc = layout::make_mma_accumulator(M, N, int(wm), int(wn));
+  int64_t cbase = 0;
+  Storage* acc = operand_registers(m, c, lc, op->op, &cbase);
+  if (!acc) return;
+  const int bits = e->buffer->dtype.bits, per = bits / 4;  // groups in an element of E
+  std::vector<double> A = shared_tile(m, a, M, K / 2, ta, ts, nullptr);
+  std::vector<double> E = shared_tile(m, e, M, K / bits, te, ts, nullptr);
+  std::vector<double> B = shared_tile(m, b, K, N, tb, ts, nullptr);
+  std::vector<double> C = clear ? std::vector<double>(M * N, 0.0) : register_tile(m, acc, cbase, *lc, first);
+  DataType ct = c->buffer->dtype.element();
+  bool reported = false;
+  for (int64_t i = 0; i < M; ++i) {
+    std::vector<double> row(N, 0.0);
+    for (int64_t q = 0; q < K / 4; ++q) {
+      uint64_t word = uint64_t(int64_t(E[i * (K / bits) + q / per])) & ((uint64_t(1) << bits) - 1);
+      int nibble = int((word >> (4 * (q % per))) & 0xF), p0 = nibble & 3, p1 = nibble >> 2;
+      if (p0 == p1) p0 = 0, p1 = 1;
+      if (p0 > p1 && !reported) {
+        m.error("gemm_sp_ss: the metadata gives group " + std::to_string(q) + " of row " + std::to_string(i) +
+                " of A the positions (" + std::to_string(p0) + ", " + std::to_string(p1) +
+                "): mma.sp takes a group's two positions in increasing order");
+        reported = true;
+      }
+      for (int s = 0; s < 2; ++s) {
+        double av = A[i * (K / 2) + 2 * q + s];
+        int64_t k = 4 * q + (s ? p1 : p0);
+        for (int64_t j = 0; j < N; ++j) row[j] += av * B[k * N + j];
+      }
+    }
+    for (int64_t j = 0; j < N; ++j) C[i * N + j] = round_to_dtype(ct, C[i * N + j] + row[j]);
+  }
+  for_each_slot(*lc, [&](int t, int s, int64_t i, int64_t j) { m.write_element(acc, cbase + s, t, C[i * N + j]); },
+                first);
+}
+
 bool Machine::tensor_core_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   if (f == "gemm_ss" || f == "gemm_rs" || f == "wgmma_ss" || f == "wgmma_rs") {
     tensor_core(*this, op, ts);
+  } else if (f == "gemm_sp_ss") {
+    sparse_tensor_core(*this, op, ts);
   } else if (f == "wgmma_wait") {
     if (int(ts.size()) != threads_) {
       error("wgmma_wait reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads");

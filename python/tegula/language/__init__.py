@@ -15,7 +15,7 @@
                T.ptx_cp_async with T.access_ptr: explicit mbarriers and manual warp specialisation
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
-  tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.atomic_add, layouts, T.print
+  tileops.py   T.copy, T.fill, T.clear, T.reduce_*, T.gemm, T.gemm_sp, T.atomic_add, layouts, T.print
   scan.py      T.cumsum
   eager_ops.py T.const, T.empty, T.ptr, T.make_tensor (the body of an eager @tegula.jit function)
   source_kernel.py  T.CUDASourceCodeKernel: a kernel written in CUDA, launched with the prim_func's arguments
@@ -53,7 +53,7 @@ from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256
 from .scan import cumsum
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, atomic_addx2, atomic_addx4, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, reduce_absmax,
-                      reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle)
+                      reduce_abssum, reduce_max, reduce_min, reduce_sum, transpose, use_swizzle, gemm_sp)
 from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedBuffer, StridedTensor, Tensor, TensorSpec, bfloat16, bool, double,
                     dtype, dynamic, float, float4_e2m1fn, float4_e2m1fnx2, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float16,
                     float32, float64, half, int4, int8, int16, int32, int64, symbolic, tfloat32, uint4, uint8, uint16, uint32, uint64)

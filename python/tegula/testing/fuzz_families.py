@@ -364,6 +364,7 @@ FAMILY_MODULES = (
     "fuzz_families_widen",     # one warpgroup over its registers, lowered on two
     "fuzz_families_barriers",  # producer and consumer sides ordered by explicit mbarriers
     "fuzz_families_flat",      # fragments indexed by a loop's row-major position (composable index)
+    "fuzz_families_sparse",    # T.gemm_sp: 2:4 sparse A
 )
 
 

@@ -88,6 +88,8 @@ def test_generator_covers_the_language():
     # fragments indexed by a loop's row-major position (fuzz_families_flat.py)
     wanted += ["flat_write", "flat_read"]
     wanted += ["tc_block_mask_branch"]
+    # T.gemm_sp (fuzz_families_sparse.py)
+    wanted += ["gen_gemm_sp", "gemm_sp_clear_accum", "gemm_sp_epilogue"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
@@ -99,6 +101,8 @@ def test_generator_covers_the_language():
         assert any(f.startswith(f"fp8_{types}_") for f in features), types
     for target in ("sm_89", "sm_90a"):
         assert any(f.startswith("fp8_") and f"_{target}_" in f for f in features), target
+    for part in ("_bfloat16_", "_float16_float16_", "_int8_", "_uint8_", "_int32_", "_sm_80_", "_sm_90a_", "_tA", "_tB"):
+        assert any(f.startswith("gemm_sp_") and part in f for f in features), part
 
 
 def test_programs_are_reproducible():
