@@ -415,25 +415,6 @@ StmtFn Compiler::stmt(const Stmt& s) {
   return {};
 }
 
-// T.reducer_update(acc[i], v): one logical iteration's contribution, combined into the
-// one accumulator the reference keeps (each T.Parallel iteration runs once here).
-StmtFn Compiler::reducer_update(const CallNode* call, const SourceLoc& loc) {
-  auto* target = call->args.at(0).as<BufferLoadNode>();
-  internal_assert(target) << "reducer_update's target at " << loc.str();
-  int slot = buffer_slot(target->buffer, loc);
-  std::vector<ExprFn> idx;
-  for (auto& i : target->indices) idx.push_back(expr(i, loc));
-  ExprFn value = expr(call->args.at(1), loc);
-  int64_t code = *as_const_int(call->args.at(2));
-  DataType t = target->buffer->dtype;
-  return [slot, idx, value, code, t, loc](Frame& f) {
-    int64_t at[kMaxRank];
-    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), f.bufs[slot], d, loc);
-    double* p = element(f.bufs[slot], at, loc);
-    *p = round_to_dtype(t, combine_reducer(code, *p, round_to_dtype(t, value(f))));
-  };
-}
-
 // The calls that relate the block to the others of its grid or cluster: the barriers
 // wait for them (block_scheduler.h), the rank is the block's place in its cluster.
 ExprFn Compiler::block_call(const CallNode* c) {
