@@ -38,7 +38,7 @@ const char* const kReservedWords[] = {
     "barrier_sync", "bfloat16_t", "broadcast_vec", "cast", "ceil", "ceildiv", "cos", "cp_async_16",
     "cp_async_16_pred", "cp_async_4", "cp_async_4_pred", "cp_async_8", "cp_async_8_pred", "cp_async_commit",
     "cp_async_wait", "cp_async_wait_all", "device_assert", "exp", "exp2", "exp2_fast", "exp_fast", "fence_barrier_init",
-    "fence_proxy_async", "fence_registers", "floor", "floordiv", "fp4_e2m1_t", "fp8_e4m3_t", "fp8_e5m2_t", "fp8_e8m0_t", "tf32_bits", "tf32_t", "floormod", "fma", "gemm_rs", "gemm_sp_ss", "gemm_ss",
+    "fence_proxy_async", "fence_registers", "floor", "floordiv", "fp4_e2m1_t", "fp8_e4m3_t", "fp8_e5m2_t", "fp8_e8m0_t", "tf32_bits", "tf32_t", "floormod", "fma", "gemm_rs", "gemm_sp_rs", "gemm_sp_ss", "gemm_ss",
     "half_t", "infinity", "int4b_t", "is_pow2", "kPanel", "ldmatrix_x1", "ldmatrix_x1_trans", "ldmatrix_x2",
     "ldmatrix_x2_trans", "ldmatrix_x4", "ldmatrix_x4_trans", "load_vec", "load_vec_pred", "log", "log2",
     "log2_fast", "max", "max_value", "mbar_arrive", "mbar_arrive_expect_tx", "mbar_cp_async_arrive_noinc", "mbar_init", "mbar_wait",

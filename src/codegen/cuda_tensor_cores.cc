@@ -136,11 +136,11 @@ std::string tensor_core_call(const CallNode* c, const TensorCorePrinter& p) {
     else s += regions;
     return s + ">(" + gemm_operands(c, p) + ")";
   }
-  if (c->op == "gemm_sp_ss") {
-    // gemm_sp_ss<M, N, K, WM, WN, TA, TB, TE, CLEAR, SA, SE, SB, PA, PB>(A, E, B, C): the
-    // operands by address (gemm_sp.h); S* whether each is stored swizzled, P* the stored
-    // rows of an operand kept in wgmma's panels (0: not panelled).
-    std::string s = "tegula::gemm_sp_ss<";
+  if (c->op == "gemm_sp_ss" || c->op == "gemm_sp_rs") {
+    // gemm_sp_{ss,rs}<M, N, K, WM, WN, TA, TB, TE, CLEAR, SA, SE, SB, PA, PB>(A, E, B, C):
+    // the operands by address (gemm_sp.h); S* whether each is stored swizzled (a register
+    // A never is), P* the stored rows of an operand kept in wgmma's panels (0: not panelled).
+    std::string s = "tegula::" + c->op + "<";
     for (int i = 0; i < 9; ++i) s += (i ? ", " : "") + p.expr(c->args[i]);
     std::string operands;
     for (int i = 9; i < 13; ++i) {

@@ -1,5 +1,5 @@
 // The CUDA text of the tensor-core calls the passes lower T.gemm and T.gemm_sp to
-// (gemm_ss / gemm_rs, gemm_sp_ss, wgmma_ss / wgmma_rs, wgmma_wait), for the printer
+// (gemm_ss / gemm_rs, gemm_sp_ss / gemm_sp_rs, wgmma_ss / wgmma_rs, wgmma_wait), for the printer
 // (cuda_printer.cc), which lends them its spellings of expressions and elements.
 #pragma once
 #include <functional>

@@ -130,7 +130,7 @@ class Machine {
   bool call_statement(const ir::CallNode* op, const Threads& ts);
   void end_block();
   // ---- simt_tensor_cores.cc: gemm_ss / gemm_rs, wgmma_ss / wgmma_rs and wgmma_wait,
-  // gemm_sp_ss, at tile level; false for other calls.
+  // gemm_sp_ss / gemm_sp_rs, at tile level; false for other calls.
   bool tensor_core_statement(const ir::CallNode* op, const Threads& ts);
   // ---- simt_barriers.cc: T.alloc_barrier's mbarriers; false for other calls.
   bool barrier_statement(const ir::CallNode* op, const Threads& ts);

@@ -14,12 +14,13 @@
 // have no other form for them. mma.sync is synchronous; a wgmma reads its operands at issue
 // and writes C at the wgmma_wait that retires its group (one group per call).
 //
-// gemm_sp_ss(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid) (mma.sp): A is the
-// M x K/2 tile of kept elements (K/2 x M with TA), E the metadata tile (M x K/F, K/F x M
-// with TE, F its bits; ops/gemm_sp.cc gives its meaning), B and C as for gemm_ss. Each kept
-// element multiplies the row of B its position names, summed in double; a group naming one
-// position twice is positions 0 and 1, as the device code makes it, and positions out of
-// order (which mma.sp::ordered_metadata leaves undefined) are reported.
+// gemm_sp_{ss,rs}(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid) (mma.sp): A is the
+// M x K/2 tile of kept elements (K/2 x M with TA; _rs: registers, as gemm_rs's A of that
+// tile), E the metadata tile (M x K/F, K/F x M with TE, F its bits; ops/gemm_sp.cc gives
+// its meaning), B and C as for gemm_ss. Each kept element multiplies the row of B its
+// position names, summed in double; a group naming one position twice is positions 0 and
+// 1, as the device code makes it, and positions out of order (which
+// mma.sp::ordered_metadata leaves undefined) are reported.
 #include <cmath>
 #include <algorithm>
 #include <map>
@@ -298,18 +299,18 @@ static void retire_wgmma(Machine& m) {
 }
 
 static void sparse_tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
-  if (op->args.size() != 14) m.cannot("a gemm_sp_ss call with " + std::to_string(op->args.size()) + " arguments");
+  if (op->args.size() != 14) m.cannot("a " + op->op + " call with " + std::to_string(op->args.size()) + " arguments");
   int64_t v[9];
   for (int i = 0; i < 9; ++i) {
     const int64_t* x = as_const_int(op->args[i]);
-    if (!x) m.cannot("a gemm_sp_ss call whose shape argument " + std::to_string(i) + " is not a constant");
+    if (!x) m.cannot("a " + op->op + " call whose shape argument " + std::to_string(i) + " is not a constant");
     v[i] = *x;
   }
   int64_t M = v[0], N = v[1], K = v[2], wm = v[3], wn = v[4];
   bool ta = v[5] != 0, tb = v[6] != 0, te = v[7] != 0, clear = v[8] != 0;
   const BufferLoadNode *a = op->args[9].as<BufferLoadNode>(), *e = op->args[10].as<BufferLoadNode>(),
                        *b = op->args[11].as<BufferLoadNode>(), *c = op->args[12].as<BufferLoadNode>();
-  if (!a || !e || !b || !c) m.cannot("a gemm_sp_ss call whose operands are not buffer elements");
+  if (!a || !e || !b || !c) m.cannot("a " + op->op + " call whose operands are not buffer elements");
   int first = 0;
   if (!sharing_threads(m, op, ts, 13, wm * wn, &first)) return;
   auto& lc = m.mma_layouts_[{op, 0}];
@@ -318,7 +319,30 @@ static void sparse_tensor_core(Machine& m, const CallNode* op, const Threads& ts
   Storage* acc = operand_registers(m, c, lc, op->op, &cbase);
   if (!acc) return;
   const int bits = e->buffer->dtype.bits, per = bits / 4;  // groups in an element of E
-  std::vector<double> A = shared_tile(m, a, M, K / 2, ta, ts, nullptr);
+  std::vector<double> A;
+  if (op->op == "gemm_sp_rs") {
+    // The kept elements in registers: an M x K/2 register A of gemm_rs (with TA its
+    // transpose, K/2 x M held), each column of the warp split holding all of it.
+    auto& la = m.mma_layouts_[{op, 1}];
+    if (!la) {
+      la = layout::make_mma_accumulator(M, K / 2, int(wm), 1);
+      if (ta) la = layout::make_transposed(la);
+      if (wn > 1) la = layout::make_group_replicated(la, int(wn));
+    }
+    int64_t abase = 0;
+    Storage* regs = operand_registers(m, a, la, op->op, &abase);
+    if (!regs) return;
+    A = register_tile(m, regs, abase, *la, first);
+    if (ta) {  // held K/2 x M: read M x K/2
+      std::vector<double> t(A.size());
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t k = 0; k < K / 2; ++k) t[i * (K / 2) + k] = A[k * M + i];
+      }
+      A = std::move(t);
+    }
+  } else {
+    A = shared_tile(m, a, M, K / 2, ta, ts, nullptr);
+  }
   std::vector<double> E = shared_tile(m, e, M, K / bits, te, ts, nullptr);
   std::vector<double> B = shared_tile(m, b, K, N, tb, ts, nullptr);
   std::vector<double> C = clear ? std::vector<double>(M * N, 0.0) : register_tile(m, acc, cbase, *lc, first);
@@ -331,7 +355,7 @@ static void sparse_tensor_core(Machine& m, const CallNode* op, const Threads& ts
       int nibble = int((word >> (4 * (q % per))) & 0xF), p0 = nibble & 3, p1 = nibble >> 2;
       if (p0 == p1) p0 = 0, p1 = 1;
       if (p0 > p1 && !reported) {
-        m.error("gemm_sp_ss: the metadata gives group " + std::to_string(q) + " of row " + std::to_string(i) +
+        m.error(op->op + ": the metadata gives group " + std::to_string(q) + " of row " + std::to_string(i) +
                 " of A the positions (" + std::to_string(p0) + ", " + std::to_string(p1) +
                 "): mma.sp takes a group's two positions in increasing order");
         reported = true;
@@ -352,7 +376,7 @@ bool Machine::tensor_core_statement(const CallNode* op, const Threads& ts) {
   const std::string& f = op->op;
   if (f == "gemm_ss" || f == "gemm_rs" || f == "wgmma_ss" || f == "wgmma_rs") {
     tensor_core(*this, op, ts);
-  } else if (f == "gemm_sp_ss") {
+  } else if (f == "gemm_sp_ss" || f == "gemm_sp_rs") {
     sparse_tensor_core(*this, op, ts);
   } else if (f == "wgmma_wait") {
     if (int(ts.size()) != threads_) {

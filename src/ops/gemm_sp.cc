@@ -14,11 +14,12 @@
 // So C[i, j] += sum over groups g and kept s of A_sparse[i, 2g + s] * B[4g + pos(i, g, s), j].
 //
 // Lowers to mma.sp m16n8k32 (sm_80+; on sm_90 too, no wgmma.sp) for float16 / bfloat16 A
-// and B, accumulating in float32 (or float16 for float16 operands), A, E and B whole 2-D
-// shared buffers. C takes the accumulator layout of T.gemm's mma.sync path, split over
-// the warps as the policy says (layout/mma.h); the compressed A is read as an M x K/2
-// tile through ldmatrix, exactly as T.gemm reads a dense A, B as T.gemm reads it, and E
-// element by element (kernels/include/tegula/gemm_sp.h).
+// and B, accumulating in float32 (or float16 for float16 operands), E and B whole 2-D
+// shared buffers, A_sparse one too or a whole fragment. C takes the accumulator layout of
+// T.gemm's mma.sync path, split over the warps as the policy says (layout/mma.h); the kept
+// elements are read as the A of an M x N x K/2 T.gemm (through ldmatrix from shared
+// memory; a fragment takes the layout T.gemm gives a register A), B as T.gemm reads it,
+// and E element by element (kernels/include/tegula/gemm_sp.h).
 #include "layout/mma.h"
 #include "ops/region.h"
 #include "ops/tile_op.h"
@@ -67,7 +68,10 @@ SparseShape shape_of(const TileOpNode* op, const Kernel& k) {
   user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)
       << "T.gemm_sp accumulates in float32, or in float16 for float16 operands ('" << C->name << "' is "
       << C->dtype.name() << ")";
-  for (int i = 0; i < 3; ++i) {
+  user_assert(A->scope == Scope::Shared || A->scope == Scope::Fragment, loc)
+      << "T.gemm_sp reads A_sparse from shared memory or a fragment ('" << A->name << "' is " << scope_name(A->scope)
+      << ")";
+  for (int i = 1; i < 3; ++i) {
     const Buffer& b = op->regions[i].buffer;
     user_assert(b->scope == Scope::Shared, loc) << "T.gemm_sp reads " << kNames[i] << " from shared memory ('"
                                                 << b->name << "' is " << scope_name(b->scope) << ")";
@@ -103,24 +107,40 @@ class GemmSp : public TileOp {
                     const Kernel& k) const override {
     if (level != InferLevel::Strict) return false;
     SparseShape g = shape_of(op, k);
-    const Buffer& C = op->regions[3].buffer;
-    layout::FragmentPtr want = layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn);
+    bool changed = require(layout::make_mma_accumulator(g.m, g.n, g.wm, g.wn), op->regions[3].buffer, op, ctx);
+    const Buffer& A = op->regions[0].buffer;
+    if (A->scope == Scope::Fragment) {
+      // The kept elements in registers as T.gemm holds a register A (an M x K/2 A): the
+      // accumulator layout of the warps' split along M, held again by each column of the
+      // split; with transpose_A (K/2 x M stored) its transpose.
+      layout::FragmentPtr a = layout::make_mma_accumulator(g.m, g.k / 2, g.wm, 1);
+      if (g.ta) a = layout::make_transposed(a);
+      changed |= require(layout::make_group_replicated(a, g.wn), A, op, ctx);
+    }
+    return changed;
+  }
+
+ private:
+  static bool require(layout::FragmentPtr want, const Buffer& buf, const TileOpNode* op, transform::PassContext& ctx) {
     transform::LayoutMap& layouts = ctx.layouts;
-    auto have = layouts.fragment.find(C.get());
+    auto have = layouts.fragment.find(buf.get());
     if (have != layouts.fragment.end()) {
       user_assert(have->second->same_as(*want), op->loc)
-          << "layout conflict: T.gemm_sp needs " << want->describe() << " for '" << C->name
+          << "layout conflict: T.gemm_sp needs " << want->describe() << " for '" << buf->name
           << "', which already has " << have->second->describe() << " (decided at line "
-          << layouts.decided_at[C.get()].line << ")";
+          << layouts.decided_at[buf.get()].line << ")";
       return false;
     }
-    layouts.fragment[C.get()] = want;
-    layouts.decided_at[C.get()] = op->loc;
+    layouts.fragment[buf.get()] = want;
+    layouts.decided_at[buf.get()] = op->loc;
     return true;
   }
 
-  // gemm_sp_ss(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid): the operands by their
-  // first element, then the index the warps count from (a thread scope's under a guard).
+ public:
+
+  // gemm_sp_{ss,rs}(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid): the operands by
+  // their first element (A's register for _rs), then the index the warps count from (a
+  // thread scope's under a guard).
   Stmt lower(const TileOpNode* op, transform::PassContext& ctx, const Kernel& k) const override {
     const SourceLoc& loc = op->loc;
     SparseShape g = shape_of(op, k);
@@ -129,17 +149,21 @@ class GemmSp : public TileOp {
     const Buffer &A = op->regions[0].buffer, &E = op->regions[1].buffer, &B = op->regions[2].buffer;
     // A and B swizzled where T.gemm would swizzle them (rows of a power of two of 16-byte
     // chunks, two or more), for conflict-free ldmatrix; E is read element by element.
+    bool a_regs = A->scope == Scope::Fragment;
     for (const Buffer& b : {A, B}) {
+      if (b->scope != Scope::Shared) continue;
       int64_t bytes = *as_const_int(b->shape[1]) * b->dtype.bytes(), chunks = bytes / 16;
       if (bytes % 16 == 0 && chunks >= 2 && (chunks & (chunks - 1)) == 0) ctx.swizzled.insert(b.get());
     }
     auto first = [&](const Buffer& b) { return make_load(b, {make_int(0), make_int(0)}, loc); };
     std::vector<Expr> args = {make_int(g.m), make_int(g.n), make_int(g.k), make_int(g.wm), make_int(g.wn),
                               make_int(g.ta), make_int(g.tb), make_int(g.te),
-                              make_int(op->attr_int("clear_accum", 0) != 0), first(A), first(E), first(B),
+                              make_int(op->attr_int("clear_accum", 0) != 0),
+                              a_regs ? make_load(ctx.registers.at(A.get()), {make_int(0)}, loc) : first(A), first(E),
+                              first(B),
                               make_load(ctx.registers.at(op->regions[3].buffer.get()), {make_int(0)}, loc),
                               k.thread_var};
-    return make_evaluate(make_call("gemm_sp_ss", args, DataType::i32(), loc), loc);
+    return make_evaluate(make_call(a_regs ? "gemm_sp_rs" : "gemm_sp_ss", args, DataType::i32(), loc), loc);
   }
 };
 

@@ -86,11 +86,12 @@ def operands(M, N, K, dtype="float16", e_dtype="int16", trans_A=False, trans_B=F
 
 def gemm_sp_program(M, N, K, block_M=64, block_N=64, block_K=64, dtype="float16", accum="float32",
                     e_dtype="int16", trans_A=False, trans_B=False, num_stages=2, threads=128, policy="Square",
-                    clear_accum=False, out_dtype="float32"):
+                    clear_accum=False, out_dtype="float32", a_in_registers=False):
     """C = A @ op(B) for A 2:4 sparse along K given as (A_sparse, E); trans_A stores A_sparse
     and E transposed (transpose_A and transpose_E), trans_B stores B N x K. With clear_accum
     each K tile's product replaces C's tile, so the kernel adds it into a second
-    accumulator."""
+    accumulator. a_in_registers copies the kept elements' tile into a fragment first (the
+    gemm reads A from registers, as TileLang's gemm_sp rs tests do)."""
     f = get_e_factor(dtype, e_dtype)
     a_shape = (K // 2, M) if trans_A else (M, K // 2)
     e_shape = (K // f, M) if trans_A else (M, K // f)
@@ -122,7 +123,13 @@ def gemm_sp_program(M, N, K, block_M=64, block_N=64, block_K=64, dtype="float16"
                     T.copy(B[bx * block_N, k * block_K], b)
                 else:
                     T.copy(B[k * block_K, bx * block_N], b)
-                T.gemm_sp(a, e, b, acc, trans_A, trans_A, trans_B, policy=POLICIES[policy], clear_accum=clear_accum)
+                if a_in_registers:
+                    a_regs = T.alloc_fragment(as_shape, dtype)
+                    T.copy(a, a_regs)
+                    T.gemm_sp(a_regs, e, b, acc, trans_A, trans_A, trans_B, policy=POLICIES[policy],
+                              clear_accum=clear_accum)
+                else:
+                    T.gemm_sp(a, e, b, acc, trans_A, trans_A, trans_B, policy=POLICIES[policy], clear_accum=clear_accum)
                 if clear_accum:
                     for i, j in T.Parallel(block_M, block_N):
                         total[i, j] += acc[i, j]

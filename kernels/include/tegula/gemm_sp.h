@@ -4,13 +4,15 @@
 // A is the M x K/2 tile of A's kept elements (K/2 x M with TA), E its metadata, M x K/F
 // (K/F x M with TE) integers of F = 8, 16 or 32 bits, each 4 bits one group of 4 dense
 // columns (bits 0-1 the first kept element's position in it, bits 2-3 the second's). B
-// is K x N (N x K with TB), all three in shared memory; C accumulates in registers.
+// is K x N (N x K with TB), all three in shared memory (gemm_sp_ss), or A in registers
+// (gemm_sp_rs) as gemm_rs holds the A of an M x N x K/2 gemm; C accumulates in registers.
 //
 // The warps tile C as BlockGemm does (gemm.h): warp w owns rows (w % WM) * TM and columns
 // (w / WM) * TN, its registers ordered [mi][ni][e] as there, so C's layout is T.gemm's.
 // Per k-step of 32 dense columns ks, an mma tile (mi, ni) takes
 //   A  the 16 x 16 tile of kept elements at column 16 ks: exactly the registers of a dense
-//      m16n8k16 A, loaded as BlockGemm loads its A (ldmatrix, the same swizzle);
+//      m16n8k16 A, loaded as BlockGemm loads its A (ldmatrix, the same swizzle; or from
+//      registers);
 //   B  the 32 x 8 tile at row 32 ks: the two m16n8k16 B fragments at rows 32 ks and
 //      32 ks + 16, loaded as BlockGemm loads B;
 //   E  one register in lanes 4g + h (h = 0, 1: the threads sparsity selector 0 names):
@@ -34,7 +36,7 @@ TEGULA_DEVICE uint32_t valid_sparse_metadata(uint32_t e) {
 }
 
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool TE, bool CLEAR, bool SA, bool SE, bool SB,
-          int PA, int PB, typename T, typename U, typename Meta>
+          int PA, int PB, bool RA, typename T, typename U, typename Meta>
 struct SparseBlockGemm {
   static_assert(sizeof(T) == 2 && detail::is_same<T, U>, "T.gemm_sp multiplies 16-bit floats of one type");
   static_assert(sizeof(Meta) == 1 || sizeof(Meta) == 2 || sizeof(Meta) == 4, "metadata of 8, 16 or 32 bits");
@@ -43,7 +45,7 @@ struct SparseBlockGemm {
   static constexpr int LDE = TE ? M : K / F;       // E's stored row length
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
   // The kept elements, read as the A of an M x N x K/2 gemm; B as the B of the dense one.
-  using Kept = BlockGemm<M, N, K / 2, WM, WN, TA, TB, SA, SB, false, false, T, U, 0, 0, 0, 0, PA, PB>;
+  using Kept = BlockGemm<M, N, K / 2, WM, WN, TA, TB, SA, SB, RA, false, T, U, 0, 0, 0, 0, PA, PB>;
   using Dense = BlockGemm<M, N, K, WM, WN, TA, TB, SA, SB, false, false, T, U, 0, 0, 0, 0, PA, PB>;
 
   // Element (r, e) of the logical M x K/F metadata tile, its bits in a uint32_t.
@@ -128,7 +130,16 @@ struct SparseBlockGemm {
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool TE, bool CLEAR, bool SA, bool SE, bool SB,
           int PA = 0, int PB = 0, typename T, typename Meta, typename U, typename Acc>
 TEGULA_DEVICE void gemm_sp_ss(const T* A, const Meta* E, const U* B, Acc* C, unsigned tid = threadIdx.x) {
-  SparseBlockGemm<M, N, K, WM, WN, TA, TB, TE, CLEAR, SA, SE, SB, PA, PB, T, U, Meta>::run(A, E, B, C, tid);
+  SparseBlockGemm<M, N, K, WM, WN, TA, TB, TE, CLEAR, SA, SE, SB, PA, PB, false, T, U, Meta>::run(A, E, B, C, tid);
+}
+
+// T.gemm_sp(A_fragment, E, B, C): the kept elements in registers, in the layout of an
+// accumulator of the warps' split along M (an M x K/2 tile; transposed with TA), held by
+// each of the WN columns of warps, as gemm_rs reads its A.
+template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool TE, bool CLEAR, bool SA, bool SE, bool SB,
+          int PA = 0, int PB = 0, typename T, typename Meta, typename U, typename Acc>
+TEGULA_DEVICE void gemm_sp_rs(const T* A, const Meta* E, const U* B, Acc* C, unsigned tid = threadIdx.x) {
+  SparseBlockGemm<M, N, K, WM, WN, TA, TB, TE, CLEAR, false, SE, SB, 0, PB, true, T, U, Meta>::run(A, E, B, C, tid);
 }
 
 }  // namespace tegula

@@ -326,7 +326,8 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False, transpose_B
             policy=GemmWarpPolicy.Square, clear_accum=False, wg_wait=0, annotations=None):
     """C += A @ B where A is 2:4 sparse along K, given as its kept elements A_sparse (M x K/2)
     and their positions E (M x K/F, F the bits of E's integers; the layout
-    tegula.cuda.intrinsics.sparse_layout names): mma.sp on the sparse tensor cores."""
+    tegula.cuda.intrinsics.sparse_layout names): mma.sp on the sparse tensor cores.
+    A_sparse is a shared tile or a fragment, E and B shared tiles."""
     # wg_wait is TileLang's wgmma.sp wait depth: Tegula runs T.gemm_sp on mma.sp, which waits.
     fn = "T.gemm_sp"
     if isinstance(wg_wait, bool) or not isinstance(wg_wait, numbers.Integral):
@@ -335,10 +336,12 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False, transpose_B
         raise ArgError("annotations", f"{fn}: annotations must be a dict, got {_describe(annotations)}")
     names = ("A_sparse", "E", "B", "C")
     regions = [_region(v, fn, n) for v, n in zip((A_sparse, E, B, C), names)]
-    for value, name in zip((A_sparse, E, B), names):
-        if _buffer_of(value, fn, name).scope != "shared":
-            raise ArgError(name, f"{fn}: '{name}' must be a shared tile (T.alloc_shared), got "
-                           f"{_buffer_of(value, fn, name).scope} '{_buffer_of(value, fn, name).name}'")
+    for value, name, scopes in ((A_sparse, "A_sparse", ("shared", "fragment")), (E, "E", ("shared",)),
+                                (B, "B", ("shared",))):
+        buf = _buffer_of(value, fn, name)
+        if buf.scope not in scopes:
+            where = "a shared tile (T.alloc_shared)" + (" or a fragment" if len(scopes) > 1 else "")
+            raise ArgError(name, f"{fn}: '{name}' must be {where}, got {buf.scope} '{buf.name}'")
     attrs = {
         "transpose_A": _flag(transpose_A, fn, "transpose_A"),
         "transpose_E": _flag(transpose_E, fn, "transpose_E"),

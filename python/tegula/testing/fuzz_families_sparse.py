@@ -3,8 +3,9 @@ elements A_sparse (M x K/2, or K/2 x M with transpose_A) and metadata E (M x K/F
 K/F x M with transpose_E, F the bits of int8 / uint8 / int16 / int32 metadata), as
 TileLang's sparse examples write it: float16 or bfloat16 operands, a float32 accumulator
 (or float16 for float16 operands), 32..128 blocks under every policy of 1..8 warps, K
-tiles of 32/64/128, B either way round, T.Pipelined (1..3 stages) or T.serial, clear or
-clear_accum (each K tile then added into a second accumulator), ragged M, N and K (whole
+tiles of 32/64/128, B either way round, the kept elements from shared memory or copied into
+a fragment first, T.Pipelined (1..3 stages) or T.serial, clear or clear_accum (each K tile
+then added into a second accumulator), ragged M, N and K (whole
 32-column steps of K: the masked copies pad A_sparse, E and B with zeros, and a group
 of zero metadata is positions 0 and 1), an epilogue scaling C by a scalar, on sm_80 and
 sm_90a (mma.sp either way). The metadata are drawn valid (fuzz.py's "sparse_meta":
@@ -65,7 +66,12 @@ def gen_gemm_sp(k: Kernel) -> None:
         b.emit(f"T.copy(E[by * {bm}, ko * {bk // f}], {Es})")
     b.emit(f"T.copy(B[bx * {bn}, ko * {bk}], {Bs})" if tb else f"T.copy(B[ko * {bk}, bx * {bn}], {Bs})")
     flags = ", clear_accum=True" if clear_accum else ""
-    b.emit(f"T.gemm_sp({As}, {Es}, {Bs}, {Cf}, transpose_A={ta}, transpose_E={ta}, transpose_B={tb}, "
+    a_op = As
+    if c.flip(0.25):  # the kept elements from registers (gemm_sp_rs)
+        a_op = k.alloc("fragment", (bk // 2, bm) if ta else (bm, bk // 2), dt, "A_frag")
+        b.emit(f"T.copy({As}, {a_op})")
+        k.features.add("gemm_sp_a_registers")
+    b.emit(f"T.gemm_sp({a_op}, {Es}, {Bs}, {Cf}, transpose_A={ta}, transpose_E={ta}, transpose_B={tb}, "
            f"policy=T.GemmWarpPolicy.{policy}{flags})")
     if Tf:
         b.open(f"for i, j in T.Parallel({bm}, {bn}):")

@@ -89,7 +89,7 @@ def test_generator_covers_the_language():
     wanted += ["flat_write", "flat_read"]
     wanted += ["tc_block_mask_branch"]
     # T.gemm_sp (fuzz_families_sparse.py)
-    wanted += ["gen_gemm_sp", "gemm_sp_clear_accum", "gemm_sp_epilogue"]
+    wanted += ["gen_gemm_sp", "gemm_sp_clear_accum", "gemm_sp_epilogue", "gemm_sp_a_registers"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

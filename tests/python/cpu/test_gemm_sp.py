@@ -34,6 +34,9 @@ GEMMS = [
     (48, 64, 128, dict(dtype="bfloat16", policy="FullRow", block_M=64, block_N=32)),
     (128, 64, 64, dict(clear_accum=True, block_K=32, threads=64)),
     (32, 16, 96, dict(block_M=32, block_N=16, block_K=32, threads=32)),
+    (100, 64, 128, dict(a_in_registers=True, policy="FullRow")),
+    (64, 128, 64, dict(a_in_registers=True, trans_A=True, trans_B=True, block_N=128, block_K=32)),
+    (64, 72, 128, dict(a_in_registers=True, dtype="bfloat16", e_dtype="int8", threads=64)),
 ]
 
 
@@ -100,13 +103,15 @@ def test_positions_out_of_order_are_reported(run):
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("kw", [dict(), dict(dtype="bfloat16", trans_A=True, e_dtype="int8"),
-                                dict(accum="float16", trans_B=True, e_dtype="int32")], ids=["f16", "bf16", "f16acc"])
+                                dict(accum="float16", trans_B=True, e_dtype="int32"),
+                                dict(a_in_registers=True, policy="FullRow")], ids=["f16", "bf16", "f16acc", "registers"])
 def test_gemm_sp_lowers_to_mma_sp(target, kw, tmp_path):
     from test_gemm_compile import _sass
 
     k = tegula.compile(sp.gemm_sp_program(128, 128, 256, block_M=128, block_N=128, **kw), out_idx=[3], target=target)
     src = k.get_kernel_source()
-    assert "tegula::gemm_sp_ss<128, 128, 64, 2, 2, " in src and "wgmma" not in src
+    call = "tegula::gemm_sp_rs<128, 128, 64, 4, 1, " if kw.get("a_in_registers") else "tegula::gemm_sp_ss<128, 128, 64, 2, 2, "
+    assert call in src and "wgmma" not in src
     sass = _sass(k.cubin(), tmp_path)
     assert ("HMMA.SP.16832.F16" if kw.get("accum") == "float16" else "HMMA.SP.16832.F32") in sass
     assert "STL" not in sass, "registers spilled to local memory"
@@ -186,7 +191,7 @@ def _bad(**changes):
      "K a multiple of 32"),
     (dict(a=((64, 32), "float32", "shared"), b=((64, 64), "float32", "shared")), "float16 or bfloat16"),
     (dict(e=((64, 4), "float16", "shared")), "integer of 8, 16 or 32 bits"),
-    (dict(a=((64, 32), "float16", "fragment")), "must be a shared tile"),
+    (dict(e=((64, 4), "int16", "fragment")), "'E' must be a shared tile"),
     (dict(c=((64, 64), "bfloat16")), "accumulates in float32"),
     (dict(b=((64, 32), "float16", "shared")), "shapes do not agree"),
     (dict(threads=96), "cannot split a 64x64 tile"),

@@ -29,6 +29,10 @@ GEMMS = [
     (200, 128, 384, dict(dtype="bfloat16", policy="FullRow", block_M=64, block_N=32)),
     (512, 256, 256, dict(clear_accum=True, block_K=32, threads=64)),
     (32, 16, 96, dict(block_M=32, block_N=16, block_K=32, threads=32)),
+    (256, 256, 256, dict(a_in_registers=True, policy="FullRow")),
+    (200, 256, 128, dict(a_in_registers=True, trans_A=True, trans_B=True, block_N=128, block_K=32)),
+    (256, 72, 512, dict(a_in_registers=True, dtype="bfloat16", e_dtype="int8", threads=64)),
+    (128, 256, 256, dict(a_in_registers=True, policy="Square", threads=256, block_M=128, block_N=128)),
 ]
 
 
