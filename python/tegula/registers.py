@@ -178,11 +178,12 @@ class _Analysis:
             return mentioned, set(), set(), False
         op, args = m.group(1), _split_top(m.group(2), ", ")
         attrs = dict(a.split("=", 1) for a in args if re.match(r"\w+=", a))
-        if op == "gemm" and len(args) >= 3:
-            dest = self.full(args[2])
+        if op in ("gemm", "gemm_sp") and len(args) >= (3 if op == "gemm" else 4):
+            c = args[2] if op == "gemm" else args[3]  # the accumulator
+            dest = self.full(c)
             if dest and attrs.get("clear_accum") == "1":
                 return mentioned - {dest}, {dest}, {dest}, False
-            return mentioned, set(), self.names(args[2]), False
+            return mentioned, set(), self.names(c), False
         if op in ("reduce", "copy"):
             halves = _split_top(args[0], " -> ")
             dest = self.full(halves[-1]) if len(halves) == 2 else None

@@ -59,7 +59,7 @@ const Named<ir::ForKind> kForKinds[] = {
 const Named<int> kTileOps[] = {
     {"copy", 0}, {"fill", 0}, {"reduce", 0}, {"gemm", 0}, {"atomic_add", 0}, {"annotate_layout", 0}, {"use_swizzle", 0},
     {"finalize_reducer", 0}, {"im2col", 0}, {"annotate_safe_value", 0},
-    {"annotate_min_blocks_per_sm", 0}, {"cumsum", 0},
+    {"annotate_min_blocks_per_sm", 0}, {"cumsum", 0}, {"gemm_sp", 0},
 };
 
 template <typename T, size_t N>
@@ -95,11 +95,11 @@ void require_rank(const ir::Buffer& b, size_t n) {
 }
 
 // Intrinsic names reach the generated source, so only identifiers are let through.
-// The exceptions: T.print's "print:<message>", whose message the printer escapes, and an
-// instrumentation event's "iket_<phase>:<name>", whose name is printed in a line comment
-// only (so anything but control characters).
+// The exceptions: T.print's "print:<message>" and T.device_assert's "device_assert:<message>",
+// whose messages the printer escapes, and an instrumentation event's "iket_<phase>:<name>",
+// whose name is printed in a line comment only (so anything but control characters).
 void require_identifier(const std::string& op) {
-  if (op.rfind("print:", 0) == 0) return;
+  if (op.rfind("print:", 0) == 0 || op.rfind("device_assert:", 0) == 0) return;
   if (size_t colon = op.find(':'); op.rfind("iket_", 0) == 0 && colon != std::string::npos) {
     require_identifier(op.substr(0, colon));
     for (char c : op.substr(colon + 1)) {

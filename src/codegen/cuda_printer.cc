@@ -16,6 +16,7 @@
 
 #include "codegen/cuda_names.h"
 #include "codegen/cuda_spellings.h"
+#include "codegen/cuda_tensor_cores.h"
 #include "ir/analyzer.h"
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
@@ -43,7 +44,7 @@ class Printer {
 
   CudaSource run() {
     CudaSource out;
-    check_registers();
+    check_wgmma_registers(k_);
     // At global scope a leading '_' is the implementation's.
     out.entry = legal_name(k_.name + "_kernel");
     if (out.entry[0] == '_') out.entry = "v" + out.entry;
@@ -96,7 +97,7 @@ class Printer {
     indent_ = 1;
     line() << "const int " << name(k_.thread_var) << " = threadIdx.x;\n";
     print_block_indices();
-    std::string rng_state = rng_state_type();
+    std::string rng_state = rng_state_type(k_);
     if (!rng_state.empty()) line() << rng_state << " tegula_rng;\n";  // T.rng_init's generator, per thread
     if (calls("match_all_sync")) line() << "int tegula_match_all;  // __match_all_sync's predicate, unused\n";
     if (k_.smem_bytes > 0) {
@@ -157,23 +158,6 @@ class Printer {
   }
 
  private:
-  // A wgmma instruction whose registers are past the launch bounds' count is the user's
-  // tile, refused at its T.gemm: ptxas would fail on the generated code (C7602).
-  void check_registers() {
-    WgmmaRegisters w = wgmma_registers(k_);
-    int limit = register_limit(k_);
-    if (w.registers <= limit) return;
-    int widest = 2 * (limit - WgmmaRegisters::kBeside) / 8 * 8;
-    user_error(w.loc) << "T.gemm: its wgmma instruction m64n" << w.n << "k" << w.k << " holds " << w.n / 2
-                      << " accumulator registers per thread (about " << w.registers
-                      << " with its operands), past the " << limit << " registers a thread of this kernel has ("
-                      << k_.threads << " threads a block"
-                      << (k_.consumer_threads ? ", warp-specialised" : "")
-                      << "): give each warpgroup at most " << widest
-                      << " columns of the accumulator (a narrower block_N, or more warpgroups along N), or "
-                         "fewer threads";
-  }
-
   // A global dimension of kIndex32Limit or more, or a 64-bit dynamic size (which may be
   // as large): every index (and mask) computed in the kernel could pass 2^31, so all its
   // integer arithmetic is printed in 64 bits.
@@ -270,89 +254,8 @@ class Printer {
     }
   }
 
-  // The struct that issues wgmma m64nNk16 (A from shared memory or registers) for
-  // element types a and b with float accumulators, m64nNk32 for 8-bit ones: its asm names
-  // all N / 2 accumulator registers, so it is written per N. Returns its name; the
-  // definition goes ahead of the kernel. TA / TB (transposed, i.e. MN-major, operands) are
-  // template immediates; 8-bit operands have none (K-major only, which ss asserts).
-  std::string wgmma_instruction(bool rs, int n, DataType a, DataType b) {
-    auto type_name = [](DataType t) {
-      return t == DataType::bf16() ? "bf16" : t == DataType::f16() ? "f16" : t.code == DataType::Float8E4M3 ? "e4m3" : "e5m2";
-    };
-    std::string ty = type_name(a), tyb = type_name(b);
-    bool f8 = a.is_float8();
-    std::string nm = std::string("wgmma_") + (rs ? "rs" : "ss") + "_n" + std::to_string(n) + "_" + ty +
-                     (tyb != ty ? "_" + tyb : "");
-    if (instructions_.count(nm)) return nm;
-    int regs = n / 2;
-    Text os;
-    os << "struct " << nm << " {\n  static constexpr int N = " << n << ";\n";
-    int pa = regs, pb = rs ? regs + 4 : regs + 1, ps = pb + 1;
-    if (rs) {
-      os << "  template <int TB>\n  static __device__ __forceinline__ void rs(float* d, const uint32_t (&a)[4], "
-            "uint64_t b, int scale_d) {\n";
-    } else {
-      os << "  template <int TA, int TB>\n  static __device__ __forceinline__ void ss(float* d, uint64_t a, "
-            "uint64_t b, int scale_d) {\n";
-      if (f8) os << "    static_assert(!TA && !TB, \"8-bit wgmma reads K-major operands\");\n";
-    }
-    os << "    asm volatile(\n        \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << ps << ", 0;\\n\"\n";
-    os << "        \"wgmma.mma_async.sync.aligned.m64n" << n << (f8 ? "k32" : "k16") << ".f32." << ty << "." << tyb
-       << " {\"\n";
-    for (int i = 0; i < regs; i += 16) {
-      os << "        \"";
-      for (int j = i; j < std::min(regs, i + 16); ++j) os << "%" << j << (j + 1 < regs ? ", " : "");
-      os << "\"\n";
-    }
-    if (rs) {
-      os << "        \"}, {%" << pa << ", %" << pa + 1 << ", %" << pa + 2 << ", %" << pa + 3 << "}, %" << pb
-         << ", p, 1, 1, %" << ps + 1 << ";\\n}\\n\"\n";
-    } else if (f8) {
-      os << "        \"}, %" << pa << ", %" << pb << ", p, 1, 1;\\n}\\n\"\n";
-    } else {
-      os << "        \"}, %" << pa << ", %" << pb << ", p, 1, 1, %" << ps + 1 << ", %" << ps + 2
-         << ";\\n}\\n\"\n";
-    }
-    os << "        :";
-    for (int j = 0; j < regs; ++j) os << (j ? "," : "") << (j % 8 == 0 ? "\n          " : " ") << "\"+f\"(d[" << j << "])";
-    if (rs) {
-      os << "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(scale_d), \"n\"(TB));\n";
-    } else if (f8) {
-      os << "\n        : \"l\"(a), \"l\"(b), \"r\"(scale_d));\n";
-    } else {
-      os << "\n        : \"l\"(a), \"l\"(b), \"r\"(scale_d), \"n\"(TA), \"n\"(TB));\n";
-    }
-    os << "  }\n};\n";
-    instructions_[nm] = os.str();
-    return nm;
-  }
   std::string name(const Buffer& b) { return unique(b.get(), b->name); }
 
-  // T.rng_*: one generator state per thread (tegula_rng); rng_init's args[3] names
-  // TileLang's generator (0 Philox4_32_10, 1 MRG32k3a, 2 XORWOW), one per kernel. "" when
-  // the kernel draws no random numbers.
-  std::string rng_state_type() const {
-    static const char* const kStates[] = {"curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t", "curandStateXORWOW_t"};
-    int generator = -1;
-    const CallNode* draw = nullptr;
-    post_order(k_.body, [](const Stmt&) {}, [&](const Expr& e) {
-      auto* c = e.as<CallNode>();
-      if (!c || c->op.rfind("rng_", 0) != 0) return;
-      if (c->op != "rng_init") {
-        draw = draw ? draw : c;
-        return;
-      }
-      int g = int(*as_const_int(c->args.at(3)));
-      user_assert(generator < 0 || generator == g, c->loc)
-          << "T.rng_init: a kernel draws from one generator; this one initialises " << kStates[generator] << " and "
-          << kStates[g];
-      generator = g;
-    });
-    if (draw) user_assert(generator >= 0, draw->loc) << "T.rng_rand / T.rng_rand_float: the kernel calls no T.rng_init";
-    // Every generator draws from the device library's Philox (random.h): curand's Philox
-    // numbers; TileLang's other generators give other numbers of the same distributions.
-    return generator < 0 ? "" : "tegula::Philox";
-  }
   // Whether the kernel calls `op` anywhere.
   bool calls(const std::string& op) const {
     bool found = false;
@@ -362,26 +265,15 @@ class Printer {
     return found;
   }
 
-  std::string rng_call(const CallNode* c) {
-    if (c->op == "rng_init") {
-      return "tegula_rng.init(" + expr(c->args[0]) + ", " + expr(c->args[1]) + ", " + expr(c->args[2]) + ")";
-    }
-    std::string wide = c->dtype.bits == 64 ? "_double" : "";
-    if (c->op == "rng_rand") return "tegula_rng.next()";
-    if (c->op == "rng_uniform") return "tegula_rng.uniform" + wide + "()";
-    if (c->op == "rng_normal") return "tegula_rng.normal" + wide + "()";
-    internal_error << "unknown random-number call '" << c->op << "'";
-    return "";
-  }
-
-  // Whether b is stored in wgmma's panels with more than one panel to a row.
-  bool wide_panels(const Buffer& b) const {
-    return b->scope == Scope::Shared && k_.smem_panelled.count(b.get()) &&
-           *as_const_int(b->shape[1]) * b->dtype.bytes() > 128;
+  // What the tensor-core calls' text needs of this printer (cuda_tensor_cores.h).
+  TensorCorePrinter tensor_core_printer() {
+    return {k_, [this](const Expr& e) { return expr(e); },
+            [this](const Buffer& b, const std::vector<Expr>& idx, bool read) { return access(b, idx, 1, read); },
+            instructions_};
   }
 
   std::string offset(const Buffer& b, const std::vector<Expr>& idx) {
-    if (wide_panels(b)) {
+    if (wide_panels(k_, b)) {
       return "panel_offset<" + expr(b->shape[1]) + ", " + std::to_string(b->dtype.bytes()) + ", " +
              expr(b->shape[0]) + ">(" + expr(idx[0]) + ", " + expr(idx[1]) + ")";
     }
@@ -535,47 +427,6 @@ class Printer {
     return "(" + x + " " + binary_op_name(b->op) + " " + y + ")";
   }
 
-  // A gemm call's operands (args 8..10: A, B, C), each by the address of its first element.
-  // A shared operand's pointer is to the first element of its region's row in column 0
-  // (a multiple of 8 rows: the swizzle phase starts there), the column a template argument
-  // (gemm_region_args).
-  std::string gemm_operands(const CallNode* c) {
-    std::string s;
-    for (int i = 8; i < 11; ++i) {
-      auto* ld = c->args[i].as<BufferLoadNode>();
-      std::vector<Expr> at = ld->indices;
-      if (i < 10 && ld->buffer->scope == Scope::Shared) at[1] = make_int(0);
-      s += (i > 8 ? ", " : "") + std::string("&") + access(ld->buffer, at, 1, true);
-    }
-    // The thread index the warps count from, when it is not threadIdx.x (a thread scope's).
-    if (c->args.size() > 11 && !c->args[11].same_as(k_.thread_var)) s += ", " + expr(c->args[11]);
-    return s;
-  }
-
-  // ", LDA, OA, LDB, OB" of a gemm call whose shared operand is a region of its buffer:
-  // stored row lengths and the column each region starts at (gemm.h); empty when both
-  // operands are whole buffers.
-  std::string gemm_region_args(const CallNode* c) {
-    bool ta = !is_const_int(c->args[5], 0), tb = !is_const_int(c->args[6], 0);
-    int64_t m = *as_const_int(c->args[0]), n = *as_const_int(c->args[1]), k = *as_const_int(c->args[2]);
-    int64_t own[2] = {ta ? m : k, tb ? k : n};
-    std::string s;
-    bool whole = true;
-    for (int i = 8; i < 10; ++i) {
-      auto* ld = c->args[i].as<BufferLoadNode>();
-      if (ld->buffer->scope != Scope::Shared) {
-        s += ", 0, 0";
-        continue;
-      }
-      const int64_t* col = as_const_int(ld->indices[1]);
-      internal_assert(col) << "a gemm operand's column offset is a constant";
-      int64_t cols = *as_const_int(ld->buffer->shape[1]);
-      whole = whole && *col == 0 && cols == own[i - 8];
-      s += ", " + std::to_string(cols) + ", " + std::to_string(*col);
-    }
-    return whole ? "" : s;
-  }
-
   // tma_copy(dst, src, map, R, C, bar): one bulk tensor copy per box of the tensor map,
   // coordinates innermost first; a panelled destination takes one box per panel.
   std::string tma_copy(const CallNode* c) {
@@ -641,7 +492,7 @@ class Printer {
     if (c->op == "ws_producer") return "(threadIdx.x >= " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "ws_leader") return "(threadIdx.x == " + std::to_string(k_.consumer_threads) + ")";
     if (c->op == "sync_all") return "__syncthreads()";
-    if (c->op.rfind("rng_", 0) == 0) return rng_call(c);
+    if (c->op.rfind("rng_", 0) == 0) return rng_call(c, [this](const Expr& e) { return expr(e); });
     if (c->op == "fence_barrier_init") return "fence_barrier_init()";
     // T.isfinite / isinf / isnan: CUDA's own, of a float or double (the frontend casts).
     if (c->op == "isfinite" || c->op == "isinf" || c->op == "isnan") return c->op + "(" + expr(c->args.at(0)) + ")";
@@ -683,50 +534,17 @@ class Printer {
     if (c->op == "no_set_max_nreg") return "/* T.disable_warp_group_reg_alloc */ (void)0";
     if (c->op == "cp_async_commit") return "cp_async_commit()";
     if (c->op == "cp_async_wait") return "cp_async_wait<" + expr(c->args[0]) + ">()";
-    if (c->op == "gemm_ss" || c->op == "gemm_rs") {
-      // gemm_{ss,rs}<M, N, K, WM, WN, TA, TB, CLEAR, SA, SB>(A, B, C): operands by address;
-      // SA/SB say whether A/B are stored swizzled (a register A never is).
-      // A shared operand that a wgmma gemm of the kernel also reads is stored in panels:
-      // PA / PB then give its stored rows.
-      std::string s = "tegula::" + c->op + "<";
-      for (int i = 0; i < 8; ++i) s += (i ? ", " : "") + expr(c->args[i]);
-      std::string panels;
-      for (int i = 8; i < 10; ++i) {
-        const Buffer& b = c->args[i].as<BufferLoadNode>()->buffer;
-        s += k_.smem_swizzled.count(b.get()) || k_.smem_panelled.count(b.get()) ? ", true" : ", false";
-        panels += ", " + (wide_panels(b) ? expr(b->shape[0]) : std::string("0"));
-      }
-      std::string regions = gemm_region_args(c);
-      if (panels != ", 0, 0") s += (regions.empty() ? std::string(", 0, 0, 0, 0") : regions) + panels;
-      else s += regions;
-      return s + ">(" + gemm_operands(c) + ")";
-    }
-    if (c->op == "wgmma_ss" || c->op == "wgmma_rs") {
-      // wgmma_{ss,rs}<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, Inst>(A, B, C): RA / RB are
-      // the stored rows of the shared operands (0 for a register A).
-      std::string s = "tegula::" + c->op + "<";
-      for (int i = 0; i < 8; ++i) s += (i ? ", " : "") + expr(c->args[i]);
-      for (int i = 8; i < 10; ++i) {
-        auto* ld = c->args[i].as<BufferLoadNode>();
-        s += ", " + (ld->buffer->scope == Scope::Shared ? expr(ld->buffer->shape[0]) : std::string("0"));
-      }
-      int64_t tn = *as_const_int(c->args[1]) / *as_const_int(c->args[4]);
-      s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[8].as<BufferLoadNode>()->buffer->dtype,
-                                    c->args[9].as<BufferLoadNode>()->buffer->dtype);
-      return s + gemm_region_args(c) + ">(" + gemm_operands(c) + ")";
-    }
-    if (c->op == "wgmma_wait") {
-      // Waits until at most args[1] of this thread's latest wgmma groups are running; pins
-      // C's registers so that nothing reads them earlier.
-      auto* ld = c->args[0].as<BufferLoadNode>();
-      return "tegula::wgmma_wait_regs<" + expr(c->args[1]) + ", " + expr(ld->buffer->shape[0]) + ">(&" +
-             access(ld->buffer, ld->indices, 1, false) + ")";
-    }
+    if (std::string text = tensor_core_call(c, tensor_core_printer()); !text.empty()) return text;
     if (c->op.rfind("print", 0) == 0) {
       std::string msg = c->op.size() > 6 ? c->op.substr(6) : "";
-      std::string quoted;
-      for (char ch : msg) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
-      return "print(\"" + quoted + "\", " + expr(c->args.at(0)) + ")";
+      return "print(" + string_literal(msg) + ", " + expr(c->args.at(0)) + ")";
+    }
+    if (c->op.rfind("device_assert", 0) == 0) {
+      // T.device_assert(cond, msg): the message (the op name's tail) names the kernel line.
+      std::string msg = c->op.size() > 14 ? c->op.substr(14) : "";
+      std::string file = c->loc.file.substr(c->loc.file.find_last_of('/') + 1);
+      std::string at = file + ":" + std::to_string(c->loc.line);
+      return "device_assert(" + expr(c->args.at(0)) + ", " + string_literal(msg.empty() ? at : msg + " (" + at + ")") + ")";
     }
     if (std::string phase; event_call(c->op, &phase, nullptr)) {
       // An instrumentation event (iket.h): its id, then its payload's 32 bits.

@@ -61,6 +61,10 @@ WgmmaRegisters wgmma_registers(const ir::Kernel& k);
 // its launch bounds put on an SM, at most 255.
 int register_limit(const ir::Kernel& k);
 
+// A wgmma instruction whose registers are past the launch bounds' count is the user's tile:
+// an error at its T.gemm (ptxas would fail on the generated code, C7602).
+void check_wgmma_registers(const ir::Kernel& k);
+
 // The C++ spelling of a scalar type ("half_t", "float", ...).
 std::string cuda_type(ir::DataType t);
 // CUDA's float4 / int2 / uint4 ... for a memory access of that many 32-bit lanes, else Vec<T, N>.

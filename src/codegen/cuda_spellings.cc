@@ -2,6 +2,7 @@
 #include "codegen/cuda_spellings.h"
 
 #include "codegen/cuda_printer.h"
+#include "ir/functor.h"
 
 namespace tegula::codegen {
 
@@ -103,6 +104,55 @@ bool pair_conversion(DataType from, DataType to, PairConversion* out) {
     return false;
   }
   return true;
+}
+
+std::string string_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+  }
+  return out + "\"";
+}
+
+// T.rng_*: one generator state per thread (tegula_rng); rng_init's args[3] names
+// TileLang's generator (0 Philox4_32_10, 1 MRG32k3a, 2 XORWOW), one per kernel. "" when
+// the kernel draws no random numbers.
+std::string rng_state_type(const Kernel& k) {
+  static const char* const kStates[] = {"curandStatePhilox4_32_10_t", "curandStateMRG32k3a_t", "curandStateXORWOW_t"};
+  int generator = -1;
+  const CallNode* draw = nullptr;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (!c || c->op.rfind("rng_", 0) != 0) return;
+    if (c->op != "rng_init") {
+      draw = draw ? draw : c;
+      return;
+    }
+    int g = int(*as_const_int(c->args.at(3)));
+    user_assert(generator < 0 || generator == g, c->loc)
+        << "T.rng_init: a kernel draws from one generator; this one initialises " << kStates[generator] << " and "
+        << kStates[g];
+    generator = g;
+  });
+  if (draw) {
+    user_assert(generator >= 0, draw->loc) << "T.rng_rand / T.rng_rand_float: the kernel calls no T.rng_init";
+  }
+  // Every generator draws from the device library's Philox (random.h): curand's Philox
+  // numbers; TileLang's other generators give other numbers of the same distributions.
+  return generator < 0 ? "" : "tegula::Philox";
+}
+
+std::string rng_call(const CallNode* c, const std::function<std::string(const Expr&)>& expr) {
+  if (c->op == "rng_init") {
+    return "tegula_rng.init(" + expr(c->args[0]) + ", " + expr(c->args[1]) + ", " + expr(c->args[2]) + ")";
+  }
+  std::string wide = c->dtype.bits == 64 ? "_double" : "";
+  if (c->op == "rng_rand") return "tegula_rng.next()";
+  if (c->op == "rng_uniform") return "tegula_rng.uniform" + wide + "()";
+  if (c->op == "rng_normal") return "tegula_rng.normal" + wide + "()";
+  internal_error << "unknown random-number call '" << c->op << "'";
+  return "";
 }
 
 }  // namespace tegula::codegen

@@ -1,10 +1,11 @@
 // How the generated CUDA spells the IR's intrinsic calls: the device library's function for
 // each call name (types are spelled by cuda_type / memory_vector_type, cuda_printer.h).
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 
-#include "ir/dtype.h"
+#include "ir/stmt.h"
 
 namespace tegula::codegen {
 
@@ -31,5 +32,15 @@ struct PairConversion {
 };
 // False when CUDA has no such conversion.
 bool pair_conversion(ir::DataType from, ir::DataType to, PairConversion* out);
+
+// `text` as a C string literal: quoted, with its quotes, backslashes and newlines escaped.
+std::string string_literal(const std::string& text);
+
+// T.rng_*: one generator state per thread (tegula_rng); rng_init's args[3] names
+// TileLang's generator (0 Philox4_32_10, 1 MRG32k3a, 2 XORWOW), one per kernel. The
+// state's type, "" when the kernel draws no random numbers.
+std::string rng_state_type(const ir::Kernel& k);
+// The text of an rng_* call, its arguments spelled by `expr`.
+std::string rng_call(const ir::CallNode* c, const std::function<std::string(const ir::Expr&)>& expr);
 
 }  // namespace tegula::codegen

@@ -1,7 +1,8 @@
 // What a lowered kernel asks of the machine when it launches, decided where the printer
 // and the launcher read it alike: the registers of a warp-specialised kernel's roles, the
-// widest wgmma's register need, a thread's register limit, whether the grid folds,
-// whether it is launched cooperatively, and whether it takes an event log.
+// widest wgmma's register need (and the refusal of one past the kernel's registers), a
+// thread's register limit, whether the grid folds, whether it is launched cooperatively,
+// and whether it takes an event log.
 #include <algorithm>
 
 #include "codegen/cuda_printer.h"
@@ -22,6 +23,21 @@ WgmmaRegisters wgmma_registers(const Kernel& k) {
     if (n > w.n) w = {n, k, n / 2 + WgmmaRegisters::kBeside, c->loc};
   });
   return w;
+}
+
+void check_wgmma_registers(const Kernel& k) {
+  WgmmaRegisters w = wgmma_registers(k);
+  int limit = register_limit(k);
+  if (w.registers <= limit) return;
+  int widest = 2 * (limit - WgmmaRegisters::kBeside) / 8 * 8;
+  user_error(w.loc) << "T.gemm: its wgmma instruction m64n" << w.n << "k" << w.k << " holds " << w.n / 2
+                    << " accumulator registers per thread (about " << w.registers
+                    << " with its operands), past the " << limit << " registers a thread of this kernel has ("
+                    << k.threads << " threads a block"
+                    << (k.consumer_threads ? ", warp-specialised" : "")
+                    << "): give each warpgroup at most " << widest
+                    << " columns of the accumulator (a narrower block_N, or more warpgroups along N), or "
+                       "fewer threads";
 }
 
 int register_limit(const Kernel& k) {

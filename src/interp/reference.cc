@@ -281,6 +281,14 @@ StmtFn Compiler::stmt(const Stmt& s) {
       auto* call = v.as<CallNode>();
       // T.print and instrumentation events (tegula.tools.cuda.iket) change no result.
       if (call && (call->op.rfind("print", 0) == 0 || call->op.rfind("iket_", 0) == 0)) return [](Frame&) {};
+      if (call && call->op.rfind("device_assert", 0) == 0) {
+        // T.device_assert: a kernel where it fails stops on the GPU; here it is the user's error.
+        ExprFn cond = expr(call->args.at(0), loc);
+        std::string msg = call->op.size() > 14 ? call->op.substr(14) : "";
+        return [cond, msg, loc](Frame& f) {
+          user_assert(cond(f) != 0, loc) << "T.device_assert failed" << (msg.empty() ? "" : ": " + msg);
+        };
+      }
       if (call && call->op == "reducer_update") return reducer_update(call, loc);
       if (auto w = call ? wide_access(call) : std::nullopt; w && w->store) return wide_store(call, loc);
       ExprFn e = expr(v, loc);
@@ -356,25 +364,6 @@ StmtFn Compiler::stmt(const Stmt& s) {
   internal_error << "reference: cannot interpret the statement kind " << node_kind_name(s.kind()) << " at "
                  << loc.str();
   return {};
-}
-
-// T.reducer_update(acc[i], v): one logical iteration's contribution, combined into the
-// one accumulator the reference keeps (each T.Parallel iteration runs once here).
-StmtFn Compiler::reducer_update(const CallNode* call, const SourceLoc& loc) {
-  auto* target = call->args.at(0).as<BufferLoadNode>();
-  internal_assert(target) << "reducer_update's target at " << loc.str();
-  int slot = buffer_slot(target->buffer, loc);
-  std::vector<ExprFn> idx;
-  for (auto& i : target->indices) idx.push_back(expr(i, loc));
-  ExprFn value = expr(call->args.at(1), loc);
-  int64_t code = *as_const_int(call->args.at(2));
-  DataType t = target->buffer->dtype;
-  return [slot, idx, value, code, t, loc](Frame& f) {
-    int64_t at[kMaxRank];
-    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), f.bufs[slot], d, loc);
-    double* p = element(f.bufs[slot], at, loc);
-    *p = round_to_dtype(t, combine_reducer(code, *p, round_to_dtype(t, value(f))));
-  };
 }
 
 // The calls that relate the block to the others of its grid or cluster: the barriers

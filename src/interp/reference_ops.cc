@@ -10,6 +10,7 @@
 //               src along dim, combined with dst's old value when clear=0.
 //   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double
 //               (32-bit operands rounded to tfloat32 first, as the tf32 tensor cores take them).
+//   gemm_sp     the same with A decompressed first from its kept elements and metadata.
 //   atomic_add  an element (scalar value) or a region added elementwise.
 //   cumsum      dst = the inclusive prefix sum of src along dim (suffix sum with reverse),
 //               the running sum rounded to dst's dtype at each step.
@@ -366,7 +367,85 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
   };
 }
 
+// The positions in its group of 4 of the two kept elements of group q of row i of a
+// sparse gemm's A, from its metadata E (ops/gemm_sp.cc says how E is laid out).
+void sparse_positions(Matrix& E, bool te, int bits, int64_t i, int64_t q, int* p0, int* p1, const SourceLoc& loc) {
+  int64_t per = bits / 4;  // groups in an element of E
+  double v = te ? matrix_at(E, q / per, i, loc) : matrix_at(E, i, q / per, loc);
+  uint64_t word = uint64_t(int64_t(v)) & ((uint64_t(1) << bits) - 1);
+  int nibble = int((word >> (4 * (q % per))) & 0xF);
+  *p0 = nibble & 3, *p1 = nibble >> 2;
+  if (*p0 == *p1) *p0 = 0, *p1 = 1;  // invalid for the instruction: read as positions 0 and 1
+  user_assert(*p0 < *p1, loc) << "T.gemm_sp: E gives group " << q << " of row " << i << " of A the positions (" << *p0
+                              << ", " << *p1 << "): the sparse tensor cores take a group's two positions in "
+                              << "increasing order (as compress gives them)";
+}
+
+// C (+)= A B with A given as its kept elements and their positions (T.gemm_sp), in
+// double: each kept element times the row of B its position names (the pruned ones are
+// not multiplied, as on the sparse tensor cores: a zero there never meets an infinity).
+StmtFn gemm_sp(const TileOpNode* op, Compiler& c) {
+  const SourceLoc loc = op->loc;
+  user_assert(op->regions.size() == 4, loc) << "T.gemm_sp takes A_sparse, E, B and C";
+  std::vector<RegionFn> r;
+  for (const BufferRegion& x : op->regions) r.push_back(c.region(x, loc));
+  bool ta = op->attr_int("transpose_A", 0) != 0, te = op->attr_int("transpose_E", 0) != 0,
+       tb = op->attr_int("transpose_B", 0) != 0, clear = op->attr_int("clear_accum", 0) != 0;
+  DataType t = op->regions[3].buffer->dtype;
+  int bits = op->regions[1].buffer->dtype.bits;
+  return [r, ta, te, tb, clear, t, bits, loc](Frame& f) {
+    Matrix A = matrix(r[0], f, "A_sparse", loc), E = matrix(r[1], f, "E", loc), B = matrix(r[2], f, "B", loc),
+           C = matrix(r[3], f, "C", loc);
+    int64_t M = C.rows, N = C.cols, K = 2 * (ta ? A.rows : A.cols);
+    user_assert((ta ? A.cols : A.rows) == M && (tb ? B.cols : B.rows) == K && (tb ? B.rows : B.cols) == N &&
+                    (te ? E.cols : E.rows) == M && (te ? E.rows : E.cols) * bits == K,
+                loc)
+        << "T.gemm_sp: shapes do not agree";
+    // Row i of A as (kept value, row of B) pairs.
+    std::vector<std::pair<double, int64_t>> kept(size_t(K / 2));
+    int64_t idx[kMaxRank];
+    std::copy(C.r.min, C.r.min + C.r.rank, idx);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t q = 0; q < K / 4; ++q) {
+        int p[2];
+        sparse_positions(E, te, bits, i, q, &p[0], &p[1], loc);
+        for (int s = 0; s < 2; ++s) {
+          double a = ta ? matrix_at(A, 2 * q + s, i, loc) : matrix_at(A, i, 2 * q + s, loc);
+          kept[size_t(2 * q + s)] = {a, 4 * q + p[s]};
+        }
+      }
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (auto& [a, k] : kept) s += a * (tb ? matrix_at(B, j, k, loc) : matrix_at(B, k, j, loc));
+        idx[C.r.rank - 2] = C.r.min[C.r.rank - 2] + i;
+        idx[C.r.rank - 1] = C.r.min[C.r.rank - 1] + j;
+        double* p = element(*C.r.b, idx, loc);
+        if (p) *p = round_to_dtype(t, clear ? s : *p + s);
+      }
+    }
+  };
+}
+
 }  // namespace
+
+// T.reducer_update(acc[i], v): one logical iteration's contribution, combined into the
+// one accumulator the reference keeps (each T.Parallel iteration runs once here).
+StmtFn Compiler::reducer_update(const CallNode* call, const SourceLoc& loc) {
+  auto* target = call->args.at(0).as<BufferLoadNode>();
+  internal_assert(target) << "reducer_update's target at " << loc.str();
+  int slot = buffer_slot(target->buffer, loc);
+  std::vector<ExprFn> idx;
+  for (auto& i : target->indices) idx.push_back(expr(i, loc));
+  ExprFn value = expr(call->args.at(1), loc);
+  int64_t code = *as_const_int(call->args.at(2));
+  DataType t = target->buffer->dtype;
+  return [slot, idx, value, code, t, loc](Frame& f) {
+    int64_t at[kMaxRank];
+    for (size_t d = 0; d < idx.size(); ++d) at[d] = to_index(idx[d](f), f.bufs[slot], d, loc);
+    double* p = element(f.bufs[slot], at, loc);
+    *p = round_to_dtype(t, combine_reducer(code, *p, round_to_dtype(t, value(f))));
+  };
+}
 
 // T.finalize_reducer(acc, seed, result): result = seed op acc, element by element (the
 // reference keeps one accumulator: there are no partials to combine).
@@ -437,6 +516,7 @@ StmtFn compile_tile_op(const TileOpNode* op, Compiler& c) {
   if (op->op == "reduce") return reduce(op, c);
   if (op->op == "cumsum") return cumsum(op, c);
   if (op->op == "gemm") return gemm(op, c);
+  if (op->op == "gemm_sp") return gemm_sp(op, c);
   if (op->op == "atomic_add") return atomic_add(op, c);
   // Layout and rasterisation hints: no effect on the values computed.
   // T.annotate_safe_value is read before the run (run_reference: Buf::safe).

@@ -1,5 +1,6 @@
 // The SIMT simulator's machine, shared by its implementation files (simt.cc: blocks,
-// statements and expressions; simt_calls.cc: warp, asynchronous and tensor-core calls).
+// statements and expressions; simt_calls.cc: warp and asynchronous calls;
+// simt_tensor_cores.cc: tensor-core calls).
 //
 // Execution model. A block's threads run in lockstep, statement by statement: a statement
 // is evaluated for every active thread before any thread's effect lands (a store evaluates
@@ -138,6 +139,9 @@ class Machine {
   // an ordinary expression call.
   bool call_statement(const ir::CallNode* op, const Threads& ts);
   void end_block();
+  // ---- simt_tensor_cores.cc: gemm_ss / gemm_rs, wgmma_ss / wgmma_rs and wgmma_wait,
+  // gemm_sp_ss / gemm_sp_rs, at tile level; false for other calls.
+  bool tensor_core_statement(const ir::CallNode* op, const Threads& ts);
   // ---- simt_barriers.cc: T.alloc_barrier's mbarriers; false for other calls.
   bool barrier_statement(const ir::CallNode* op, const Threads& ts);
   // Lands every cp.async thread t has issued (T.cp_async_barrier_noinc's arrival waits for them).

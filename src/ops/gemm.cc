@@ -452,6 +452,10 @@ bool kernel_uses_wgmma(const Kernel& k, const transform::PassContext& ctx) {
     any = true;
     all = all && wgmma_fits(op, k);
   });
+  // A sparse gemm runs on mma.sp in every thread of the block: no warp-specialised schedule.
+  post_order(k.body, [&](const Stmt& s) {
+    if (auto* op = s.as<TileOpNode>()) all = all && op->op != "gemm_sp";
+  }, [](const Expr&) {});
   return any && all;
 }
 

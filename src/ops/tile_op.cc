@@ -12,6 +12,7 @@ const TileOp* im2col_op();
 const TileOp* reduce_op();
 const TileOp* atomic_add_op();
 const TileOp* gemm_op();
+const TileOp* gemm_sp_op();
 const TileOp* annotation_op();
 const TileOp* reducer_op();
 const TileOp* cumsum_op();
@@ -26,7 +27,7 @@ const TileOp* find_tile_op(const std::string& name) {
       {"copy", copy_op()},          {"fill", fill_op()},          {"reduce", reduce_op()},
       {"atomic_add", atomic_add_op()}, {"gemm", gemm_op()},        {"annotate_layout", annotation_op()},
       {"use_swizzle", annotation_op()}, {"finalize_reducer", reducer_op()}, {"im2col", im2col_op()},
-      {"cumsum", cumsum_op()},
+      {"cumsum", cumsum_op()},      {"gemm_sp", gemm_sp_op()},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

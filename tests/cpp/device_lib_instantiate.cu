@@ -251,6 +251,13 @@ __global__ void test_mma(const uint4* gin, float* fout, int* iout, uint32_t* hou
   tegula::mma_m16n8k32_s8s32(ic, a, b, ic);
   for (int i = 0; i < 4; ++i) iout[threadIdx.x * 4 + i] = ic[i];
 
+  uint32_t b4[4] = {b[0], b[1], t[2], t[3]};
+  tegula::mma_sp_m16n8k32_f16f32(c, a, b4, c, tegula::valid_sparse_metadata(t[0]));
+  tegula::mma_sp_m16n8k32_bf16f32(c, a, b4, c, t[1]);
+  tegula::mma_sp_m16n8k32_f16f16(h, a, b4, h, t[2]);
+  fout[threadIdx.x * 4] += c[0];
+  hout[threadIdx.x * 3] ^= h[0];
+
 #if TEGULA_ARCH >= 900
   __syncthreads();
   uint32_t s4[4] = {h[0], h[1], a[2], a[3]};
@@ -437,6 +444,26 @@ __global__ void run_mma(const half_t* A, const half_t* Bnk, const half_t* Bkn, c
   for (int i = l; i < 256; i += 32) scratch[i] = st[i];
 }
 
+// One warp: C (32 x 16) = A B for a 2:4 sparse A (32 x 64) given as kept elements (32 x 32)
+// and natural metadata E (32 x 64/F), through gemm_sp_ss (two mma tiles each way); C
+// written row-major from the accumulator layout ([mi][ni][e], gemm.h).
+template <typename Meta>
+__global__ void run_gemm_sp(const half_t* kept, const Meta* E, const half_t* B, float* C) {
+  constexpr int F = 8 * int(sizeof(Meta));
+  __shared__ __align__(16) half_t as[32 * 32], bs[64 * 16];
+  __shared__ __align__(16) Meta es[32 * 64 / F];
+  int l = threadIdx.x, g = l / 4, t = l % 4;
+  for (int i = l; i < 32 * 32; i += 32) as[i] = kept[i];
+  for (int i = l; i < 64 * 16; i += 32) bs[i] = B[i];
+  for (int i = l; i < 32 * 64 / F; i += 32) es[i] = E[i];
+  __syncthreads();
+  float c[2 * 2 * 4];
+  tegula::gemm_sp_ss<32, 16, 64, 1, 1, false, false, false, true, false, false, false>(as, es, bs, c);
+  for (int mi = 0; mi < 2; ++mi)
+    for (int ni = 0; ni < 2; ++ni)
+      for (int e = 0; e < 4; ++e) C[(mi * 16 + g + 8 * (e / 2)) * 16 + ni * 8 + 2 * t + e % 2] = c[(mi * 2 + ni) * 4 + e];
+}
+
 __global__ void run_async(const float4* gin, float4* out, int* flags) {
   __shared__ __align__(16) float4 s[64];
   __shared__ __align__(8) uint64_t bar;
@@ -556,6 +583,38 @@ int main() {
   const float* refs[6] = {ref16, ref16, ref16, ref16, ref8, ref32};
   for (int form = 0; form < 6; ++form) expect(same(D + form * 128, refs[form], 128), forms[form]);
   expect(memcmp(scratch, A, 512) == 0, "stmatrix_x4 inverts ldmatrix_x4");
+
+  // 2:4 sparse A: group q of row m keeps positions (p0, p1), a pattern through all six
+  // pairs, zero metadata (positions 0 and 1) for the groups of row 5.
+  half_t* kept = managed<half_t>(32 * 32);
+  half_t* Bsp = managed<half_t>(64 * 16);
+  short* E16 = managed<short>(32 * 4);
+  signed char* E8 = managed<signed char>(32 * 8);
+  float* Csp = managed<float>(32 * 16);
+  float refsp[32 * 16] = {};
+  const int pairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
+  for (int i = 0; i < 32 * 4; ++i) E16[i] = 0;
+  for (int i = 0; i < 32 * 8; ++i) E8[i] = 0;
+  for (int k = 0; k < 64; ++k)
+    for (int n = 0; n < 16; ++n) Bsp[k * 16 + n] = __float2half(float((k * 3 + n * 5) % 7 - 3));
+  for (int m = 0; m < 32; ++m)
+    for (int q = 0; q < 16; ++q) {
+      const int* p = m == 5 ? pairs[0] : pairs[(m * 5 + q * 7) % 6];
+      unsigned nibble = m == 5 ? 0u : unsigned(p[0] | (p[1] << 2));
+      E16[m * 4 + q / 4] = short(unsigned(E16[m * 4 + q / 4]) | (nibble << (4 * (q % 4))));
+      E8[m * 8 + q / 2] = (signed char)(unsigned(E8[m * 8 + q / 2]) | (nibble << (4 * (q % 2))));
+      for (int s = 0; s < 2; ++s) {
+        float v = float((m * 7 + q * 3 + s) % 9 - 4);
+        kept[m * 32 + 2 * q + s] = __float2half(v);
+        for (int n = 0; n < 16; ++n) refsp[m * 16 + n] += v * __half2float(Bsp[(4 * q + p[s]) * 16 + n]);
+      }
+    }
+  run_gemm_sp<short><<<1, 32>>>(kept, E16, Bsp, Csp);
+  cudaDeviceSynchronize();
+  expect(same(Csp, refsp, 32 * 16), "gemm_sp_ss (mma.sp m16n8k32), int16 metadata");
+  run_gemm_sp<signed char><<<1, 32>>>(kept, E8, Bsp, Csp);
+  cudaDeviceSynchronize();
+  expect(same(Csp, refsp, 32 * 16), "gemm_sp_ss (mma.sp m16n8k32), int8 metadata");
 
   float4* gin = managed<float4>(64);
   float4* gout = managed<float4>(64);

@@ -111,6 +111,78 @@ def launch_thread_program(n, threads=128):
     return launch_thread, lambda a: a * 2
 
 
+def ordered_pairs_program(n, dtype="int32"):
+    """Y = X with each pair (X[2j], X[2j + 1]) put in increasing order by a tuple swap of two
+    local elements, which T.device_assert checks; Z[2j] = (X[2j] << 3) >> 1 and
+    Z[2j + 1] = X[2j + 1] << (j % 4) by T.shift_left / T.shift_right (n even)."""
+
+    @T.prim_func
+    def ordered_pairs(X: T.Tensor((n,), dtype), Y: T.Tensor((n,), dtype), Z: T.Tensor((n,), dtype)):
+        with T.Kernel(T.ceildiv(n, 128), threads=64) as bx:
+            pair = T.alloc_local((2,), dtype)
+            for j in T.Parallel(64):
+                at = bx * 128 + 2 * j
+                if at < n:
+                    pair[0] = X[at]
+                    pair[1] = X[at + 1]
+                    if pair[0] > pair[1]:
+                        pair[0], pair[1] = pair[1], pair[0]
+                    T.device_assert(pair[0] <= pair[1], "a pair out of order")
+                    Y[at] = pair[0]
+                    Y[at + 1] = pair[1]
+                    Z[at] = T.shift_right(T.shift_left(X[at], 3), 1)
+                    Z[at + 1] = T.shift_left(X[at + 1], j % 4)
+
+    def ref(x):
+        pairs = x.view(-1, 2)
+        y = torch.stack([pairs.min(1).values, pairs.max(1).values], 1).reshape(-1)
+        z = torch.empty_like(x)
+        z[0::2] = (x[0::2] << 3) >> 1
+        z[1::2] = x[1::2] << (torch.arange(n // 2, device=x.device) % 64 % 4).to(x.dtype)
+        return y, z
+
+    return ordered_pairs, ref
+
+
+def assert_program(n, bound):
+    """Y = X, with T.device_assert(X[i] < bound) on every element."""
+
+    @T.prim_func
+    def checked(X: T.Tensor((n,), "int32"), Y: T.Tensor((n,), "int32")):
+        with T.Kernel(T.ceildiv(n, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < n:
+                    T.device_assert(X[bx * 128 + i] < bound, "an element past the bound")
+                    Y[bx * 128 + i] = X[bx * 128 + i]
+
+    return checked
+
+
+def thread_block_program(n, dims):
+    """B[i] = A[i] + the index of the thread that wrote it along each of the block's
+    dimensions (dims = (x, y, z), x * y * z threads): x + 100 y + 10000 z, read with
+    T.get_thread_binding, T.launch_thread and T.thread_binding."""
+    x, y, z = dims
+    threads = x * y * z
+
+    @T.prim_func
+    def thread_block(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, threads), threads=dims) as bx:
+            tx = T.get_thread_binding(0)
+            ty = T.launch_thread("threadIdx.y", y)
+            tz = T.thread_binding(0, z, thread="threadIdx.z")
+            flat = (tz * y + ty) * x + tx
+            if bx * threads + flat < n:
+                B[bx * threads + flat] = A[bx * threads + flat] + T.cast(tx + 100 * ty + 10000 * T.get_thread_binding(2),
+                                                                        "float32")
+
+    def ref(a):
+        i = torch.arange(n, device=a.device) % threads
+        return a + (i % x + 100 * (i // x % y) + 10000 * (i // (x * y))).float()
+
+    return thread_block, ref
+
+
 def min_blocks_program(n, blocks, threads=128):
     """B = A + 1 in a kernel that asks for `blocks` blocks an SM."""
 

@@ -84,6 +84,37 @@ TEGULA_DEVICE void mma_m16n8k16_f16f16(uint32_t (&d)[2], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]));
 }
 
+// Sparse A (mma.sp m16n8k32, sm_80+): a holds the kept half of a 16 x 32 tile of A, in
+// the registers a dense 16 x 16 A takes; b the 32 x 8 tile of B (two k16 fragments); e
+// the metadata register (gemm_sp.h), read from lanes 4g and 4g + 1 (sparsity selector 0).
+// With ::ordered_metadata (PTX 8.5, CUDA 12.5 on) each group's two positions must come in
+// increasing order, as compressors write them.
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 5))
+#define TEGULA_MMA_SP "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col."
+#else
+#define TEGULA_MMA_SP "mma.sp.sync.aligned.m16n8k32.row.col."
+#endif
+#define TEGULA_MMA_SP_F32_ACC(name, in_type)                                                            \
+  TEGULA_DEVICE void name(float(&d)[4], const uint32_t(&a)[4], const uint32_t(&b)[4], const float(&c)[4], \
+                          uint32_t e) {                                                                 \
+    asm(TEGULA_MMA_SP "f32." in_type "." in_type ".f32 "                                                  \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, {%12, %13, %14, %15}, %16, 0x0;\n"   \
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                                \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]),       \
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]), "r"(e));                                          \
+  }
+TEGULA_MMA_SP_F32_ACC(mma_sp_m16n8k32_f16f32, "f16")
+TEGULA_MMA_SP_F32_ACC(mma_sp_m16n8k32_bf16f32, "bf16")
+#undef TEGULA_MMA_SP_F32_ACC
+TEGULA_DEVICE void mma_sp_m16n8k32_f16f16(uint32_t (&d)[2], const uint32_t (&a)[4], const uint32_t (&b)[4],
+                                          const uint32_t (&c)[2], uint32_t e) {
+  asm(TEGULA_MMA_SP "f16.f16.f16.f16 {%0, %1}, {%2, %3, %4, %5}, {%6, %7, %8, %9}, {%10, %11}, %12, 0x0;\n"
+      : "=r"(d[0]), "=r"(d[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(c[0]),
+        "r"(c[1]), "r"(e));
+}
+#undef TEGULA_MMA_SP
+
 // int8 x int8 -> int32, wrapping on overflow (no .satfinite), as torch's int matmul does.
 TEGULA_DEVICE void mma_m16n8k32_s8s32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                       const int (&c)[4]) {

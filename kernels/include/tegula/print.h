@@ -1,11 +1,15 @@
 // T.print from device code. Every line names the block and thread that printed it,
 // because the kernel prints from all threads unless the user guards the call:
 //   msg: block=(0,1,0) thread=(37,0,0) float32 = 0.5
-// printf is built into both nvcc and NVRTC device code; no header is needed.
+// T.device_assert, which prints the same way before it stops the kernel.
+// printf is built into NVRTC's device code; nvcc declares it in <cstdio>.
 #pragma once
 
 #include "tegula/config.h"
 #include "tegula/math.h"
+#if !defined(__CUDACC_RTC__)
+#include <cstdio>  // printf outside a template (device_assert); NVRTC has it built in
+#endif
 
 namespace tegula {
 
@@ -84,6 +88,16 @@ TEGULA_DEVICE void print(const char* msg, T v) {
 template <typename T>
 TEGULA_DEVICE void print(const char* msg, int index, T v) {
   detail::print_value(msg, index < 0 ? 0 : index, v);
+}
+
+// T.device_assert(cond, msg): a thread whose condition fails prints the message (which
+// names the kernel line) and traps, so the launch fails as it does after CUDA's assert.
+TEGULA_DEVICE void device_assert(bool cond, const char* msg) {
+  if (!cond) {
+    printf("device_assert failed: %s: block=(%d,%d,%d) thread=(%d,%d,%d)\n", msg, int(blockIdx.x), int(blockIdx.y),
+           int(blockIdx.z), int(threadIdx.x), int(threadIdx.y), int(threadIdx.z));
+    __trap();
+  }
 }
 
 }  // namespace tegula

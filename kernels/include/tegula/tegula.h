@@ -17,9 +17,10 @@
 //   atomic.h   atomic_add
 //   print.h    print for T.print
 //   iket.h     the event records of the instrumentation tool tegula.tools.cuda.iket
-//   mma.h      ldmatrix, stmatrix, mma.sync (sm_80+)
+//   mma.h      ldmatrix, stmatrix, mma.sync, mma.sp (sm_80+)
 //   async.h    cp.async, named barriers; fence.proxy.async and mbarrier (sm_90+)
 //   gemm.h     the block GEMM on mma.sync that T.gemm lowers to; the operand swizzle
+//   gemm_sp.h  the 2:4 sparse block GEMM on mma.sp that T.gemm_sp lowers to
 //   wgmma.h    the block GEMM on wgmma (sm_90a); panelled operand layouts
 //   tma.h      bulk tensor copies and the mbarriers of warp-specialised pipelines (sm_90a)
 //   cluster.h  the cluster barrier and a block's rank in its cluster (sm_90+)
@@ -42,6 +43,7 @@
 #include "tegula/mma.h"
 #include "tegula/async.h"
 #include "tegula/gemm.h"
+#include "tegula/gemm_sp.h"
 #include "tegula/wgmma.h"
 #include "tegula/tma.h"
 #include "tegula/cluster.h"

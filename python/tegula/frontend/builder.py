@@ -19,11 +19,12 @@ class KernelFrame:
     """What `with T.Kernel(...) as (bx, by)` declared."""
 
     def __init__(self, grid: list, block_vars: list[PrimExpr], thread_var: PrimExpr, threads: int,
-                 cluster_dims: tuple | None = None):
+                 cluster_dims: tuple | None = None, thread_dims: tuple | None = None):
         self.grid = grid
         self.block_vars = block_vars
         self.thread_var = thread_var
-        self.threads = threads
+        self.threads = threads  # the flat block's: x * y * z of thread_dims
+        self.thread_dims = thread_dims or (threads, 1, 1)
         self.cluster_dims = cluster_dims  # (x, y, z) of a thread block cluster, or None
         self.node = None  # the T.Kernel(...) call, once parsed
         self.user_source = None  # T.CUDASourceCodeKernel: (CUDA source, entry name)

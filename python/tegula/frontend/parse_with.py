@@ -45,7 +45,8 @@ class WithStatements:
         names = default if target is None else self._loop_names(target, len(spec.grid))
         block_vars = [PrimExpr.var(name) for name in names]
         thread_var = PrimExpr.var("tx")
-        self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads, spec.cluster_dims)
+        self.builder.kernel = KernelFrame(spec.grid, block_vars, thread_var, spec.threads, spec.cluster_dims,
+                                          spec.thread_dims)
         self.builder.kernel.node = item.context_expr  # where errors about the kernel as a whole point
         self.scopes.append({})
         for name, var in zip(names, block_vars):

@@ -65,6 +65,7 @@ class Parser(WithStatements, Evaluator):
         # each with the builder block that becomes its body.
         self._open_lets: list[tuple] = []
         self._if_test = None  # (the `if` statement, its test's value), evaluated once
+        self._let_prologue = None  # statements the next lets' body starts with (_emit_prologue)
         # The loops around the statement parsed now, innermost last: their kinds ("serial",
         # "parallel", ...; "python" for a sequence unrolled while parsing), for break / continue.
         self._loop_kinds: list[str] = []
@@ -100,6 +101,14 @@ class Parser(WithStatements, Evaluator):
         for var, value in lets:
             self.builder.push()
             self._open_lets.append((var, value, (self.file, line, col)))
+        self._emit_prologue()
+
+    def _emit_prologue(self) -> None:
+        """The statements that start the body of the lets a statement bound (the stores of a
+        tuple assignment, _assign_all_at_once)."""
+        prologue, self._let_prologue = self._let_prologue, None
+        if prologue is not None:
+            self.builder.emit(prologue)
 
     def _close_lets(self, mark: int) -> None:
         """Closes the lets opened since `mark`, innermost first, over what was emitted since."""
@@ -130,6 +139,7 @@ class Parser(WithStatements, Evaluator):
     def _emit_lets(self, stmt, lets: list, rest: list) -> None:
         """`x = <reads a buffer>`: the rest of the block is the let's body."""
         self.builder.push()
+        self._emit_prologue()
         self.parse_block(rest)
         body = self.builder.pop_optional()
         if body is None:
@@ -288,6 +298,9 @@ class Parser(WithStatements, Evaluator):
             items = list(value)
             if len(items) != len(target.elts):
                 raise self.error(target, f"cannot unpack {len(items)} values into {len(target.elts)} names")
+            if self._stores_into(target) and any(isinstance(i, VarBuffer) or (isinstance(i, PrimExpr) and i.reads)
+                                                 for i in items):
+                return self._assign_all_at_once(target, items)
             lets = []
             for element, item in zip(target.elts, items):
                 lets += self.assign(element, item)
@@ -300,6 +313,36 @@ class Parser(WithStatements, Evaluator):
             base[key] = value
             return []
         raise self.error(target, f"cannot assign to {type(target).__name__} in a kernel")
+
+    def _stores_into(self, target) -> bool:
+        """Whether assigning to `target` (a tuple of targets) stores into memory: a buffer
+        element or a T.alloc_var among them."""
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return any(self._stores_into(e) for e in target.elts)
+        if isinstance(target, ast.Subscript):
+            return True
+        return isinstance(target, ast.Name) and isinstance(self.lookup_local(target.id), VarBuffer)
+
+    def _assign_all_at_once(self, target, items: list) -> list:
+        """`a[0], a[1] = a[1], a[0]`: Python reads every value before it assigns any (a swap),
+        so the values that read memory are let-bound first and the stores run in the lets'
+        body (the prologue _emit_lets starts it with), as TileLang binds them."""
+        lets, bound = [], []
+        for item in items:
+            if isinstance(item, VarBuffer):
+                item = item.load()
+            if isinstance(item, PrimExpr) and item.reads:
+                var = PrimExpr.var(self.builder.unique_name("unpacked"), item.expr.dtype)
+                var.dyn = item.dyn
+                lets.append((var, item))
+                item = var
+            bound.append(item)
+        self.builder.push()
+        for element, item in zip(target.elts, bound):
+            if self.assign(element, item):
+                raise self.error(element, "internal: an unpacked value was bound twice")
+        self._let_prologue = self.builder.pop_optional()
+        return lets
 
     def _assign_name(self, target: ast.Name, value) -> list:
         name = target.id

@@ -10,7 +10,8 @@ A Python number meeting a PrimExpr takes the PrimExpr's type when both are of on
 (TVM's rule, so `x_f16 * 2` stays float16): otherwise int -> int32, float -> float32.
 
 Integer PrimExprs built from vars with + - and * by constants also carry a linear form,
-so `A[bx * 64:(bx + 1) * 64]` has the Python extent 64, not an expression to simplify.
+so `A[bx * 64:(bx + 1) * 64]` has the Python extent 64, not an expression to simplify; an
+integer term that is not linear (tx // 16) counts as a variable of its own.
 """
 from __future__ import annotations
 
@@ -176,7 +177,16 @@ def binop(op: str, a, b):
         if op != "sub" and type(a) is int and a == identity[1]:
             return b
     expr = ir().binary(op, to_expr(a, db), to_expr(b, da))
-    return PrimExpr(expr, _reads(a, b), _dyn(a, b), lin=lin)
+    reads = _reads(a, b)
+    if lin is None and not reads and is_int(expr.dtype):
+        # Not linear (tx // 16, i % 4): a term of its own, so the same value on both sides of
+        # a slice cancels (`x[c // 2:c // 2 + 8]` has extent 8). A linear form by a constant
+        # is the same term however often it is written; anything else is itself.
+        la = _linear(a)
+        same = (op, la[0], frozenset((k, coef) for k, (_, coef) in la[1].items()), b) \
+            if la is not None and type(b) is int else id(expr)
+        lin = (0, {same: (expr, 1)})
+    return PrimExpr(expr, reads, _dyn(a, b), lin=lin)
 
 
 def _require_scalars(what: str, *values) -> None:

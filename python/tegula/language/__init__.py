@@ -9,12 +9,13 @@
   types.py     dtypes (T.float16, ...), T.Tensor / T.Buffer, T.StridedTensor, T.dynamic, T.GemmWarpPolicy
   builtins.py  math, casts, loops, allocations
   kernel.py    T.Kernel, T.get_thread_binding, T.launch_thread (TileLang's tilelang.language.kernel)
-  intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.pdl_*
+  intrinsics.py  warp reductions and votes, T.any_of / T.all_of, T.__ldg, T.assume, T.device_assert,
+               T.shift_left / shift_right, T.pdl_*
   barriers.py  T.alloc_barrier / barrier_arrive / barrier_wait, T.tma_copy, T.wgmma_gemm, T.set_max_nreg,
                T.ptx_cp_async with T.access_ptr: explicit mbarriers and manual warp specialisation
   cluster.py   T.sync_grid, T.ClusterKernel and the cluster barrier, rank and shape
   ldst.py      T.reinterpret, explicit-width loads and stores (T.ldg128, T.sts64, ...), vector dtypes
-  tileops.py   T.copy, T.fill, T.clear, T.gemm, T.atomic_add, layouts, T.print
+  tileops.py   T.copy, T.fill, T.clear, T.gemm, T.gemm_sp, T.atomic_add, layouts, T.print
   reductions.py T.reduce, T.reduce_*
   scan.py      T.cumsum
   eager_ops.py T.const, T.empty, T.make_tensor (the body of an eager @tegula.jit function, and prim_funcs')
@@ -42,10 +43,10 @@ from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, clus
                       get_cluster_ids, get_cluster_size, sync_grid)
 from .eager_ops import const, empty, make_tensor
 from .pointers import ptr
-from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, __ffs, __fns,
+from .intrinsics import (activemask, all_of, all_sync, any_of, any_sync, assume, ballot, ballot_sync, device_assert, __ffs, __fns,
                          get_lane_idx, get_warp_group_idx, get_warp_idx, get_warp_idx_sync, __ldg, match_all_sync,
                          match_any_sync, pdl_sync, pdl_trigger, rng_init, rng_rand, rng_rand_float, shfl_down, shfl_sync, shfl_up, shfl_xor,
-                         shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or, tvm_warp_shuffle,
+                         shift_left, shift_right, shuffle_elect, sync_warp, syncthreads_and, syncthreads_count, syncthreads_or, tvm_warp_shuffle,
                          tvm_warp_shuffle_down, tvm_warp_shuffle_up,
                          warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min, warp_reduce_sum)
 from .views import reshape, view
@@ -57,7 +58,7 @@ from .ldst import (VECTOR_DTYPES as _VECTOR_DTYPES, ldg32, ldg64, ldg128, ldg256
                    stg128, stg256, sts32, sts64, sts128)
 from .scan import cumsum
 from .reducers import alloc_reducer, finalize_reducer, reducer_init, reducer_update
-from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, atomic_addx2, atomic_addx4, c2d_im2col, clear, copy, evaluate, fill, gemm, im2col, print, transpose,
+from .tileops import (annotate_compile_flags, annotate_layout, annotate_min_blocks_per_sm, annotate_pass_configs, annotate_safe_value, atomic_add, atomic_addx2, atomic_addx4, c2d_im2col, clear, copy, evaluate, fill, gemm, gemm_sp, im2col, print, transpose,
                       use_swizzle)
 from .reductions import (reduce, reduce_absmax, reduce_abssum, reduce_bitand, reduce_bitor, reduce_bitxor, reduce_max,
                          reduce_min, reduce_sum)

@@ -415,6 +415,46 @@ def assume(cond=None):
     builder.current("T.assume").emit(ir().evaluate(call("assume", [cast_value(cond, "bool")], "int32").expr))
 
 
+@intrinsic("T.device_assert")
+def device_assert(condition, msg="", no_stack_info=False):
+    """A check in device code: a thread where `condition` is false prints `msg` (with the
+    kernel line, its block and thread) and stops the kernel, whose launch then fails, as
+    CUDA's assert does; the reference and the simulator report it at the line.
+    `no_stack_info` is accepted for TileLang's signature: the line is always named."""
+    fn = "T.device_assert"
+    if not isinstance(msg, str):
+        raise ArgError("msg", f"{fn}: 'msg' must be a string, got {msg!r}")
+    if isinstance(condition, VarBuffer):
+        condition = condition.load()
+    if isinstance(condition, bool) or is_number(condition):
+        if not condition:
+            raise ArgError("condition", f"{fn}: the condition is always false" + (f" ({msg})" if msg else ""))
+        return
+    if not isinstance(condition, PrimExpr):
+        raise ArgError("condition", f"{fn}: 'condition' must be a condition, got {condition!r}")
+    # The IR has no strings: the message rides in the op name, as T.print's does.
+    builder.current(fn).emit(ir().evaluate(call(f"device_assert:{msg}", [cast_value(condition, "bool")], "int32").expr))
+
+
+def _shift(name: str, op: str, sign: str):
+    @intrinsic(f"T.{name}")
+    def fn(x, y):
+        fn_name = f"T.{name}"
+        a, b = _value(x, fn_name, "x"), _value(y, fn_name, "y")
+        for arg, v in (("x", a), ("y", b)):
+            if not is_int(v.expr.dtype):
+                raise ArgError(arg, f"{fn_name}: '{arg}' must be an integer, got {v.expr.dtype}")
+        return binop(op, a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"T.{name}(x, y): x {sign} y on integers (TVM's tir.{name})."
+    return fn
+
+
+shift_left = _shift("shift_left", "shl", "<<")
+shift_right = _shift("shift_right", "shr", ">>")
+
+
 def _statement(fn: str, name: str):
     builder.current(fn).emit(ir().evaluate(call(name, [], "int32").expr))
 

@@ -4,7 +4,9 @@ tilelang.language.kernel).
     with T.Kernel(T.ceildiv(N, 128), M, threads=128) as (bx, by):
         tx = T.get_thread_binding()          # or T.launch_thread("threadIdx.x", 128)
 
-Thread blocks are one-dimensional: `threads` is n, [n], [n, 1] or [n, 1, 1].
+`threads` is n or [x, y, z] (shorter lists padded with 1). A block of [x, y, z] threads
+runs as a flat block of x * y * z threads, numbered as CUDA numbers them (x fastest), so
+T.get_thread_binding(1) is tx // x % y: every value a program reads is CUDA's.
 """
 from __future__ import annotations
 
@@ -40,13 +42,15 @@ def _normalize_threads(threads) -> list[int]:
 
 
 class KernelSpec:
-    """What T.Kernel returns to the parser: the grid extents, the threads per block and
-    the thread block cluster shape ((x, y, z), or None without clusters)."""
+    """What T.Kernel returns to the parser: the grid extents, the threads per block, the
+    thread block cluster shape ((x, y, z), or None without clusters) and the thread block's
+    shape (x, y, z) (threads = x * y * z)."""
 
-    def __init__(self, grid: list, threads: int, cluster_dims: tuple | None = None):
+    def __init__(self, grid: list, threads: int, cluster_dims: tuple | None = None, thread_dims: tuple | None = None):
         self.grid = grid
         self.threads = threads
         self.cluster_dims = cluster_dims
+        self.thread_dims = thread_dims or (threads, 1, 1)
 
 
 # Blocks per cluster that every sm_90 GPU can launch (the portable cluster size).
@@ -85,9 +89,9 @@ def _cluster_dims(cluster_dims, grid: list, fn: str) -> tuple | None:
 def Kernel(*blocks, threads=None, is_cpu=False, prelude=None, cluster_dims=None):  # noqa: N802 - TileLang's name
     """`with T.Kernel(gx[, gy[, gz]], threads=n) as bx` (or `as (bx, by[, bz])`): a kernel
     launched over a grid of 1 to 3 dimensions with n threads per block (1..1024, default
-    128); the names bound are the block indices. cluster_dims=(cx, cy, cz) (or an int, for
-    (cx, 1, 1)) launches the blocks in thread block clusters of that shape (sm_90+; see
-    T.ClusterKernel)."""
+    128; or [x, y, z], a block of that shape); the names bound are the block indices.
+    cluster_dims=(cx, cy, cz) (or an int, for (cx, 1, 1)) launches the blocks in thread
+    block clusters of that shape (sm_90+; see T.ClusterKernel)."""
     return kernel_spec("T.Kernel", blocks, threads, is_cpu, prelude, cluster_dims)
 
 
@@ -103,43 +107,58 @@ def kernel_spec(fn: str, blocks: tuple, threads, is_cpu, prelude, cluster_dims) 
         x, y, z = _normalize_threads(threads)
     except ValueError as err:
         raise ArgError("threads", f"{fn}: {err}") from None
-    if (y, z) != (1, 1):
-        raise ArgError("threads", f"{fn}: thread blocks are one-dimensional in Tegula: threads must be n or "
-                       f"[n, 1, 1], got {threads!r} (index a flat block with tx // {x} and tx % {x} instead)")
-    if x > MAX_THREADS:
-        raise ArgError("threads", f"{fn}: threads must be an int in 1..{MAX_THREADS}, got {threads!r}")
+    if x * y * z > MAX_THREADS:
+        what = "an int in 1.." if (y, z) == (1, 1) else "extents whose product is at most "
+        raise ArgError("threads", f"{fn}: threads must be {what}{MAX_THREADS}, got {threads!r}")
     if is_cpu:
         raise ArgError("is_cpu", f"{fn}: CPU kernels are not supported by Tegula")
     if prelude is not None:
         raise ArgError("prelude", f"{fn}: prelude source is not supported by Tegula")
-    return KernelSpec(grid, x, _cluster_dims(cluster_dims, grid, fn))
+    return KernelSpec(grid, x * y * z, _cluster_dims(cluster_dims, grid, fn), (x, y, z))
+
+
+def _thread_index(frame, axis: int):
+    """The index of the thread along axis 0, 1 or 2 (x, y, z) of the block's shape, from the
+    flat index tx = x + X * (y + Y * z)."""
+    dims = frame.thread_dims
+    tx = frame.thread_var
+    if dims[axis] == 1:
+        return 0
+    below = math.prod(dims[:axis])
+    index = tx // below if below > 1 else tx
+    return index % dims[axis] if math.prod(dims[axis + 1:]) > 1 else index
+
+
+_THREAD_AXES = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
 
 
 @intrinsic("T.get_thread_binding")
 def get_thread_binding(dim=0):
-    """The thread index in the block (thread blocks are one-dimensional: dim 0)."""
+    """The thread's index in the block along dimension `dim` (0, 1, 2: threadIdx.x, .y, .z
+    of the block's shape)."""
     frame = builder.current("T.get_thread_binding").require_kernel("T.get_thread_binding")
-    if dim != 0:
-        raise ArgError("dim", "T.get_thread_binding: thread blocks are one-dimensional; dim must be 0")
-    return frame.thread_var
+    if isinstance(dim, bool) or dim not in (0, 1, 2):
+        raise ArgError("dim", f"T.get_thread_binding: dim must be 0, 1 or 2 (x, y, z), got {dim!r}")
+    return _thread_index(frame, dim)
 
 
 @intrinsic("T.thread_binding")
 def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
     """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread index
-    over the whole block (as T.get_thread_binding()); `T.thread_binding(threads, ...)` is the
-    same with start 0."""
+    along that dimension of the block (as T.get_thread_binding(0), (1) or (2)), whose
+    extent `stop` must be; `T.thread_binding(threads, ...)` is the same with start 0."""
     fn = "T.thread_binding"
     frame = builder.current(fn).require_kernel(fn)
     if stop is None:
         start, stop = 0, start
-    if thread != "threadIdx.x":
-        raise ArgError("thread", f"{fn}: thread blocks are one-dimensional; thread must be 'threadIdx.x', "
-                       f"got {thread!r}")
-    if start != 0 or stop != frame.threads:
-        raise ArgError("stop", f"{fn}: binds the whole block's threads, [0, {frame.threads}); got [{start}, {stop}) "
-                       f"(a range of threads is an `if` on T.get_thread_binding())")
-    return frame.thread_var
+    if thread not in _THREAD_AXES:
+        raise ArgError("thread", f"{fn}: thread must be 'threadIdx.x', 'threadIdx.y' or 'threadIdx.z', got {thread!r}")
+    axis = _THREAD_AXES[thread]
+    extent = (frame.thread_dims)[axis]
+    if start != 0 or stop != extent:
+        raise ArgError("stop", f"{fn}: binds all the block's threads along {thread}, [0, {extent}); got "
+                       f"[{start}, {stop}) (a range of threads is an `if` on T.get_thread_binding())")
+    return _thread_index(frame, axis)
 
 
 @intrinsic("T.get_block_binding")
@@ -157,22 +176,19 @@ _BLOCK_AXES = {"blockIdx.x": 0, "blockIdx.y": 1, "blockIdx.z": 2}
 @intrinsic("T.launch_thread")
 def launch_thread(thread, extent):
     """TVM's `tx = T.launch_thread("threadIdx.x", n)` inside a T.Kernel: the index of the
-    launch dimension `thread` ("threadIdx.x", "blockIdx.x/y/z"; "threadIdx.y/z" are 0),
-    whose extent must be the one T.Kernel launched (n = its threads)."""
+    launch dimension `thread` ("threadIdx.x/y/z", "blockIdx.x/y/z"),
+    whose extent must be the one T.Kernel launched along it."""
     fn = "T.launch_thread"
     frame = builder.current(fn).require_kernel(fn)
     if isinstance(extent, bool) or not isinstance(extent, (numbers.Integral, PrimExpr)):
         raise ArgError("extent", f"{fn}: extent must be an int, got {extent!r}")
-    if thread == "threadIdx.x":
-        if extent != frame.threads:
-            raise ArgError("extent", f"{fn}: threadIdx.x spans the block's {frame.threads} threads (T.Kernel's "
+    if thread in _THREAD_AXES:
+        axis = _THREAD_AXES[thread]
+        declared = (frame.thread_dims)[axis]
+        if extent != declared:
+            raise ArgError("extent", f"{fn}: {thread} spans the block's {declared} threads along it (T.Kernel's "
                            f"threads=), got extent {extent!r}")
-        return frame.thread_var
-    if thread in ("threadIdx.y", "threadIdx.z"):
-        if extent != 1:
-            raise ArgError("extent", f"{fn}: thread blocks are one-dimensional in Tegula, so {thread} has extent 1, "
-                           f"got {extent!r}")
-        return 0
+        return _thread_index(frame, axis)
     if thread in _BLOCK_AXES:
         axis = _BLOCK_AXES[thread]
         if axis >= len(frame.grid):

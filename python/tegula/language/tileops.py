@@ -282,6 +282,37 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     _emit("T.gemm", "gemm", regions, [] if clear_if is None else [clear_if.expr], attrs)
 
 
+@intrinsic("T.gemm_sp")
+def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False, transpose_B=False,  # noqa: N803
+            policy=GemmWarpPolicy.Square, clear_accum=False, wg_wait=0, annotations=None):
+    """C += A @ B where A is 2:4 sparse along K, given as its kept elements A_sparse (M x K/2)
+    and their positions E (M x K/F, F the bits of E's integers; the layout
+    tegula.cuda.intrinsics.sparse_layout names): mma.sp on the sparse tensor cores.
+    A_sparse is a shared tile or a fragment, E and B shared tiles."""
+    # wg_wait is TileLang's wgmma.sp wait depth: Tegula runs T.gemm_sp on mma.sp, which waits.
+    fn = "T.gemm_sp"
+    if isinstance(wg_wait, bool) or not isinstance(wg_wait, numbers.Integral):
+        raise ArgError("wg_wait", f"{fn}: wg_wait must be an int, got {_describe(wg_wait)}")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise ArgError("annotations", f"{fn}: annotations must be a dict, got {_describe(annotations)}")
+    names = ("A_sparse", "E", "B", "C")
+    regions = [_region(v, fn, n) for v, n in zip((A_sparse, E, B, C), names)]
+    for value, name, scopes in ((A_sparse, "A_sparse", ("shared", "fragment")), (E, "E", ("shared",)),
+                                (B, "B", ("shared",))):
+        buf = _buffer_of(value, fn, name)
+        if buf.scope not in scopes:
+            where = "a shared tile (T.alloc_shared)" + (" or a fragment" if len(scopes) > 1 else "")
+            raise ArgError(name, f"{fn}: '{name}' must be {where}, got {buf.scope} '{buf.name}'")
+    attrs = {
+        "transpose_A": _flag(transpose_A, fn, "transpose_A"),
+        "transpose_E": _flag(transpose_E, fn, "transpose_E"),
+        "transpose_B": _flag(transpose_B, fn, "transpose_B"),
+        "clear_accum": _flag(clear_accum, fn, "clear_accum"),
+        "policy": _policy(policy),
+    }
+    _emit(fn, "gemm_sp", regions, [], attrs)
+
+
 # TileLang's memory-order names and ids (the C++ std::memory_order order).
 MEMORY_ORDERS = {"relaxed": 0, "consume": 1, "acquire": 2, "release": 3, "acq_rel": 4, "seq_cst": 5}
 

@@ -32,6 +32,8 @@ Coverage (fuzz_gen.py draws each with some probability):
     exact in any order);
   * T.gemm with fp16/bf16 operands and an fp32 accumulator, 32..64-wide tiles, either
     operand transposed, A and B from shared or from a fragment, on sm_80 and sm_90a;
+    operand transposed, A from shared or from a fragment, on sm_80 and sm_90a;
+  * T.gemm_sp (2:4 sparse A, fuzz_families_sparse.py) with valid metadata of every width;
   * conversions among float32/float16/bfloat16/float8_e4m3fn/float8_e5m2 by a T.copy of
     global tensors, between fragments in T.Parallel loops and in T.vectorized loops, with
     values past the 8-bit floats' range, on sm_80, sm_89 and sm_90a (pairs of conversions);
@@ -57,6 +59,7 @@ Coverage (fuzz_gen.py draws each with some probability):
 """
 from __future__ import annotations
 
+import math
 
 import torch
 
@@ -79,6 +82,16 @@ def _draw(arg: Arg, gen: torch.Generator) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype)
     if kind == "ints":  # small integers: exact in every dtype and in any order of summation
         return torch.randint(-8, 9, shape, generator=gen).to(dtype)
+    if kind == "sparse_meta":  # T.gemm_sp metadata: 4 bits a group, two positions in increasing order
+        bits = dtype.itemsize * 8
+        # (0, 1) (0, 2) (0, 3) (1, 2) (1, 3) (2, 3), and now and then 0: read as (0, 1)
+        codes = torch.tensor([0b0100, 0b1000, 0b1100, 0b1001, 0b1101, 0b1110, 0b0000])
+        weights = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.2])
+        picks = codes[torch.multinomial(weights, math.prod(shape) * (bits // 4), True, generator=gen)]
+        words = (picks.view(*shape, bits // 4) << (4 * torch.arange(bits // 4))).sum(-1)
+        if not dtype.is_signed:
+            return words.to(dtype)
+        return torch.where(words >= 2 ** (bits - 1), words - 2 ** bits, words).to(dtype)
     if kind == "wide":  # magnitudes 2^-20 .. 2^15.9, either sign: past the 8-bit floats' range, inside float16's
         u = torch.rand(shape, generator=gen, dtype=torch.float64)
         sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)

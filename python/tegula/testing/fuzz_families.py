@@ -378,6 +378,7 @@ FAMILY_MODULES = (
     "fuzz_families_warp",      # warp shuffles, against an oracle in torch
     "fuzz_families_iket",      # programs instrumented with tegula.tools.cuda.iket's marks and ranges
     "fuzz_families_ws",        # warp-group scopes (T.ws) and run-time clear_accum
+    "fuzz_families_sparse",    # T.gemm_sp: 2:4 sparse A
 )
 
 

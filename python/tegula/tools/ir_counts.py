@@ -326,6 +326,10 @@ class _Walker:
             a, _, c = (self._extents(r, env) for r in call.args[:3])
             k = a[0] if attrs.get("transpose_A") else a[-1]
             self.counts.tensor_flops += 2 * c[0] * c[1] * k * active
+        elif op == "gemm_sp":  # the dense product's count, as TileLang's sparse examples report it
+            a, c = self._extents(call.args[0], env), self._extents(call.args[3], env)
+            k = 2 * (a[0] if attrs.get("transpose_A") else a[-1])
+            self.counts.tensor_flops += 2 * c[0] * c[1] * k * active
         elif op == "reduce":
             src = self._extents(call.args[0], env)
             dim = int(attrs.get("dim", len(src) - 1))

@@ -101,6 +101,8 @@ def test_generator_covers_the_language():
                "ws_consumer_parallel", "ws_union", "gen_ws_split", "ws_split_tile_2", "ws_split_tile_3",
                "ws_split_gemm_2", "ws_split_gemm_3", "ws_every_group", "gen_clear_accum_runtime", "clear_accum_first",
                "clear_accum_last", "clear_accum_odd", "clear_accum_flag", "clear_accum_in_ws"]
+    # T.gemm_sp (fuzz_families_sparse.py)
+    wanted += ["gen_gemm_sp", "gemm_sp_clear_accum", "gemm_sp_epilogue", "gemm_sp_a_registers"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)
@@ -112,6 +114,8 @@ def test_generator_covers_the_language():
         assert any(f.startswith(f"fp8_{types}_") for f in features), types
     for target in ("sm_89", "sm_90a"):
         assert any(f.startswith("fp8_") and f"_{target}_" in f for f in features), target
+    for part in ("_bfloat16_", "_float16_float16_", "_int8_", "_uint8_", "_int32_", "_sm_80_", "_sm_90a_", "_tA", "_tB"):
+        assert any(f.startswith("gemm_sp_") and part in f for f in features), part
 
 
 def test_programs_are_reproducible():

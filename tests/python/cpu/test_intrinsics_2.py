@@ -708,12 +708,15 @@ def test_thread_binding_is_the_blocks_thread_index():
     out = tt.simulate(tegula.compile(mark_program(), out_idx=[0], target="sm_90a"))
     assert torch.equal(out, torch.arange(128, dtype=torch.int32) * 2)
 
-    def other_axis():
+    def other_axis(thread):
         @T.prim_func
         def f(A: T.Tensor((128,), "int32")):
             with T.Kernel(1, threads=128) as bx:
-                ty = T.thread_binding(128, thread="threadIdx.y")
+                ty = T.thread_binding(128, thread=thread)
                 A[ty] = 1
 
-    with pytest.raises(tegula.TegulaCompileError, match="thread must be 'threadIdx.x'"):
-        other_axis()
+    # A one-dimensional block has one thread along y: the axis exists, with extent 1.
+    with pytest.raises(tegula.TegulaCompileError, match=r"along threadIdx.y, \[0, 1\); got \[0, 128\)"):
+        other_axis("threadIdx.y")
+    with pytest.raises(tegula.TegulaCompileError, match="thread must be 'threadIdx.x', 'threadIdx.y' or 'threadIdx.z'"):
+        other_axis("threadIdx.w")

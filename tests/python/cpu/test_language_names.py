@@ -38,7 +38,7 @@ def test_normalize_threads_refuses_non_positive(threads):
         _normalize_threads(threads)
 
 
-@pytest.mark.parametrize("threads,message", [(0, "threads must be positive"), ([32, 4], "one-dimensional"),
+@pytest.mark.parametrize("threads,message", [(0, "threads must be positive"), ([64, 32], "product is at most 1024"),
                                              (2048, "an int in 1..1024"), (1.5, "positive ints")])
 def test_kernel_threads_mistakes(threads, message):
     with pytest.raises(tegula.TegulaCompileError, match=message) as info:
@@ -57,6 +57,72 @@ def test_kernel_takes_a_3d_thread_list_of_one_dimension():
                 A[i] = 1.0
 
     assert "__launch_bounds__(64)" in build(f, out_idx=None).get_kernel_source()
+
+
+@pytest.mark.parametrize("n,dims", [(256, (32, 4, 1)), (300, (16, 2, 2)), (64, (8, 1, 8))])
+def test_thread_block_of_several_dimensions(n, dims):
+    # A block of [x, y, z] threads is a flat block of x * y * z threads numbered as CUDA
+    # numbers them; the reference runs one logical thread a block, so only the simulator.
+    prog, ref = lp.thread_block_program(n, dims)
+    k = build(prog)
+    assert f"__launch_bounds__({dims[0] * dims[1] * dims[2]})" in k.get_kernel_source() and k.cubin()
+    a = torch.randn(n)
+    torch.testing.assert_close(tt.simulate(k, a), ref(a))
+
+
+def test_thread_binding_of_a_missing_dimension():
+    with pytest.raises(tegula.TegulaCompileError, match="dim must be 0, 1 or 2"):
+        @T.prim_func
+        def f(A: T.Tensor((64,), "int32")):
+            with T.Kernel(1, threads=(32, 2)) as bx:
+                A[T.get_thread_binding(3)] = 0
+    with pytest.raises(tegula.TegulaCompileError, match=r"along threadIdx.y, \[0, 2\)"):
+        @T.prim_func
+        def g(A: T.Tensor((64,), "int32")):
+            with T.Kernel(1, threads=(32, 2)) as bx:
+                A[T.thread_binding(0, 4, thread="threadIdx.y")] = 0
+
+
+# ---------------------------------------------------------------- T.device_assert, T.shift_left / shift_right
+
+
+@pytest.mark.parametrize("run", RUNS, ids=IDS)
+@pytest.mark.parametrize("n", [256, 300])
+def test_tuple_swap_assert_and_shifts(run, n):
+    prog, ref = lp.ordered_pairs_program(n)
+    k = tegula.compile(prog, out_idx=[1, 2], target="sm_90a")
+    src = k.get_kernel_source()
+    assert "device_assert(" in src and "a pair out of order (language_names_programs.py:" in src and k.cubin()
+    x = torch.randint(-1000, 1000, (n,), dtype=torch.int32)
+    y, z = run(k, x)
+    want_y, want_z = ref(x)
+    assert torch.equal(y, want_y) and torch.equal(z, want_z)
+
+
+def test_device_assert_that_fails_is_reported_at_its_line():
+    k = tegula.compile(lp.assert_program(300, 50), out_idx=[1], target="sm_90a")
+    x = torch.arange(300, dtype=torch.int32) % 50
+    assert torch.equal(tt.reference(k, x), x) and torch.equal(tt.simulate(k, x), x)
+    x[137] = 50
+    with pytest.raises(tegula.TegulaCompileError, match="T.device_assert failed: an element past the bound") as info:
+        tt.reference(k, x)
+    assert "language_names_programs.py" in str(info.value)
+    with pytest.raises(tt.SimulationError, match=r"block \(1\): T.device_assert\(an element past the bound\) failed in "
+                                                 r"thread \d+ \(language_names_programs.py:\d+\)"):
+        tt.simulate(k, x)
+
+
+def test_device_assert_and_shift_mistakes():
+    with pytest.raises(tegula.TegulaCompileError, match="the condition is always false"):
+        @T.prim_func
+        def f(A: T.Tensor((8,), "int32")):
+            with T.Kernel(1, threads=32):
+                T.device_assert(False, "never")
+    with pytest.raises(tegula.TegulaCompileError, match="'y' must be an integer"):
+        @T.prim_func
+        def g(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                A[0] = T.shift_left(1, A[1])
 
 
 # ---------------------------------------------------------------- T.isfinite / isinf / isnan
@@ -163,7 +229,7 @@ def test_launch_thread(n):
 
 def test_launch_thread_mistakes():
     for thread, extent, message in [("threadIdx.x", 64, "spans the block's 128 threads"),
-                                    ("threadIdx.y", 2, "one-dimensional"), ("blockIdx.y", 1, "no blockIdx.y"),
+                                    ("threadIdx.y", 2, "along it"), ("blockIdx.y", 1, "no blockIdx.y"),
                                     ("warp", 1, "thread must be")]:
         with pytest.raises(tegula.TegulaCompileError, match=message):
             @T.prim_func

@@ -89,3 +89,21 @@ def test_run_once_runs_on_generated_inputs():
     out = k.run_once()
     assert out.shape == (256,) and out.is_cuda and torch.isfinite(out).all()
     assert k.run_once(lambda a: a.shape) == (256,)
+
+
+@pytest.mark.parametrize("n,dims", [(256, (32, 4, 1)), (1000, (16, 2, 2)), (64, (8, 1, 8)), (5000, (128, 8, 1))])
+def test_thread_block_of_several_dimensions(n, dims):
+    prog, ref = lp.thread_block_program(n, dims)
+    a = torch.randn(n, device="cuda")
+    out = poisoned_call(tegula.compile(prog), a, out_shape=(n,), dtype=torch.float32)
+    assert torch.equal(out, ref(a))
+
+
+@pytest.mark.parametrize("n", [256, 3000])
+def test_tuple_swap_assert_and_shifts(n):
+    # Only assertions that hold: a failing one stops the kernel and poisons the context.
+    prog, ref = lp.ordered_pairs_program(n)
+    x = torch.randint(-1000, 1000, (n,), dtype=torch.int32, device="cuda")
+    y, z = tegula.compile(prog, out_idx=[1, 2])(x)
+    want_y, want_z = ref(x)
+    assert torch.equal(y, want_y) and torch.equal(z, want_z)
