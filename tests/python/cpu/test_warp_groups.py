@@ -20,8 +20,9 @@ RUNS = pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["referen
 SHAPES = pytest.mark.parametrize("shape", [(128, 128, 128), (96, 80, 72)], ids=["aligned", "ragged"])
 
 
-def _close(got, want):
-    torch.testing.assert_close(got.float(), want, rtol=1e-3, atol=1e-3)
+def _as_float(got, want):
+    """got (any float type) against want, in float32."""
+    return got.float(), want
 
 
 @RUNS
@@ -30,7 +31,7 @@ def _close(got, want):
 def test_ring_gemm(run, shape, consumer_first):
     kernel = wp.ring_gemm("sm_90a", consumer_first)(*shape)
     a, b = wp.gemm_inputs(*shape)
-    _close(run(kernel, a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(run(kernel, a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("consumer_first", [False, True], ids=["producer_first", "consumer_first"])
@@ -55,7 +56,7 @@ def test_two_warp_groups_consume_together(run, shape):
     src = kernel.get_kernel_source()
     assert "if ((tx < 256))" in src  # T.ws(0, 1): one scope of 256 threads
     a, b = wp.gemm_inputs(*shape)
-    _close(run(kernel, a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(run(kernel, a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @RUNS
@@ -64,7 +65,7 @@ def test_two_warp_groups_consume_together(run, shape):
 def test_warp_groups_split_the_columns(run, shape, target):
     kernel = wp.split_columns(target)(*shape)
     a, b = wp.gemm_inputs(*shape)
-    _close(run(kernel, a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(run(kernel, a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @RUNS
@@ -86,7 +87,7 @@ def test_elementwise_work_per_warp_group(run, n, target):
 def test_clear_accum_at_run_time(run, target, loop, when, shape):
     kernel = wp.gemm_clear_when(target, when, loop)(*shape)
     a, b = wp.gemm_inputs(*shape)
-    _close(run(kernel, a, b), wp.clear_expected(a, b, when))
+    torch.testing.assert_close(*_as_float(run(kernel, a, b), wp.clear_expected(a, b, when)), rtol=1e-3, atol=1e-3)
 
 
 def test_clear_accum_at_run_time_before_wgmma():

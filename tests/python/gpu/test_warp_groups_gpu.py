@@ -24,8 +24,9 @@ def _hopper():
 needs_hopper = pytest.mark.skipif(not _hopper(), reason="mbarrier programs need sm_90")
 
 
-def _close(got, want):
-    torch.testing.assert_close(got.float(), want, rtol=1e-3, atol=1e-3)
+def _as_float(got, want):
+    """got (any float type) against want, in float32."""
+    return got.float(), want
 
 
 @needs_hopper
@@ -34,7 +35,7 @@ def _close(got, want):
 def test_ring_gemm(shape, consumer_first):
     kernel = wp.ring_gemm("sm_90a", consumer_first)(*shape)
     a, b = wp.gemm_inputs(*shape, device="cuda")
-    _close(kernel(a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(kernel(a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @needs_hopper
@@ -42,14 +43,14 @@ def test_ring_gemm(shape, consumer_first):
 def test_two_warp_groups_consume_together(shape):
     kernel = wp.two_consumer_groups("sm_90a")(*shape)
     a, b = wp.gemm_inputs(*shape, device="cuda")
-    _close(kernel(a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(kernel(a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @SHAPES
 def test_warp_groups_split_the_columns(shape):
     kernel = wp.split_columns(target())(*shape)
     a, b = wp.gemm_inputs(*shape, device="cuda")
-    _close(kernel(a, b), a.float() @ b.float())
+    torch.testing.assert_close(*_as_float(kernel(a, b), a.float() @ b.float()), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("n", [1 << 16, 70000], ids=["aligned", "ragged"])
@@ -65,7 +66,7 @@ def test_elementwise_work_per_warp_group(n):
 def test_clear_accum_at_run_time(loop, when, shape):
     kernel = wp.gemm_clear_when(target(), when, loop)(*shape)
     a, b = wp.gemm_inputs(*shape, device="cuda")
-    _close(kernel(a, b), wp.clear_expected(a, b, when))
+    torch.testing.assert_close(*_as_float(kernel(a, b), wp.clear_expected(a, b, when)), rtol=1e-3, atol=1e-3)
 
 
 @needs_hopper
