@@ -422,6 +422,10 @@ class Printer {
         if (plain) return "(" + x + (div ? " / " : " % ") + y + ")";
         return std::string(div ? "floordiv(" : "floormod(") + x + ", " + y + ")";
       }
+      case BinaryOp::And:
+      case BinaryOp::Or:
+        if (evaluates_eagerly(b->b)) return "(" + x + (b->op == BinaryOp::And ? " & " : " | ") + y + ")";
+        break;
       default: break;
     }
     return "(" + x + " " + binary_op_name(b->op) + " " + y + ")";
@@ -440,7 +444,7 @@ class Printer {
     std::string out;
     for (int64_t col = 0; col < cols; col += m.box[0]) {
       std::vector<Expr> at = dst->indices;
-      at[1] = at[1] + make_int(col);
+      at.back() = at.back() + make_int(col);
       std::string s = "tma_load_" + std::to_string(rank) + "d(&" + access(dst->buffer, at, 1, false) + ", &tegula_tmap_" +
                       std::to_string(map) + ", &" + access(bar->buffer, bar->indices, 1, false);
       for (int d = 0; d < rank; ++d) {
@@ -664,8 +668,12 @@ class Printer {
       }
       case NodeKind::For: {
         auto* f = s.as<ForNode>();
+        // The body runs with var >= min whatever the extent: a dynamic trip count still
+        // leaves k % 2 of `for k in T.Pipelined(n)` the plain C form.
         Interval lo = an_.bound(f->min), ext = an_.bound(f->extent);
-        if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(f->var, Interval{lo.lo, lo.hi + ext.hi - 1});
+        if (lo.lo > -(int64_t(1) << 40)) {
+          an_.bind(f->var, Interval{lo.lo, ext.hi < (int64_t(1) << 40) ? lo.hi + ext.hi - 1 : Interval::everything().hi});
+        }
         if (f->for_kind == ForKind::Unrolled) line() << "#pragma unroll\n";
         if (f->for_kind == ForKind::Pipelined) line() << "// T.Pipelined(num_stages=" << f->num_stages << ")\n";
         std::string v = name(f->var), t = cuda_type(f->var.dtype());

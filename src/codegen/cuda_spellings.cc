@@ -155,4 +155,30 @@ std::string rng_call(const CallNode* c, const std::function<std::string(const Ex
   return "";
 }
 
+bool evaluates_eagerly(const Expr& e) {
+  int nodes = 0;
+  bool ok = true;
+  post_order(make_evaluate(e), nullptr, [&](const Expr& x) {
+    ++nodes;
+    switch (x.kind()) {
+      case NodeKind::IntImm:
+      case NodeKind::FloatImm:
+      case NodeKind::Var:
+      case NodeKind::Not:
+      case NodeKind::Select:
+      case NodeKind::Cast: break;
+      case NodeKind::Binary: {
+        auto* b = x.as<BinaryNode>();
+        bool divides = b->op == BinaryOp::Div || b->op == BinaryOp::Mod || b->op == BinaryOp::FloorDiv ||
+                       b->op == BinaryOp::FloorMod;
+        const int64_t* d = as_const_int(b->b);
+        if (divides && !(d && *d > 0)) ok = false;
+        break;
+      }
+      default: ok = false;  // loads, calls
+    }
+  });
+  return ok && nodes <= 24;
+}
+
 }  // namespace tegula::codegen

@@ -33,6 +33,13 @@ struct PairConversion {
 // False when CUDA has no such conversion.
 bool pair_conversion(ir::DataType from, ir::DataType to, PairConversion* out);
 
+// An `a && b` / `a || b` whose right operand this is may be spelled `a & b` / `a | b`:
+// evaluating it when `a` alone decides reads no memory, calls nothing and divides by
+// nothing, and it is small. nvcc compiles the short-circuit form into a branch around each
+// right operand (BSSY / BRA / BSYNC), which in an attention mask of 64 elements a thread
+// is most of the loop's instructions.
+bool evaluates_eagerly(const ir::Expr& e);
+
 // `text` as a C string literal: quoted, with its quotes, backslashes and newlines escaped.
 std::string string_literal(const std::string& text);
 

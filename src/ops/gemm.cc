@@ -1,6 +1,6 @@
 // T.gemm(A, B, C, transpose_A, transpose_B, policy, clear_accum) on tensor cores.
 //
-// Two instruction paths, chosen per kernel (kernel_uses_wgmma):
+// Two instruction paths, chosen per group of gemms sharing accumulators (wgmma_accumulators):
 // - mma.sync m16n8k16 (sm_80 on): C takes the mma.sync accumulator layout, tiled over the
 //   warps as the policy says (layout/mma.h). An A that is a fragment takes the
 //   accumulator layout of an M x K tile with the warps split along M only, held again by
@@ -444,20 +444,6 @@ class Gemm : public TileOp {
 };
 
 }  // namespace
-
-bool kernel_uses_wgmma(const Kernel& k, const transform::PassContext& ctx) {
-  if (ctx.target.arch != "sm_90a" || ctx.options.disable_wgmma) return false;
-  bool any = false, all = true;
-  for_each_gemm(k, [&](const TileOpNode* op) {
-    any = true;
-    all = all && wgmma_fits(op, k);
-  });
-  // A sparse gemm runs on mma.sp in every thread of the block: no warp-specialised schedule.
-  post_order(k.body, [&](const Stmt& s) {
-    if (auto* op = s.as<TileOpNode>()) all = all && op->op != "gemm_sp";
-  }, [](const Expr&) {});
-  return any && all;
-}
 
 std::set<const BufferNode*> wgmma_accumulators(const Kernel& k, const transform::PassContext& ctx,
                                                const std::function<const BufferNode*(const BufferNode*)>& group_of,

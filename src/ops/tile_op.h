@@ -37,9 +37,6 @@ ir::Stmt make_parallel_nest(const std::vector<ir::Expr>& extents,
                             const std::function<ir::Stmt(const std::vector<ir::Expr>&)>& body,
                             const SourceLoc& loc);
 
-// Whether every gemm of the kernel can run on wgmma (sm_90a): what a warp-specialised
-// schedule (plan_bulk_copies) needs.
-bool kernel_uses_wgmma(const ir::Kernel& k, const transform::PassContext& ctx);
 // Whether wgmma could run this gemm on k's threads (operand types, a warpgroup split,
 // operand rows the descriptors name).
 bool wgmma_fits(const ir::TileOpNode* op, const ir::Kernel& k);

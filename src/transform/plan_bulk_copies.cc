@@ -9,22 +9,25 @@
 //
 // A copy becomes a bulk tensor copy (cp.async.bulk.tensor, completing on an mbarrier)
 // when the copy engine can write exactly the shared layout the rest of the kernel reads:
-//   - the destination is a whole 2-D shared buffer of R x C elements, R <= 256, and the
-//     source region spans R x C of a global tensor whose innermost dimension is the C one
-//     (unit dimensions in between are fine: Q[b, s0:s0+R, h, :]);
+//   - the destination is a whole 2-D shared buffer of R x C elements, R <= 256 (or a 1-D
+//     one of C, R = 1), and the source region spans R x C of a global tensor whose
+//     innermost dimension is the C one (unit dimensions in between are fine:
+//     Q[b, s0:s0+R, h, :]);
 //   - every stride of the tensor is a compile-time multiple of 16 bytes (so only the
 //     outermost dimension may be dynamic) and the tensor has at most 5 dimensions;
 //   - the buffer is a wgmma operand (stored in 128-byte-wide panels, swizzled: one box per
 //     panel with the matching 32/64/128-byte swizzle mode, R a multiple of 8), or a buffer
-//     stored plainly with rows of 16-byte multiples of at most 256 elements (one box);
+//     stored plainly with rows of 16-byte multiples of at most 256 elements (one box), not
+//     an operand of mma.sync gemms alone (their ldmatrix layouts are no box's);
 //   - its index expressions read no shared, fragment or local memory (one producer thread
 //     computes them).
 // Ragged edges need no mask: the copy engine fills what lies outside the tensor with 0.
 // The kernel is warp specialised when it has exactly one T.Pipelined loop (num_stages >=
 // 1), a direct statement of the kernel body, all of whose global->shared copies are
 // direct statements of its body and qualify, whose other statements neither copy into
-// shared memory from global nor write a buffer those copies fill, and whose gemms run on
-// wgmma; statements before the loop may not touch a buffer the producer fills early.
+// shared memory from global nor write a buffer those copies fill, and one of whose gemms
+// at least runs on wgmma (others may take mma.sync), none sparse; statements before the
+// loop may not touch a buffer the producer fills early.
 // Lets of block-invariant values (let_values.h) on the way to the loop are lifted to the
 // top of the body, so varlen attention's `kv_start = cu_seqlens_k[b]` does not hide the
 // loop (its body's leading lets are inline_loop_lets').
@@ -116,7 +119,8 @@ bool has_wide_barrier(const Stmt& body) {
 struct Planner {
   Kernel& k;
   PassContext& ctx;
-  std::set<const BufferNode*> gemm_operands;
+  std::set<const BufferNode*> gemm_operands;  // shared operands of gemms on wgmma
+  std::set<const BufferNode*> mma_operands;   // of gemms on mma.sync: ldmatrix layouts no box writes
 
   // The tma_copy a copy statement becomes, or a null Stmt when it does not qualify.
   Stmt bulk_copy(const Stmt& s) {
@@ -129,10 +133,13 @@ struct Planner {
     // Given strides (T.StridedTensor) are not proven to fit a tensor map; 4-bit elements are packed.
     if (!gb->strides.empty() || gb->dtype.is_packed()) return {};
     if (gb->view_of || sb->view_of) return {};        // resolve_views makes it element loops
-    if (!ops::is_whole(dst) || sb->shape.size() != 2 || gb->dtype != sb->dtype) return {};
+    // A 1-D buffer is one row (a tile's log-sum-exp or delta row in attention's backward).
+    const size_t drank = sb->shape.size();
+    if (!ops::is_whole(dst) || (drank != 1 && drank != 2) || gb->dtype != sb->dtype) return {};
     if (ops::all_ones(src)) src = ops::widen(src, dst, op->loc);
-    const int64_t* rows = as_const_int(sb->shape[0]);
-    const int64_t* cols = as_const_int(sb->shape[1]);
+    const int64_t one = 1;
+    const int64_t* rows = drank == 2 ? as_const_int(sb->shape[0]) : &one;
+    const int64_t* cols = as_const_int(sb->shape[drank - 1]);
     if (!rows || !cols) return {};
     int64_t R = *rows, C = *cols, E = sb->dtype.bytes();
     int rank = int(gb->shape.size());
@@ -159,6 +166,7 @@ struct Planner {
     // The shared layout the box must produce.
     int swizzle = 0;
     int64_t box_cols = C;
+    if (mma_operands.count(sb.get()) && !gemm_operands.count(sb.get())) return {};
     if (gemm_operands.count(sb.get())) {
       int64_t row = C * E;
       if (!(row == 32 || row == 64 || row % 128 == 0) || R % 8 != 0) return {};
@@ -184,30 +192,39 @@ struct Planner {
       k.tensor_maps.push_back({param, box, swizzle});
       map = int(k.tensor_maps.size()) - 1;
     }
-    std::vector<Expr> args = {make_load(sb, {make_int(0), make_int(0)}, op->loc), make_load(gb, src.mins, op->loc),
-                              make_int(map), make_int(R), make_int(C)};
+    std::vector<Expr> origin(drank, make_int(0));
+    std::vector<Expr> args = {make_load(sb, origin, op->loc), make_load(gb, src.mins, op->loc), make_int(map),
+                              make_int(R), make_int(C)};
     return make_evaluate(make_call("tma_copy", args, DataType::i32(), op->loc), op->loc);
   }
 
   void run() {
     if (ctx.target.arch != "sm_90a" || ctx.options.disable_tma || ctx.options.disable_warp_specialized) return;
-    if (!ops::kernel_uses_wgmma(k, ctx)) return;
+    // Some gemm on wgmma (the others may run on mma.sync: attention's backward computes
+    // dQ's 32-row tile so), none sparse.
+    bool wgmma = false, sparse = false;
+    post_order(k.body, [&](const Stmt& s) {
+      auto* op = s.as<TileOpNode>();
+      if (!op) return;
+      sparse |= op->op == "gemm_sp";
+      if (op->op != "gemm") return;
+      bool fits = ctx.target.arch == "sm_90a" && !ctx.options.disable_wgmma && ops::wgmma_fits(op, k);
+      wgmma |= fits;
+      for (int i = 0; i < 2; ++i) {
+        if (op->regions[i].buffer->scope == Scope::Shared) (fits ? gemm_operands : mma_operands).insert(op->regions[i].buffer.get());
+      }
+    }, nullptr);
+    if (!wgmma || sparse) return;
     // A grid or cluster barrier is met by every thread of the block, which the producer
     // warpgroup of a warp-specialised kernel never reaches.
     if (has_wide_barrier(k.body)) return;
-    post_order(k.body, [&](const Stmt& s) {
-      auto* op = s.as<TileOpNode>();
-      if (!op || op->op != "gemm") return;
-      for (int i = 0; i < 2; ++i) {
-        if (op->regions[i].buffer->scope == Scope::Shared) gemm_operands.insert(op->regions[i].buffer.get());
-      }
-    }, nullptr);
     // Kernel-level lets of values fixed for the whole block (cu_seqlens[b], ends computed
     // from them) are lifted to the top of the body, so the loop and the copies ahead of it
     // become statements of one list; the producer and the consumer both see them.
     std::vector<std::pair<Expr, Expr>> lets;
     std::vector<Stmt> top;
-    lift_lets(k.body, written_buffers(k.body), &lets, &top);
+    std::set<const BufferNode*> written = written_buffers(k.body);
+    lift_lets(k.body, written, &lets, &top);
     int loop_at = -1, loops = 0;
     post_order(k.body, [&](const Stmt& s) {
       auto* f = s.as<ForNode>();
@@ -220,7 +237,19 @@ struct Planner {
     if (loops != 1 || loop_at < 0) return;
     auto* loop = top[loop_at].as<ForNode>();
     if (loop->num_stages < 1 || !producer_computable(loop->min) || !producer_computable(loop->extent)) return;
-    std::vector<Stmt> body = flat(loop->body);  // its leading lets: inline_loop_lets
+    // The body's leading lets: inline_loop_lets substituted those that read no memory; one
+    // reading global memory nothing writes (paged attention's block-table entry) is
+    // substituted here, where one producer thread computes it a copy (in the cp.async
+    // pipeline every thread would repeat the load, so that pass leaves it).
+    Stmt loop_body = loop->body;
+    std::vector<std::pair<Expr, Expr>> loop_lets;
+    while (auto* let = loop_body.as<LetStmtNode>()) {
+      if (!block_invariant(let->value, written)) break;
+      loop_lets.push_back({let->var, substitute(let->value, loop_lets)});
+      loop_body = let->body;
+    }
+    if (!loop_lets.empty()) loop_body = substitute(loop_body, loop_lets);
+    std::vector<Stmt> body = flat(loop_body);
     std::set<const BufferNode*> filled;
     std::vector<Stmt> new_body;
     for (const Stmt& s : body) {

@@ -58,7 +58,11 @@ void check_smem_limit(const ir::Kernel& k, const Target& target) {
 // first use in the body is a read (a value carried from the previous iteration). Operands
 // of an issued wgmma stay live until a wgmma wait, destinations of cp.async until a
 // cp.async wait: the hardware reads or writes them in between.
-std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kernel& k) {
+// Warp specialised, positions are those of the consumer branch: the producer fills its
+// buffers from the kernel's start, so each is live from position 0 until the consumers'
+// last use (they wait for every copy it issues); mbarriers, which threads still arrive on
+// after their own last wait, are live throughout.
+std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kernel& k, const PassContext& ctx) {
   using Live = std::map<const ir::BufferNode*, std::pair<int, int>>;
   Live live;
   int pos = 0;
@@ -110,8 +114,18 @@ std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kerne
     if (!copy_wait) pending_copy.insert(copy_dests.begin(), copy_dests.end());
     ++pos;
   };
+  std::set<const ir::BufferNode*> produced;
   std::function<void(const ir::Stmt&)> walk = [&](const ir::Stmt& s) {
-    if (auto* seq = s.as<ir::SeqNode>()) {
+    auto* br = s.as<ir::IfThenElseNode>();
+    auto* split = br ? br->cond.as<ir::CallNode>() : nullptr;
+    if (split && split->op == "ws_producer") {
+      ir::post_order(br->then_case, [&](const ir::Stmt& x) {
+        if (auto* st = x.as<ir::BufferStoreNode>()) produced.insert(st->buffer.get());
+      }, [&](const ir::Expr& e) {
+        if (auto* ld = e.as<ir::BufferLoadNode>()) produced.insert(ld->buffer.get());
+      });
+      walk(br->else_case);
+    } else if (auto* seq = s.as<ir::SeqNode>()) {
       for (auto& c : seq->seq) walk(c);
     } else if (auto* let = s.as<ir::LetStmtNode>()) {
       leaf(ir::make_evaluate(let->value, let->loc));
@@ -137,6 +151,12 @@ std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kerne
       if (outside || f.read_first.count(b)) r = {std::min(r.first, f.begin), std::max(r.second, f.end)};
     }
   }
+  for (auto* b : produced) {
+    if (b->scope != ir::Scope::Shared) continue;
+    auto it = live.find(b);
+    live[b] = {0, it == live.end() ? pos : it->second.second};
+  }
+  for (auto& m : ctx.mbarriers) live[m.buffer.get()] = {0, pos};
   return live;
 }
 
@@ -145,7 +165,7 @@ std::map<const ir::BufferNode*, std::pair<int, int>> live_ranges(const ir::Kerne
 // insert_barriers, which runs next, treats buffers that share bytes as one, so a barrier
 // separates the last use of one from the first use of the next.
 int64_t plan_shared_reuse(ir::Kernel& k, const PassContext& ctx) {
-  auto live = live_ranges(k);
+  auto live = live_ranges(k, ctx);
   std::vector<ir::Buffer> bufs;
   for (auto& b : k.allocs) {
     if (b->scope == ir::Scope::Shared) bufs.push_back(b);
@@ -212,15 +232,15 @@ void plan_storage(ir::Kernel& k, PassContext& ctx) {
   // Buffers each in their own bytes keep every kernel that fits simple to read and to
   // simulate; one that does not fit has buffers whose lifetimes do not overlap share bytes
   // (an attention output tile staged where the K/V stages were).
-  // Warp specialised, the producer fills stages while the consumers run the statements
-  // around the loop, so program order says nothing of lifetimes: no reuse.
-  if (k.consumer_threads && k.smem_bytes > smem_limit(ctx.target.sm)) throw WarpSpecializationRefused{};
+  // Warp specialised, the producer's buffers are live from the start (live_ranges); one
+  // that still does not fit takes the cp.async form, whose stages live only in the loop.
   if (k.smem_bytes > smem_limit(ctx.target.sm)) {
     auto separate = k.smem_offset;
     int64_t shared_bytes = plan_shared_reuse(k, ctx);
     if (shared_bytes < k.smem_bytes) k.smem_bytes = shared_bytes;
     else k.smem_offset = separate;
   }
+  if (k.consumer_threads && k.smem_bytes > smem_limit(ctx.target.sm)) throw WarpSpecializationRefused{};
   check_smem_limit(k, ctx.target);
   k.smem_swizzled = ctx.swizzled;
   k.smem_panelled = ctx.panelled;

@@ -159,6 +159,11 @@ def gen_attention(k: Kernel) -> None:
         k.header = f"with T.Kernel(T.ceildiv({sq}, {bm}), {heads}, threads={threads}) as (bx, by):"
         hq, hkv = "by", ("by" if kv_heads == heads else f"by // {heads // kv_heads}")
         k.features.add(f"attention_heads_{'bhsd' if bhsd else 'bshd'}{'_gqa' if kv_heads != heads else ''}")
+    # A bias per key, its tile copied each iteration into a 1-D shared row (the copy engine
+    # fills it when the loop is warp specialised, as attention's backward reads its lse).
+    key_bias = c.flip(0.25)
+    if key_bias:
+        k.tensor("KeyBias", [skv_src], [skv], "float32")
     Qs = k.alloc("shared", (bm, d), dt, "Q_shared")
     Ks = k.alloc("shared", (d, bn) if k_major else (bn, d), dt, "K_shared")
     Vs = k.alloc("shared", (bn, dv), dt, "V_shared")
@@ -172,6 +177,8 @@ def gen_attention(k: Kernel) -> None:
     ls = k.alloc("fragment", (bm,), "float32", "logsum")
     if not online:
         mn = k.alloc("fragment", (bm,), "float32", "block_max")
+    if key_bias:
+        kbs = k.alloc("shared", (bn,), "float32", "key_bias")
     _annotate(k, [Qs, Ks, Vs, P if p_shared else None])
     b = k.body
     b.emit(f"T.copy({rows('Q', f'bx * {bm}', bm, hq)}, {Qs})")
@@ -195,6 +202,9 @@ def gen_attention(k: Kernel) -> None:
     else:
         b.emit(f"T.copy({rows('K', f'kb * {bn}', bn, hkv)}, {Ks})")
     b.emit(f"T.copy({rows('V', f'kb * {bn}', bn, hkv)}, {Vs})")
+    if key_bias:
+        b.emit(f"T.copy(KeyBias[kb * {bn}:kb * {bn} + {bn}], {kbs})")
+        k.features.add("attention_key_bias_row")
     # S's rows and O's rows must sit in the same threads (the per-row max, scale and sum
     # of S rescale O): both gemms split the warps alike; a register P needs FullRow.
     pairs = [(p, q) for p in _policies(bm, bn, warps) for q in _policies(bm, dv, warps, a_regs=not p_shared)
@@ -207,6 +217,10 @@ def gen_attention(k: Kernel) -> None:
         b.emit(f"T.clear({S})")
         b.emit(f"T.gemm({Qs}, {Ks}, {S}{flags}, policy=T.GemmWarpPolicy.{qk_pol})")
     k.features.add(f"attention_qk_{qk_pol}")
+    if key_bias:
+        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
+        b.emit(f"{S}[i, j] = {S}[i, j] + {kbs}[j]")
+        b.close()
     ragged_kv = skv % bn != 0 or skv_src != str(skv)
     if causal or ragged_kv:
         conds = []

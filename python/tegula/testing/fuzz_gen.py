@@ -220,9 +220,10 @@ def float_expr(k: Kernel, leaves: list, depth: int) -> Val:
         b = float_expr(k, leaves, depth - 1)
         cmp = c.choice([">", "<", ">=", "<="])
         k.features.add("select")
+        cond = _joined(k, f"{e.text} {cmp} 0.25", [f"{v.text} {c.choice(['>', '<='])} 0.25" for v in exact])
         if c.flip(0.3):
-            return Val(f"T.cast({e.text} {cmp} 0.25, \"float32\")", "float32", 1.0)
-        return Val(f"T.if_then_else({e.text} {cmp} 0.25, {a.text}, {b.text})", _promote(a.dtype, b.dtype),
+            return Val(f"T.cast({cond}, \"float32\")", "float32", 1.0)
+        return Val(f"T.if_then_else({cond}, {a.text}, {b.text})", _promote(a.dtype, b.dtype),
                    max(a.bound, b.bound))
     # cast
     t = c.choice(["float16", "bfloat16", "float32"])
@@ -272,8 +273,19 @@ def int_expr(k: Kernel, leaves: list, depth: int) -> Val:
     b = int_expr(k, leaves, depth - 1)
     e = c.choice(leaves)
     k.features.add("select")
-    return Val(f"T.if_then_else({e.text} {c.choice(['>', '<=', '==', '!='])} {c.int(-3, 3)}, {a.text}, {b.text})",
-               "int32", max(a.bound, b.bound), True)
+    cond = _joined(k, f"{e.text} {c.choice(['>', '<=', '==', '!='])} {c.int(-3, 3)}",
+                   [f"{v.text} {c.choice(['>', '<='])} {c.int(-3, 3)}" for v in leaves])
+    return Val(f"T.if_then_else({cond}, {a.text}, {b.text})", "int32", max(a.bound, b.bound), True)
+
+
+def _joined(k: Kernel, first: str, others: list) -> str:
+    """`first`, or `first and / or` one of `others`: the generated CUDA evaluates a right
+    operand that reads no memory eagerly and keeps the short circuit for one that does."""
+    if not others or not k.c.flip(0.3):
+        return first
+    op = k.c.choice(["and", "or"])
+    k.features.add("select_" + op)
+    return f"({first} {op} {k.c.choice(others)})"
 
 
 def expr(k: Kernel, leaves: list, depth: int, is_int: bool) -> Val:

@@ -49,9 +49,10 @@ def test_generator_covers_the_language():
     wanted = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy_tile_tile", "parallel_math",
               "read_replicated", "write_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
               "loop_range", "atomic_element", "atomic_tile", "gemm_a_registers", "gemm_b_registers", "scalar_int32", "scalar_float32",
-              "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div"]
+              "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div",
+              "select_and", "select_or"]
     # tensor-core programs (fuzz_families_tc.py)
-    wanted += ["attention_causal", "attention_mask", "attention_online_max", "attention_p_registers",
+    wanted += ["attention_causal", "attention_mask", "attention_online_max", "attention_p_registers", "attention_key_bias_row",
                "attention_p_shared", "attention_pipelined", "attention_sm_90a", "chain_h_registers", "chain_h_shared",
                "chain_inner_k_loop", "tc_split_k_atomic", "tc_two_accumulators", "tc_bias_fragment"]
     # control flow, scopes, grids and casts (fuzz_families_control.py)

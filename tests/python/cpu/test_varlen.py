@@ -4,6 +4,7 @@ on sm_90a their T.Pipelined loop is warp specialised through the lets (the lets 
 to the top of the block, the tile index substituted), and the reference and the simulator
 agree with torch, ragged and aligned."""
 import os
+import re
 import sys
 
 import pytest
@@ -77,6 +78,38 @@ def test_a_block_table_let_stays_a_let():
     # repeats the load in every copy's address, which measured slower.
     k = tegula.compile(vp.paged_scores(2, 4, 64, 128, 12)[0], target="sm_80")
     assert "const int start = " in k.get_kernel_source()
+
+
+def test_a_block_table_let_is_read_by_the_producer_on_sm90():
+    # Warp specialised, one producer thread computes the page's start for each bulk copy.
+    k = tegula.compile(vp.paged_scores(2, 4, 64, 128, 12, reverse=True)[0], target="sm_90a")
+    assert k._lowered.warp_specialized
+    src = k.get_kernel_source()
+    assert "tma_load" in src and "cp_async" not in src
+
+
+def test_the_output_tile_shares_the_stages_bytes_when_warp_specialised():
+    prog, _ = vp.paged_values(1, 2, 384, 4)
+    k = tegula.compile(prog, target="sm_90a")
+    assert k._lowered.warp_specialized
+    src = k.get_kernel_source()
+    offset = {name: int(at) for name, at in re.findall(r"(\w+_s) = reinterpret_cast<half_t\*>\(tegula_smem \+ (\d+)\)", src)}
+    assert offset["O_s"] == offset["K_s"], offset
+    assert len(set(offset.values())) == 3, offset  # Q_s and S_s each in bytes of their own
+
+
+@pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
+def test_paged_values_agree_with_torch(run):
+    B, pages, D, total = 1, 2, 384, 4
+    prog, ref = vp.paged_values(B, pages, D, total)
+    k = tegula.compile(prog, target="sm_90a")
+    g = torch.Generator().manual_seed(7)
+    Q = (torch.randn(B, 64, D, generator=g) / 8).half()
+    KV = (torch.randn(total * 64, D, generator=g) / 8).half()
+    table = _table(B, pages, total, 7)
+    O = torch.full((B, 64, D), float("nan")).half()
+    run(k, Q, KV, table, O)
+    torch.testing.assert_close(O.double(), ref(Q, KV, table), rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
