@@ -237,7 +237,8 @@ class Pipeliner : public IRMutator {
   // stage.
   // A compute that is only a wgmma gemm keeps one gemm running across iterations: stage
   // s is released after the next iteration's gemm has been issued and the previous one
-  // has finished (wgmma_wait with 1 pending), as the cp.async path does.
+  // has finished (wgmma_wait with 1 pending), as the cp.async path does; stages_for gives
+  // such a loop one buffer more.
   // Each buffer stacked S deep along its first dimension (declared in the kernel's place,
   // keeping its swizzle): buffer -> (the stacked buffer, rows of one stage).
   std::map<const BufferNode*, std::pair<Buffer, int64_t>> stack(const std::vector<Buffer>& filled, int S) {
@@ -259,15 +260,44 @@ class Pipeliner : public IRMutator {
     return staged;
   }
 
+  // Stages of a warp-specialised loop: the author's num_stages, and one more where the
+  // compute is a lone wgmma gemm kept running across iterations (below): its stage is
+  // released an iteration late, so S buffers keep only S - 1 loads ahead, which a GEMM
+  // whose tiles come from DRAM (the first pass, an L2 flushed between runs) waits on.
+  // The extra stage is taken only while it fits and leaves as many blocks on an SM
+  // (codegen::ws_registers: two blocks of 128 consumer threads when their pools fit).
+  int stages_for(int S, const std::vector<Stmt>& compute, const std::vector<Buffer>& filled) {
+    Stmt issue, rest, wait;
+    if (S < 2 || compute.size() != 1 || !split_async_issue(compute[0], &issue, &rest) || !only_wait(rest, &wait)) {
+      return S;
+    }
+    int64_t pool = 1024, stage = 0;  // 1 KB for the mbarriers and alignment
+    std::set<const BufferNode*> seen;
+    for (const Buffer& b : k_.allocs) {
+      if (b->scope != Scope::Shared) continue;
+      int64_t bytes = b->num_elements_const() * b->dtype.bytes();
+      pool += (bytes + 127) / 128 * 128;
+    }
+    for (auto& b : filled) {
+      if (seen.insert(b.get()).second) stage += b->num_elements_const() * b->dtype.bytes();
+    }
+    pool += (S - 1) * stage;  // the filled buffers are one stage deep until stacked
+    constexpr int64_t kSmemPerSm = 228 * 1024, kLimit = 227 * 1024, kReserved = 1024;
+    bool two_now = k_.threads == 128 && 2 * (pool + kReserved) <= kSmemPerSm;
+    bool two_then = k_.threads == 128 && 2 * (pool + stage + kReserved) <= kSmemPerSm;
+    if (pool + stage > kLimit || (two_now && !two_then)) return S;
+    return S + 1;
+  }
+
   Stmt specialize(const ForNode* op) {
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
     std::vector<Stmt> copies, compute;
     for (auto& u : units) (is_tma_copy(u) ? copies : compute).push_back(u);
     internal_assert(!copies.empty() && !compute.empty()) << "a warp-specialised loop has copies and compute";
-    const int S = op->num_stages;
     std::vector<Buffer> filled;
     for (auto& c : copies) filled.push_back(tma_dst(c));
+    const int S = stages_for(op->num_stages, compute, filled);
     auto staged = stack(filled, S);
     // Groups: by the compute statement that first reads the copy's buffer.
     std::map<size_t, std::vector<size_t>> groups;

@@ -225,6 +225,46 @@ def test_a_gemm_only_consumer_keeps_one_wgmma_group_in_flight():
 
 
 
+@pytest.mark.parametrize("block_K,stages,buffers", [(32, 3, 4), (32, 2, 3), (64, 3, 3)])
+def test_a_gemm_only_loop_takes_one_more_stage_where_it_keeps_two_blocks_an_sm(block_K, stages, buffers):
+    """Released an iteration late, a stage of S keeps S - 1 loads ahead: the loop gets S + 1
+    buffers when they fit with the blocks per SM unchanged (128 x 128 x 32 tiles: 4 x 16 KB
+    and two blocks; 128 x 128 x 64: a fourth 32 KB stage would cost the second block)."""
+    src = tegula.compile(gemm_program_doc(1024, 1024, 1024, block_K, stages), out_idx=[-1],
+                         target="sm_90a").get_kernel_source()
+    assert "__launch_bounds__(256, 2)" in src
+    assert set(re.findall(r"mbar_wait\(&tma_bars_\d+\[\(k % (\d+)\)\]", src)) == {str(buffers)}
+
+
+def gemm_program_doc(M, N, K, block_K, stages):
+    """TileLang's examples/gemm program: 128 x 128 tiles, one warpgroup."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((128, block_K), "float16")
+            B_shared = T.alloc_shared((block_K, 128), "float16")
+            C_local = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=stages):
+                T.copy(A[by * 128, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * 128], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * 128, bx * 128])
+
+    return main
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_extra_stage_computes_what_torch_does(stages):
+    k = tegula.compile(gemm_program_doc(256, 256, 320, 32, stages), out_idx=[-1], target="sm_90a")
+    g = torch.Generator().manual_seed(stages)
+    a = torch.randn(256, 320, generator=g).half()
+    b = torch.randn(320, 256, generator=g).half()
+    ref = a.float() @ b.float()
+    assert torch.allclose(tegula.testing.simulate(k, a, b).float(), ref, rtol=1e-2, atol=1e-1)
+
+
 def eight_keys_attention_program():
     """Q (98 rows) in a 64-row tile with a swizzle of its own, 8 keys in one 32-key tile:
     the copy engine takes K and V, Q stays on cp.async."""
