@@ -14,7 +14,8 @@
 //             reduction's output is its input without the reduced dimension
 //   free    - an op's own choice (the fragment a reduction stages a shared source in), else
 //             the first loop still open gets a blocked layout with the widest vector that
-//             its memory accesses allow; then back to `common`
+//             its memory accesses allow (loops reading a fragment through a serial loop's
+//             variable first); then back to `common`
 // A loop that reads a fragment held in a layout other than the loop's (two gemms'
 // operands split differently over warps: a FullCol score gemm's output read into the
 // operand of the value gemm that every warp column holds whole) is not a conflict: the
@@ -638,9 +639,22 @@ class Inference {
       }
       return false;
     };
+    // A loop reading a fragment not yet laid out through a variable of a serial loop around
+    // it (lse[k, j] in `for k: for j in T.Parallel(128)`, TileLang's split-KV combine) goes
+    // first: the fragment then takes its layout extended over k (each thread holds its j
+    // for every k), where a blocked layout chosen by the loop writing the whole fragment
+    // would make every k step an exchange through shared memory.
+    auto extends = [&](const Nest* n) {
+      for (auto& a : n->fragments) {
+        if (!a.store && a.outer && !a.extend.empty() && !lm_.fragment.count(a.buf.get())) return true;
+      }
+      return false;
+    };
     std::stable_sort(open.begin(), open.end(), [&](const Nest* a, const Nest* b) {
       bool wa = waits(a), wb = waits(b);
-      return wa != wb ? wb : size(a) > size(b);
+      if (wa != wb) return wb;
+      bool ea = extends(a), eb = extends(b);
+      return ea != eb ? ea : size(a) > size(b);
     });
     for (Nest* np : open) {
       Nest& n = *np;

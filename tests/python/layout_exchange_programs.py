@@ -52,6 +52,44 @@ def combine_program(heads, num_split, dim, copy_rows=False):
     return combine
 
 
+def combine_rows_program(heads, num_split, dim):
+    """The combine as TileLang's GQA decode example writes it: lse held in half, the
+    partial outputs read a row at a time into 1-D fragments. Its lse[k, j] loops are laid
+    out first, so lse is held column by column for every k: no crossing, no barrier."""
+
+    @T.prim_func
+    def combine(glse: T.Tensor((heads, num_split), "float16"), part: T.Tensor((heads, num_split, dim), "float16"),
+                out: T.Tensor((heads, dim), "float16")):
+        with T.Kernel(heads, threads=128) as by:
+            po = T.alloc_fragment([dim], "float16")
+            acc = T.alloc_fragment([dim], "float32")
+            lse = T.alloc_fragment([num_split, 128], "float16")
+            logsum = T.alloc_fragment([128], "float32")
+            lse_max = T.alloc_fragment([128], "float32")
+            scale = T.alloc_fragment([128], "float32")
+            T.clear(logsum)
+            T.clear(acc)
+            for k, j in T.Parallel(num_split, 128):
+                lse[k, j] = glse[by, k]
+            T.reduce_max(lse, lse_max, dim=0, clear=True)
+            for k in T.serial(num_split):
+                for j in T.Parallel(128):
+                    logsum[j] += T.exp2(lse[k, j] - lse_max[j])
+            for j in T.Parallel(128):
+                logsum[j] = T.log2(logsum[j]) + lse_max[j]
+            for k in T.serial(num_split):
+                for i in T.Parallel(dim):
+                    po[i] = part[by, k, i]
+                for j in T.Parallel(128):
+                    scale[j] = T.exp2(lse[k, j] - logsum[j])
+                for i in T.Parallel(dim):
+                    acc[i] += po[i] * scale[i]
+            for i in T.Parallel(dim):
+                out[by, i] = acc[i]
+
+    return combine
+
+
 def combine_expected(glse: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
     w = torch.softmax(glse.double() * torch.log(torch.tensor(2.0, dtype=torch.float64)), -1)
     return (w[:, :, None] * part.double()).sum(1)

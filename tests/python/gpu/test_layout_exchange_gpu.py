@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import tegula
-from layout_exchange_programs import combine_expected, combine_program, row_max_program, split_store_program
+from layout_exchange_programs import (combine_expected, combine_program, combine_rows_program, row_max_program,
+                                      split_store_program)
 
 pytestmark = pytest.mark.gpu
 
@@ -17,6 +18,16 @@ def test_split_kv_combine(heads, num_split, dim, copy_rows):
     part = torch.randn(heads, num_split, dim, device="cuda")
     out = k(glse, part)
     torch.testing.assert_close(out.double().cpu(), combine_expected(glse.cpu(), part.cpu()), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("heads,num_split,dim", [(32, 8, 128), (3, 3, 64), (64, 16, 128)])
+def test_tilelangs_combine(heads, num_split, dim):
+    k = tegula.compile(combine_rows_program(heads, num_split, dim), out_idx=[2])
+    glse = (torch.randn(heads, num_split, device="cuda") * 2).half()
+    part = torch.randn(heads, num_split, dim, device="cuda").half()
+    out = k(glse, part)
+    torch.testing.assert_close(out.double().cpu(), combine_expected(glse.cpu().double(), part.cpu().double()),
+                               rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("rows,cols,accumulate", [(4, 128, False), (4, 128, True), (3, 64, True)])
