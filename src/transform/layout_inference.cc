@@ -644,9 +644,23 @@ class Inference {
     // first: the fragment then takes its layout extended over k (each thread holds its j
     // for every k), where a blocked layout chosen by the loop writing the whole fragment
     // would make every k step an exchange through shared memory.
+    // Only for a fragment every store of which is element-for-element (a loop over its
+    // whole shape then takes its layout) or through the same outer variables: a store in
+    // another order could not be made where the extended layout holds the element.
+    auto stored_plainly = [&](const BufferNode* b) {
+      for (auto& m : c_.nests) {
+        for (auto& a : m.fragments) {
+          if (a.buf.get() == b && a.store && !a.identity && a.extend.empty()) return false;
+        }
+      }
+      return true;
+    };
     auto extends = [&](const Nest* n) {
       for (auto& a : n->fragments) {
-        if (!a.store && a.outer && !a.extend.empty() && !lm_.fragment.count(a.buf.get())) return true;
+        if (!a.store && a.outer && !a.extend.empty() && !lm_.fragment.count(a.buf.get()) &&
+            stored_plainly(a.buf.get())) {
+          return true;
+        }
       }
       return false;
     };
