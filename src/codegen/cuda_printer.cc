@@ -200,22 +200,9 @@ class Printer {
       grid_y = y;
     }
     if (k_.panel_size > 0 && k_.block_vars.size() >= 2) {
-      // Rasterise in panels of panel_size rows (or columns) so neighbouring blocks share
-      // tiles in L2.
-      int P = k_.panel_size;
-      bool rows = k_.swizzle_row_major;
-      line() << "const int tegula_lin = " << raw[1] << " * gridDim.x + blockIdx.x;\n";
-      std::string across = rows ? grid_y : "gridDim.x", along = rows ? "gridDim.x" : grid_y;
-      line() << "const int tegula_panel = tegula_lin / (" << P << " * " << along << ");\n";
-      line() << "const int tegula_in = tegula_lin % (" << P << " * " << along << ");\n";
-      line() << "const int tegula_width = min(" << P << ", (int)" << across << " - tegula_panel * " << P << ");\n";
-      std::string a = "tegula_panel * " + std::to_string(P) + " + tegula_in % tegula_width";
-      std::string b = "tegula_in / tegula_width";
-      line() << "const int " << name(k_.block_vars[0]) << " = " << (rows ? b : a) << ";\n";
-      line() << "const int " << name(k_.block_vars[1]) << " = " << (rows ? a : b) << ";\n";
-      for (size_t d = 2; d < k_.block_vars.size(); ++d) {
-        line() << "const int " << name(k_.block_vars[d]) << " = " << raw[d] << ";\n";
-      }
+      std::vector<std::string> names;
+      for (auto& v : k_.block_vars) names.push_back(name(v));
+      for (auto& l : panel_block_indices(k_.panel_size, k_.swizzle_row_major, raw, grid_y, names)) line() << l << "\n";
       return;
     }
     for (size_t d = 0; d < k_.block_vars.size(); ++d) {
@@ -344,46 +331,10 @@ class Printer {
            access(src->buffer, src->indices, 1, true) + ")" + pc.close;
   }
 
-  std::string literal_float(double v, DataType t) {
-    std::string ct = cuda_type(t);
-    if (std::isinf(v)) return std::string(v > 0 ? "infinity" : "ninfinity") + "<" + ct + ">()";
-    char buf[64];
-    if (t.bits == 64) {
-      snprintf(buf, sizeof buf, "%.17g", v);
-      std::string s = buf;
-      if (s.find_first_of(".en") == std::string::npos) s += ".0";
-      return s;
-    }
-    snprintf(buf, sizeof buf, "%.9g", v);
-    std::string s = buf;
-    if (s.find_first_of(".en") == std::string::npos) s += ".0";
-    s += "f";
-    return t.bits == 32 ? s : "cast<" + ct + ">(" + s + ")";
-  }
-
-  // An integer literal of exactly its type: unsigned ones with their suffix (a uint64 is held
-  // as its bit pattern: 18446744073709551615ull), and the most negative int32 and int64
-  // spelled so that no literal is past its type (-2147483648 would be a long).
-  std::string literal_int(const IntImmNode* n) {
-    DataType t = n->dtype;
-    if (t.is_bool()) return n->value ? "true" : "false";
-    if (t.bits == 4) return "cast<" + cuda_type(t) + ">(" + std::to_string(n->value) + ")";  // int4b_t, uint4b_t
-    if (t.code == DataType::UInt) {
-      uint64_t v = static_cast<uint64_t>(n->value);
-      if (t.bits < 64) v &= (uint64_t(1) << t.bits) - 1;
-      return std::to_string(v) + (t.bits == 64 ? "ull" : t.bits == 32 ? "u" : "");
-    }
-    bool wide = t.bits == 64 || (wide_ints_ && t.bits == 32);
-    const char* suffix = wide ? "LL" : "";
-    if (n->value == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
-    if (n->value == std::numeric_limits<int32_t>::min()) return std::string("(-2147483647") + suffix + " - 1)";
-    return std::to_string(n->value) + suffix;
-  }
-
   std::string expr(const Expr& e) {
     switch (e.kind()) {
-      case NodeKind::IntImm: return literal_int(e.as<IntImmNode>());
-      case NodeKind::FloatImm: return literal_float(e.as<FloatImmNode>()->value, e.dtype());
+      case NodeKind::IntImm: return int_literal(e.as<IntImmNode>(), wide_ints_);
+      case NodeKind::FloatImm: return float_literal(e.as<FloatImmNode>()->value, e.dtype());
       case NodeKind::Var: return wide_ints_ && e.dtype().is_int() && e.dtype().bits == 32 ? "(long long)" + name(e) : name(e);
       case NodeKind::Not: return "(!" + expr(e.as<NotNode>()->a) + ")";
       case NodeKind::Select: {

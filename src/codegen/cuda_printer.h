@@ -1,6 +1,7 @@
 // CUDA C++ for a lowered kernel: the only place in the core that builds source text.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "ir/stmt.h"
 #include "transform/context.h"
@@ -22,6 +23,13 @@ constexpr int64_t kIndex32Limit = (int64_t(1) << 31) - (int64_t(1) << 20);
 // Whether a y or z grid extent can pass the hardware's 65535: the kernel then reads its
 // block indices from a folded launch grid (program.cc: launch_grid).
 bool folds_grid(const ir::Kernel& k);
+
+// T.use_swizzle(panel_size): the statements that declare the block variables `names`,
+// rasterising the grid in panels of `panel` rows (or columns) so neighbouring blocks share
+// tiles in L2. raw: each block index as read (blockIdx.x, the folded y, ...); grid_y: the
+// grid's y extent as the kernel knows it.
+std::vector<std::string> panel_block_indices(int panel, bool rows, const std::vector<std::string>& raw,
+                                             const std::string& grid_y, const std::vector<std::string>& names);
 
 // Whether the kernel has a grid barrier (T.sync_grid): it is then launched cooperatively
 // (every block resident at once), and includes <cooperative_groups.h>.

@@ -1,6 +1,10 @@
 // How the generated CUDA spells the IR's types and intrinsic calls (cuda_spellings.h).
 #include "codegen/cuda_spellings.h"
 
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
 #include "codegen/cuda_printer.h"
 #include "ir/functor.h"
 
@@ -153,6 +157,34 @@ std::string rng_call(const CallNode* c, const std::function<std::string(const Ex
   if (c->op == "rng_normal") return "tegula_rng.normal" + wide + "()";
   internal_error << "unknown random-number call '" << c->op << "'";
   return "";
+}
+
+std::string float_literal(double v, DataType t) {
+  std::string ct = cuda_type(t);
+  if (std::isinf(v)) return std::string(v > 0 ? "infinity" : "ninfinity") + "<" + ct + ">()";
+  char buf[64];
+  snprintf(buf, sizeof buf, t.bits == 64 ? "%.17g" : "%.9g", v);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  if (t.bits == 64) return s;
+  s += "f";
+  return t.bits == 32 ? s : "cast<" + ct + ">(" + s + ")";
+}
+
+std::string int_literal(const IntImmNode* n, bool wide_ints) {
+  DataType t = n->dtype;
+  if (t.is_bool()) return n->value ? "true" : "false";
+  if (t.bits == 4) return "cast<" + cuda_type(t) + ">(" + std::to_string(n->value) + ")";  // int4b_t, uint4b_t
+  if (t.code == DataType::UInt) {
+    uint64_t v = static_cast<uint64_t>(n->value);
+    if (t.bits < 64) v &= (uint64_t(1) << t.bits) - 1;
+    return std::to_string(v) + (t.bits == 64 ? "ull" : t.bits == 32 ? "u" : "");
+  }
+  bool wide = t.bits == 64 || (wide_ints && t.bits == 32);
+  const char* suffix = wide ? "LL" : "";
+  if (n->value == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
+  if (n->value == std::numeric_limits<int32_t>::min()) return std::string("(-2147483647") + suffix + " - 1)";
+  return std::to_string(n->value) + suffix;
 }
 
 bool evaluates_eagerly(const Expr& e) {

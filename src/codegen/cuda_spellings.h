@@ -40,6 +40,15 @@ bool pair_conversion(ir::DataType from, ir::DataType to, PairConversion* out);
 // is most of the loop's instructions.
 bool evaluates_eagerly(const ir::Expr& e);
 
+// A float literal of exactly its type: 17 significant digits for a double, 9 and an f
+// suffix for a float, a narrower float through cast<>; infinities as tegula::infinity<T>().
+std::string float_literal(double v, ir::DataType t);
+// An integer literal of exactly its type: unsigned ones with their suffix (a uint64 is held
+// as its bit pattern: 18446744073709551615ull), and the most negative int32 and int64
+// spelled so that no literal is past its type (-2147483648 would be a long). wide_ints:
+// int32 literals as long long (a kernel with a dimension past 2^31).
+std::string int_literal(const ir::IntImmNode* n, bool wide_ints);
+
 // `text` as a C string literal: quoted, with its quotes, backslashes and newlines escaped.
 std::string string_literal(const std::string& text);
 

@@ -91,6 +91,22 @@ bool records_events(const Kernel& k) {
   return found;
 }
 
+std::vector<std::string> panel_block_indices(int panel, bool rows, const std::vector<std::string>& raw,
+                                             const std::string& grid_y, const std::vector<std::string>& names) {
+  const std::string P = std::to_string(panel);
+  std::string across = rows ? grid_y : "gridDim.x", along = rows ? "gridDim.x" : grid_y;
+  std::string a = "tegula_panel * " + P + " + tegula_in % tegula_width", b = "tegula_in / tegula_width";
+  std::vector<std::string> out = {
+      "const int tegula_lin = " + raw[1] + " * gridDim.x + blockIdx.x;",
+      "const int tegula_panel = tegula_lin / (" + P + " * " + along + ");",
+      "const int tegula_in = tegula_lin % (" + P + " * " + along + ");",
+      "const int tegula_width = min(" + P + ", (int)" + across + " - tegula_panel * " + P + ");",
+      "const int " + names[0] + " = " + (rows ? b : a) + ";",
+      "const int " + names[1] + " = " + (rows ? a : b) + ";"};
+  for (size_t d = 2; d < names.size(); ++d) out.push_back("const int " + names[d] + " = " + raw[d] + ";");
+  return out;
+}
+
 bool folds_grid(const Kernel& k) {
   // A cluster is a tile of the launch grid itself: its blocks are never refolded.
   if (!k.cluster_dims.empty()) return false;
