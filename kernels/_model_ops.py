@@ -1,7 +1,7 @@
 """The model kernels as PyTorch operators: rotary embeddings, SwiGLU (alone and fused into
 the gate/up GEMM), residual add + RMSNorm, the grouped GEMM and the mixture-of-experts
 routing. kernels/_ops.py registers them beside the others, in the same three layers (the
-public function here, `_ops._call`, the module's eager entry point `_ops.EAGER[name]`).
+public function here, `_calls._call`, the module's eager entry point `_calls.EAGER[name]`).
 None has a backward: each public function refuses a floating input that requires grad
 (with grad recording on) before anything runs.
 
@@ -19,7 +19,7 @@ An op returns tensors, never None: rope's q or k given as None comes back from t
 an empty tensor, which the public function turns into None again. moe_align_block_size's
 op returns its five tensors, which the function wraps in a MoeAlignment. `out=` (swiglu,
 add_rms_norm) runs the eager entry point, which writes out itself; traced, it is the op
-and a copy into out (as `_ops._with_out`). The ops that take index tensors take
+and a copy into out (as `_calls._with_out`). The ops that take index tensors take
 `check_indices` too (kernels/_index_checks.py): None lets TEGULA_CHECK_INDICES decide.
 
 The fakes run the entry points' argument checks, then give each output the shape, dtype and strides the eager entry point gives it;
@@ -35,7 +35,7 @@ from typing import Optional
 import torch
 
 from . import _index_checks as index_checks
-from . import _ops
+from . import _calls
 from . import fused_norm as _fused_norm
 from ._attention import check_flag
 from ._common import VECTOR_BYTES, check_eps, check_out, describe
@@ -59,7 +59,7 @@ Tensor = torch.Tensor
 
 
 def _eager(name: str):
-    return _ops.EAGER[name]
+    return _calls.EAGER[name]
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,14 +218,14 @@ OPS = [
 # The public functions (re-exported by tegula.kernels).
 
 def _optional(op: str, name: str, value):
-    """None, or `_ops._tensor`'s tensor for value."""
+    """None, or `_calls._tensor`'s tensor for value."""
     if value is None:
         return None
     if not isinstance(value, torch.Tensor) and not (hasattr(value, "__dlpack__")
                                                     or hasattr(value, "__cuda_array_interface__")):
         raise TypeError(f"{op}: {name} must be None or a torch.Tensor (or an array exposing __dlpack__ or "
                         f"__cuda_array_interface__), got {describe(value)}")
-    return _ops._tensor(op, name, value)
+    return _calls._tensor(op, name, value)
 
 
 def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False, inplace: bool = False,
@@ -241,18 +241,18 @@ def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False,
     check_flag(op, "inplace", inplace)
     if q is None and k is None:
         raise TypeError(f"{op}: q and k are both None; pass at least one tensor to rotate")
-    q = None if q is None else _ops._tensor(op, "q", q)
-    k = None if k is None else _ops._tensor(op, "k", k)
+    q = None if q is None else _calls._tensor(op, "q", q)
+    k = None if k is None else _calls._tensor(op, "k", k)
     cos, sin, positions = (_optional(op, "cos", cos), _optional(op, "sin", sin),
                            _optional(op, "positions", positions))
-    _ops._refuse_all(op, q=q, k=k, cos=cos, sin=sin)
+    _calls._refuse_all(op, q=q, k=k, cos=cos, sin=sin)
     _rope._check_base(op, base)
     index_checks.check_switch(op, check_indices)
     args = (q, k, cos, sin, positions, interleaved, layout, float(base), check_indices)
     if inplace:
-        _ops._call("rope_", *args)
+        _calls._call("rope_", *args)
         return q, k
-    q_out, k_out = _ops._call("rope", *args)
+    q_out, k_out = _calls._call("rope", *args)
     return (None if q is None else q_out), (None if k is None else k_out)
 
 
@@ -260,20 +260,20 @@ def swiglu(x, up=None, out=None):
     """silu(gate) * up: x (..., 2I) holding gate then up, or x the gate and up of its
     shape. See the module `tegula.kernels.swiglu`. No backward."""
     op = "swiglu"
-    x, up = _ops._tensor(op, "x", x), _optional(op, "up", up)
-    _ops._refuse_all(op, x=x, up=up)
+    x, up = _calls._tensor(op, "x", x), _optional(op, "up", up)
+    _calls._refuse_all(op, x=x, up=up)
     if out is not None:
-        return _ops._with_out(_eager("swiglu"), out, x, up)
-    return _ops._call("swiglu", x, up)
+        return _calls._with_out(_eager("swiglu"), out, x, up)
+    return _calls._call("swiglu", x, up)
 
 
 def swiglu_linear(x, w_gate, w_up=None):
     """silu(x @ w_gateᵀ) * (x @ w_upᵀ) in one GEMM kernel; w_gate alone (2I, K) holds the
     gate rows, then the up rows. See the module `tegula.kernels.swiglu`. No backward."""
     op = "swiglu_linear"
-    x, w_gate, w_up = _ops._tensor(op, "x", x), _ops._tensor(op, "w_gate", w_gate), _optional(op, "w_up", w_up)
-    _ops._refuse_all(op, x=x, w_gate=w_gate, w_up=w_up)
-    return _ops._call("swiglu_linear", x, w_gate, w_up)
+    x, w_gate, w_up = _calls._tensor(op, "x", x), _calls._tensor(op, "w_gate", w_gate), _optional(op, "w_up", w_up)
+    _calls._refuse_all(op, x=x, w_gate=w_gate, w_up=w_up)
+    return _calls._call("swiglu_linear", x, w_gate, w_up)
 
 
 def add_rms_norm(x, residual, weight, eps: float = 1e-6, inplace: bool = False, out=None):
@@ -281,17 +281,17 @@ def add_rms_norm(x, residual, weight, eps: float = 1e-6, inplace: bool = False, 
     inplace=True h is written into residual and the h returned is residual. See
     `tegula.kernels.fused_norm.add_rms_norm`. No backward."""
     op = "add_rms_norm"
-    x, residual, weight = _ops._tensor(op, "x", x), _ops._tensor(op, "residual", residual), \
-        _ops._tensor(op, "weight", weight)
+    x, residual, weight = _calls._tensor(op, "x", x), _calls._tensor(op, "residual", residual), \
+        _calls._tensor(op, "weight", weight)
     eps = check_eps(op, eps)
     check_flag(op, "inplace", inplace)
-    _ops._refuse_all(op, x=x, residual=residual, weight=weight)
-    if out is not None and _ops._eager((x, residual, weight, out)):
+    _calls._refuse_all(op, x=x, residual=residual, weight=weight)
+    if out is not None and _calls._eager((x, residual, weight, out)):
         return _eager("add_rms_norm")(x, residual, weight, eps, inplace, out=out)
     if inplace:
-        y, h = _ops._call("add_rms_norm_", x, residual, weight, eps), residual
+        y, h = _calls._call("add_rms_norm_", x, residual, weight, eps), residual
     else:
-        y, h = _ops._call("add_rms_norm", x, residual, weight, eps)
+        y, h = _calls._call("add_rms_norm", x, residual, weight, eps)
     if out is None:
         return y, h
     check_out(op, out, y.shape, y)
@@ -303,11 +303,11 @@ def grouped_gemm(a, w, offsets, *, trans_w: bool = False, check_indices: Optiona
     every expert e, in one launch. See `tegula.kernels.grouped_gemm`, and
     kernels/_index_checks.py for check_indices. No backward."""
     op = "grouped_gemm"
-    a, w, offsets = _ops._tensor(op, "a", a), _ops._tensor(op, "w", w), _ops._tensor(op, "offsets", offsets)
+    a, w, offsets = _calls._tensor(op, "a", a), _calls._tensor(op, "w", w), _calls._tensor(op, "offsets", offsets)
     check_flag(op, "trans_w", trans_w)
     index_checks.check_switch(op, check_indices)
-    _ops._refuse_all(op, a=a, w=w)
-    return _ops._call("grouped_gemm", a, w, offsets, trans_w, check_indices)
+    _calls._refuse_all(op, a=a, w=w)
+    return _calls._call("grouped_gemm", a, w, offsets, trans_w, check_indices)
 
 
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int, check_indices: Optional[bool] = None):
@@ -315,13 +315,13 @@ def moe_align_block_size(topk_ids, num_experts: int, block_size: int, check_indi
     block_size: a MoeAlignment. See `tegula.kernels.moe.moe_align_block_size`, and
     kernels/_index_checks.py for check_indices."""
     op = "moe_align_block_size"
-    topk_ids = _ops._tensor(op, "topk_ids", topk_ids)
+    topk_ids = _calls._tensor(op, "topk_ids", topk_ids)
     # A size torch.compile traces symbolically (topk_ids.shape[1]) is checked by the eager
     # entry point, on the value it gets (moe._check_int).
     _moe._check_int(op, "num_experts", num_experts, 1, _moe.MAX_EXPERTS, "the experts ids may name")
     _moe._check_int(op, "block_size", block_size, 1, 1024, "the row tile of the expert GEMMs")
     index_checks.check_switch(op, check_indices)
-    return _moe.MoeAlignment(*_ops._call("moe_align_block_size", topk_ids, num_experts, block_size, check_indices))
+    return _moe.MoeAlignment(*_calls._call("moe_align_block_size", topk_ids, num_experts, block_size, check_indices))
 
 
 def moe_permute(x, sorted_token_ids, top_k: int, check_indices: Optional[bool] = None):
@@ -329,11 +329,11 @@ def moe_permute(x, sorted_token_ids, top_k: int, check_indices: Optional[bool] =
     padding. See `tegula.kernels.moe.moe_permute`, and kernels/_index_checks.py for
     check_indices. No backward."""
     op = "moe_permute"
-    x, sorted_token_ids = _ops._tensor(op, "x", x), _ops._tensor(op, "sorted_token_ids", sorted_token_ids)
+    x, sorted_token_ids = _calls._tensor(op, "x", x), _calls._tensor(op, "sorted_token_ids", sorted_token_ids)
     _moe._check_int(op, "top_k", top_k, 1, 1 << 16, "the experts a token is routed to")
     index_checks.check_switch(op, check_indices)
-    _ops._refuse_all(op, x=x)
-    return _ops._call("moe_permute", x, sorted_token_ids, top_k, check_indices)
+    _calls._refuse_all(op, x=x)
+    return _calls._call("moe_permute", x, sorted_token_ids, top_k, check_indices)
 
 
 def moe_combine(y, topk_weights, token_positions, check_indices: Optional[bool] = None):
@@ -341,8 +341,8 @@ def moe_combine(y, topk_weights, token_positions, check_indices: Optional[bool] 
     back in token order. See `tegula.kernels.moe.moe_combine`, and
     kernels/_index_checks.py for check_indices. No backward."""
     op = "moe_combine"
-    y, topk_weights = _ops._tensor(op, "y", y), _ops._tensor(op, "topk_weights", topk_weights)
-    token_positions = _ops._tensor(op, "token_positions", token_positions)
+    y, topk_weights = _calls._tensor(op, "y", y), _calls._tensor(op, "topk_weights", topk_weights)
+    token_positions = _calls._tensor(op, "token_positions", token_positions)
     index_checks.check_switch(op, check_indices)
-    _ops._refuse_all(op, y=y, topk_weights=topk_weights)
-    return _ops._call("moe_combine", y, topk_weights, token_positions, check_indices)
+    _calls._refuse_all(op, y=y, topk_weights=topk_weights)
+    return _calls._call("moe_combine", y, topk_weights, token_positions, check_indices)

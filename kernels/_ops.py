@@ -58,15 +58,14 @@ from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _re
 from ._attention import check_flag, check_num_split, check_sm_scale
 from ._attention_fakes import (_flash_attention_backward_fake, _flash_attention_fake, _flash_decode_fake,
                               _mla_decode_fake)
-from ._common import check_eps, check_out, describe, refuse_grad
+from ._calls import EAGER, NS, _FUNCTIONS, _IMPLS, _call, _eager, _op, _refuse_all, _tensor, _with_out  # noqa: F401
+from ._common import check_eps, refuse_grad
 from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
                          moe_combine, moe_permute, rope, swiglu, swiglu_linear)
 
 # Two modules share their function's name, which tegula.kernels re-exports over them.
 _softmax_mod = importlib.import_module(__package__ + ".softmax")
 _transpose_mod = importlib.import_module(__package__ + ".transpose")
-
-NS = "tegula"
 
 # The eager entry points, taken before `publish` rebinds the modules' public names to the
 # functions below.
@@ -76,66 +75,7 @@ _PUBLIC = {
     _gemm: ("matmul", "matmul_tuned"), _fa: ("flash_attention",), _fd: ("flash_decode",), _mla: ("mla_decode",),
     **_model_ops.PUBLIC,
 }
-EAGER = {name: getattr(module, name) for module, names in _PUBLIC.items() for name in names}
-
-
-def _interop():
-    from tegula import interop
-
-    return interop
-
-
-def _tensor(op: str, name: str, value):
-    """A torch.Tensor for `value`: itself, or a zero-copy view of a DLPack /
-    __cuda_array_interface__ producer (CuPy, JAX, Numba, ...). Anything else: TypeError
-    naming the argument."""
-    if isinstance(value, torch.Tensor):
-        return value
-    if not (hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor (or an array exposing __dlpack__ or "
-                        f"__cuda_array_interface__), got {describe(value)}")
-    return _interop().as_torch(value, f"{op}: {name}")
-
-
-def _op(name: str):
-    return getattr(getattr(torch.ops, NS), name)
-
-
-def _eager(args) -> bool:
-    """Whether a call may skip the dispatcher: not being traced (torch.compile, a dispatch
-    or function mode such as FakeTensorMode or make_fx), and every tensor a plain one on a
-    real device. A custom op's Python dispatch costs microseconds per call and, on its
-    first call in a process, seconds of torch's own imports; the eager path costs neither
-    and runs the same implementation (and, for grad, the same formulas)."""
-    if _compiling() or _dispatch_modes() or _function_modes():
-        return False
-    for a in args:
-        if type(a) is not torch.Tensor and type(a) is not _Parameter:
-            # A subclass (FakeTensor, a functional tensor, ...); nn.Parameter, a module's
-            # weight, is a plain tensor to the dispatcher and takes the eager road.
-            if isinstance(a, torch.Tensor):
-                return False
-        elif a.is_meta:
-            return False
-    return True
-
-
-_Parameter = torch.nn.Parameter
-_compiling = torch.compiler.is_compiling
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-
-
-def _call(name: str, *args):
-    """`torch.ops.tegula.<name>(*args)`, or its implementation directly when `_eager`
-    allows: through the op's autograd formula as a torch.autograd.Function when an input
-    requires grad (and grad recording is on), else the plain function."""
-    if not _eager(args):
-        return _op(name)(*args)
-    if name in _FUNCTIONS and torch.is_grad_enabled() and \
-            any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        return _FUNCTIONS[name].apply(*args)
-    return _IMPLS[name](*args)
+EAGER.update({name: getattr(module, name) for module, names in _PUBLIC.items() for name in names})
 
 
 def _define(name: str, fn, fake, backward=None, setup=None):
@@ -471,8 +411,6 @@ def _function(name, impl, backward, setup):
 
 
 OPS = {}
-_IMPLS = {}
-_FUNCTIONS = {}
 for _name, _fn, _fake, _bwd, _setup in _OPS:
     OPS[_name] = _define(_name, _fn, _fake, _bwd, _setup)
     _IMPLS[_name] = _fn
@@ -492,11 +430,6 @@ FORWARD_OPS = tuple(name for name, *_ in _OPS
 
 # ---------------------------------------------------------------------------------------
 # The public functions (re-exported by tegula.kernels).
-
-def _refuse_all(op: str, **named) -> None:
-    for name, t in named.items():
-        refuse_grad(op, name, t)
-
 
 def rms_norm(x, weight, eps: float = 1e-6, out=None):
     """torch.nn.functional.rms_norm(x, (N,), weight, eps) over the last dimension: see
@@ -654,18 +587,6 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
     out, lse = _call("mla_decode", q, kv_cache, cache_seqlens, block_table,
                      None if sm_scale is None else float(sm_scale), num_split, check_indices)
     return (out, lse) if return_lse else out
-
-
-def _with_out(entry, out, *args):
-    """An `out=` call: the eager entry point writes `out` in place. Traced (torch.compile,
-    FakeTensorMode, ...: whatever `_eager` refuses) it is the op and a copy into out.
-    Either way there is no backward through it (as for torch's own out= variants): an
-    input that requires grad is refused."""
-    if not _eager((*args, out)):
-        result = _op(entry.__name__)(*args)
-        check_out(entry.__name__, out, result.shape, result)
-        return out.copy_(result)
-    return entry(*args, out=out)
 
 
 def _publish() -> None:
