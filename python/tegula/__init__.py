@@ -13,6 +13,7 @@ from . import language, layout
 from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
 from .jit import JITKernel, KernelParam, compile, jit, lower, par_compile
+from . import eager as _eager  # noqa: F401 - gives tegula.jit its eager form
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning

@@ -37,6 +37,7 @@ import operator
 
 from .frontend.eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
 from .frontend.prim_func import PrimFunc, _source_and_tree
+from . import jit as _jit_module
 from .jit import JITKernel, _freeze
 
 _MISSING = inspect.Parameter.empty
@@ -328,3 +329,6 @@ def _dispatcher(jit: EagerJITFunction):
     dispatch.__qualname__ = jit.fn.__qualname__
     dispatch.__doc__ = jit.fn.__doc__
     return dispatch
+
+
+_jit_module._EAGER_FUNCTION.append(EagerJITFunction)

@@ -27,6 +27,7 @@ import warnings
 
 from . import env, jit_index, registers
 from .frontend.dtypes import is_packed, to_torch
+from .frontend.eager import is_eager
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc, parse_context
 from .transform import PYTHON_SIDE, to_options
@@ -679,6 +680,11 @@ class JITFunction:
         return self(*args, **kwargs).get_kernel_source()
 
 
+# The eager form's function class, EagerJITFunction: tegula/eager.py builds on this module
+# and puts it here when imported (tegula/__init__.py imports it).
+_EAGER_FUNCTION = []
+
+
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
         execution_backend=None, compile_flags=None):
     """`@tegula.jit` or `@tegula.jit(out_idx=[-1], ...)` on a function that returns a
@@ -691,10 +697,8 @@ def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=Fa
     def decorate(fn):
         if isinstance(fn, PrimFunc):
             return JITKernel(fn, **settings)
-        from . import eager  # imports this module
-
-        if eager.is_eager(fn):
-            return eager.EagerJITFunction(fn, settings)
+        if is_eager(fn):
+            return _EAGER_FUNCTION[0](fn, settings)
         return JITFunction(fn, settings)
 
     return decorate if func is None else decorate(func)

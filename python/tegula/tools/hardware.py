@@ -155,7 +155,7 @@ def measure_copy_bandwidth(device=None, nbytes: int = 1 << 30) -> float:
     process."""
     import torch
 
-    from ..profiler import do_bench
+    from ..bench import do_bench
 
     if not torch.cuda.is_available():
         raise RuntimeError("measure_copy_bandwidth needs a CUDA device (torch.cuda.is_available() is False here)")

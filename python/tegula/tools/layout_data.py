@@ -288,3 +288,8 @@ def bank_conflicts(address: np.ndarray, access: list, elem_bytes: int, vector_by
                     for r, c in cells:
                         mask[r, c] = True
     return mask, worst, extra
+
+
+def is_compiled_kernel(obj) -> bool:
+    """A compiled kernel (tegula.jit / tegula.compile): what has its buffers' layouts."""
+    return callable(getattr(obj, "layout_of", None)) and callable(getattr(obj, "layouts", None))

@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from .layout_data import (BANKS, STORAGES, WARP, WARPGROUP, BufferLayout, FragmentPicture, SharedPicture,
-                          from_fragment, from_storage)
+                          from_fragment, from_storage, is_compiled_kernel)
 
 FULL_LABELS = 1024   # cells up to which every cell gets its full label
 SHORT_LABELS = 4096  # ... and up to which a short one (thread / offset only)
@@ -58,12 +58,11 @@ def bank_color(bank: int) -> tuple[float, float, float]:
 
 def _layout_of(obj, buffer, kernel_index, shape, dtype, name) -> BufferLayout:
     """What plot_layout was given, as a BufferLayout."""
-    from ..jit import JITKernel
     from ..layout import Fragment, Layout
 
     if isinstance(obj, BufferLayout):
         return obj
-    if isinstance(obj, JITKernel):
+    if is_compiled_kernel(obj):
         if buffer is None:
             names = ", ".join(obj.layouts(kernel_index or 0))
             raise ValueError(f"plot_layout: give buffer=<name> to draw a buffer of kernel {obj!r}; "
