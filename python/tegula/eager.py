@@ -37,8 +37,7 @@ import operator
 
 from .frontend.eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
 from .frontend.prim_func import PrimFunc, _source_and_tree
-from . import jit as _jit_module
-from .jit import JITKernel, _freeze
+from .jit import _EAGER_FUNCTION, JITKernel, _freeze
 
 _MISSING = inspect.Parameter.empty
 __all__ = ["EagerJITFunction", "EagerArgumentError", "is_eager"]
@@ -331,4 +330,4 @@ def _dispatcher(jit: EagerJITFunction):
     return dispatch
 
 
-_jit_module._EAGER_FUNCTION.append(EagerJITFunction)
+_EAGER_FUNCTION.append(EagerJITFunction)

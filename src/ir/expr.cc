@@ -148,14 +148,9 @@ Buffer make_strided_buffer(const std::string& name, DataType t, std::vector<Expr
 
 Buffer make_address_buffer(const std::string& name, DataType t, std::vector<Expr> shape, std::vector<Expr> strides,
                            Expr address, SourceLoc loc) {
-  auto b = std::make_shared<BufferNode>();
-  b->name = name;
-  b->scope = Scope::Global;
-  b->dtype = t;
-  b->shape = std::move(shape);
-  b->strides = std::move(strides);
+  Buffer strided = make_strided_buffer(name, t, std::move(shape), std::move(strides), std::move(loc));
+  auto b = std::make_shared<BufferNode>(*strided);
   b->address = std::move(address);
-  b->loc = std::move(loc);
   return b;
 }
 

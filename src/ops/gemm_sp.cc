@@ -122,18 +122,7 @@ class GemmSp : public TileOp {
 
  private:
   static bool require(layout::FragmentPtr want, const Buffer& buf, const TileOpNode* op, transform::PassContext& ctx) {
-    transform::LayoutMap& layouts = ctx.layouts;
-    auto have = layouts.fragment.find(buf.get());
-    if (have != layouts.fragment.end()) {
-      user_assert(have->second->same_as(*want), op->loc)
-          << "layout conflict: T.gemm_sp needs " << want->describe() << " for '" << buf->name
-          << "', which already has " << have->second->describe() << " (decided at line "
-          << layouts.decided_at[buf.get()].line << ")";
-      return false;
-    }
-    layouts.fragment[buf.get()] = want;
-    layouts.decided_at[buf.get()] = op->loc;
-    return true;
+    return require_fragment_layout(ctx.layouts, buf, std::move(want), op);
   }
 
  public:

@@ -58,4 +58,19 @@ std::vector<int64_t> const_shape(const ir::Buffer& b, const SourceLoc& loc, cons
   return out;
 }
 
+bool require_fragment_layout(transform::LayoutMap& layouts, const ir::Buffer& buf, layout::FragmentPtr want,
+                             const ir::TileOpNode* op) {
+  auto have = layouts.fragment.find(buf.get());
+  if (have != layouts.fragment.end()) {
+    user_assert(have->second->same_as(*want), op->loc)
+        << "layout conflict: T." << op->op << " needs " << want->describe() << " for '" << buf->name
+        << "', which already has " << have->second->describe() << " (decided at line "
+        << layouts.decided_at[buf.get()].line << ")";
+    return false;
+  }
+  layouts.fragment[buf.get()] = want;
+  layouts.decided_at[buf.get()] = op->loc;
+  return true;
+}
+
 }  // namespace tegula::ops

@@ -32,6 +32,11 @@ class TileOp {
 // nullptr when no op has that name.
 const TileOp* find_tile_op(const std::string& name);
 
+// Fixes `buf`'s layout to `want` for tile op `op` (T.gemm, T.gemm_sp): true when it was
+// open; false when it already was `want`; a layout conflict at the op's line otherwise.
+bool require_fragment_layout(transform::LayoutMap& layouts, const ir::Buffer& buf, layout::FragmentPtr want,
+                             const ir::TileOpNode* op);
+
 // for v0, v1, ... in T.Parallel(extents...): body(vars)
 ir::Stmt make_parallel_nest(const std::vector<ir::Expr>& extents,
                             const std::function<ir::Stmt(const std::vector<ir::Expr>&)>& body,

@@ -1,4 +1,7 @@
 """Checks shared by the Python tests (importable as `helpers`, see conftest.py)."""
+import os
+
+import pytest
 import torch
 
 
@@ -26,3 +29,17 @@ def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str
     assert nan == 0, f"{what}: {nan} of {out.numel()} elements are NaN (never written?)"
     err = rel_err(out, ref)
     assert err <= tol, f"{what}: relative error {err:.3e} exceeds {tol:.1e}"
+
+
+def compile_error_of_source(src: str, tag: str):
+    """The TegulaCompileError that running `src` (a program ending in tegula.compile) raises,
+    the source written to build/_<tag>.py first so that the error can name its lines."""
+    import tegula
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "build", f"_{tag}.py")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(src)
+    with pytest.raises(tegula.TegulaCompileError) as info:
+        exec(compile(src, path, "exec"), {})  # noqa: S102
+    return info.value

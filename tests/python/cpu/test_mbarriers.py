@@ -7,13 +7,13 @@ simulator run the programs (their warpgroups as coroutines) and agree with torch
 a wait that nobody completes; a gemm operand picked from stacked stages runs on both interpreters; bad
 arguments are errors at the DSL line. The GPU runs of the programs:
 tests/python/gpu/test_mbarriers_gpu.py."""
-import os
 import re
 
 import pytest
 import torch
 
 import mbarrier_programs as bp
+from helpers import compile_error_of_source
 
 import tegula
 import tegula.language as T
@@ -185,13 +185,7 @@ def f(X: T.Tensor((128,), "float16"), Y: T.Tensor((128,), "float16")):
 {body}
 tegula.compile(f, target="{target}")
 '''
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "build", f"_bar_bad_{abs(hash(body))}.py")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(src)
-    with pytest.raises(tegula.TegulaCompileError) as info:
-        exec(compile(src, path, "exec"), {})
-    return info.value
+    return compile_error_of_source(src, f"bar_bad_{abs(hash(body))}")
 
 
 IND = "        "
