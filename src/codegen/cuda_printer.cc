@@ -434,6 +434,8 @@ class Printer {
                                                    kOrders[*as_const_int(c->args[2])] + ">"
                                              : "";
       auto* addr = c->args[0].as<BufferLoadNode>();
+      // A packed add (vectorize.cc): addr's lanes name the elements, the value is a Vec.
+      if (addr->dtype.lanes > 1) order = "_x" + std::to_string(addr->dtype.lanes);
       return "atomic_add" + order + "(&" + access(addr->buffer, addr->indices, 1, false) + ", " + expr(c->args[1]) + ")";
     }
     if (c->op == "cp_async") {
@@ -621,10 +623,7 @@ class Printer {
         auto* f = s.as<ForNode>();
         // The body runs with var >= min whatever the extent: a dynamic trip count still
         // leaves k % 2 of `for k in T.Pipelined(n)` the plain C form.
-        Interval lo = an_.bound(f->min), ext = an_.bound(f->extent);
-        if (lo.lo > -(int64_t(1) << 40)) {
-          an_.bind(f->var, Interval{lo.lo, ext.hi < (int64_t(1) << 40) ? lo.hi + ext.hi - 1 : Interval::everything().hi});
-        }
+        an_.bind_loop(f->var, f->min, f->extent, /*open_ended=*/true);
         if (f->for_kind == ForKind::Unrolled) line() << "#pragma unroll\n";
         if (f->for_kind == ForKind::Pipelined) line() << "// T.Pipelined(num_stages=" << f->num_stages << ")\n";
         std::string v = name(f->var), t = cuda_type(f->var.dtype());

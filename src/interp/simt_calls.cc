@@ -437,15 +437,25 @@ void Machine::wide_barrier(const CallNode* op, const Threads& ts) {
 // atomic_add(dst, value[, order]): each thread's add, in thread order; the values the
 // elements held before, per thread (what the call returns, for T.atomic_add(...,
 // return_prev=True)).
+// A packed add (an address of 2 or 4 lanes, vectorize.cc) adds each lane on its own.
 static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts) {
-  Vals old{1, std::vector<double>(ts.size(), 0.0)};
-  Address a = address_of(m, op->args.at(0), 1, ts, "an atomic_add");
+  int lanes = op->args.at(0).dtype().lanes;
+  Vals old{lanes, std::vector<double>(ts.size() * lanes, 0.0)};
+  Address a = address_of(m, op->args.at(0), lanes, ts, "an atomic_add");
   Vals v = m.eval(op->args.at(1), ts);
   m.require_defined(v, ts, "adds atomically");
   Storage* st = a.st;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    int64_t e = a.flat[i];
-    if (e < 0) continue;
+  int64_t step = lanes > 1 ? m.lane_step(st) : 1;
+  for (size_t n = 0; n < ts.size() * lanes; ++n) {
+    size_t i = n / lanes;
+    int l = int(n % lanes);
+    if (a.flat[i] < 0) continue;
+    int64_t e = a.flat[i] + l * step;
+    if (lanes > 1 && l == 0 && st->buf->address &&
+        !m.global_element(st, e, ts[i], lanes * st->buf->dtype.bytes())) {
+      a.flat[i] = -1;  // reported: a packed add at an address not aligned to its width
+      continue;
+    }
     // Atomics on one element do not race with each other: no tracking between them.
     int64_t p = st->buf->scope == Scope::Local ? int64_t(ts[i]) * st->size + e : e;
     if (st->buf->scope != Scope::Global && !st->written[p]) {
@@ -465,8 +475,8 @@ static Vals atomic_add(Machine& m, const CallNode* op, const Threads& ts) {
     }
     double* q = st->buf->scope == Scope::Global ? m.global_element(st, e, ts[i]) : st->data + p;
     if (!q) continue;
-    old.v[i] = *q;
-    *q = round_to_dtype(st->buf->dtype.element(), *q + v.at(i));
+    old.v[n] = *q;
+    *q = round_to_dtype(st->buf->dtype.element(), *q + v.at(i, v.lanes == 1 ? 0 : l));
     if (st->buf->scope != Scope::Global) st->written[p] = 1;
   }
   return old;

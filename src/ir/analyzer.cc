@@ -33,6 +33,18 @@ void Analyzer::bind(const Expr& var, int64_t lo, int64_t hi_exclusive) { ranges_
 void Analyzer::bind(const Expr& var, Interval iv) { ranges_[var.get()] = iv; }
 bool Analyzer::has_bound(const Expr& var) const { return ranges_.count(var.get()) > 0; }
 
+bool Analyzer::bind_loop(const Expr& var, const Expr& min, const Expr& extent, bool open_ended) {
+  constexpr int64_t kFar = int64_t(1) << 40;
+  Interval lo = bound(min), ext = bound(extent), end = bound(simplify(min + extent));
+  if (lo.lo <= -kFar) return false;
+  int64_t hi = Interval::everything().hi;
+  if (ext.hi < kFar) hi = lo.hi + ext.hi - 1;
+  if (end.hi < kFar) hi = std::min(hi, end.hi - 1);
+  if (hi < lo.lo || (hi >= kFar && !open_ended)) return false;
+  bind(var, Interval{lo.lo, hi});
+  return true;
+}
+
 Interval Analyzer::bound(const Expr& e) const {
   switch (e.kind()) {
     case NodeKind::IntImm: {

@@ -23,6 +23,12 @@ class Analyzer {
   void bind(const Expr& var, int64_t lo, int64_t hi_exclusive);
   void bind(const Expr& var, Interval iv);
   bool has_bound(const Expr& var) const;
+  // Binds a loop's variable for its body: min <= var < min + extent, the upper end the
+  // tighter of min's and extent's ranges added and the range of min + extent simplified
+  // (`for k in range(by * 4, 128)` is k < 128 whatever by is). Binds nothing when min has no
+  // lower bound, the loop never runs, or (unless open_ended) the end has no upper bound;
+  // open_ended binds var >= min alone then. Returns whether it bound var.
+  bool bind_loop(const Expr& var, const Expr& min, const Expr& extent, bool open_ended = false);
   // Declares var a multiple of d (T.assume(n % d == 0)); known_divisor reads it.
   void set_divisor(const Expr& var, int64_t d);
 

@@ -32,10 +32,7 @@ class ApplySafeValues : public IRMutator {
 
   // A loop's variable takes its range, so that reads it keeps inside the tensor stay plain.
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
-    Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
-    if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40) && ext.hi >= 1 && !an_.has_bound(op->var)) {
-      an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
-    }
+    if (!an_.has_bound(op->var)) an_.bind_loop(op->var, op->min, op->extent);
     return IRMutator::mutate_For(self, op);
   }
 

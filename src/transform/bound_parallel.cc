@@ -23,10 +23,7 @@ class BoundParallel : public IRMutator {
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     if (op->for_kind != ForKind::Parallel) {
-      Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
-      if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40) && ext.hi >= 1) {
-        an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
-      }
+      an_.bind_loop(op->var, op->min, op->extent);
       return IRMutator::mutate_For(self, op);
     }
     // The whole nest: `for i, j in T.Parallel(n, 128)` is two loops, and the guard of a

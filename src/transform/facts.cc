@@ -102,8 +102,7 @@ void Facts::bind(const Expr& var, const Expr& value) {
 }
 
 void Facts::bind_loop(const Expr& var, const Expr& min, const Expr& extent) {
-  Interval lo = an_.bound(min), ext = an_.bound(extent);
-  if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(var, Interval{lo.lo, lo.hi + ext.hi - 1});
+  an_.bind_loop(var, min, extent);
   assume(make_binary(BinaryOp::GE, var, min));
   assume(make_binary(BinaryOp::LT, var, an_.simplify(make_binary(BinaryOp::Add, min, extent))));
 }

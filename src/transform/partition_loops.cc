@@ -553,8 +553,7 @@ class Partitioner : public IRMutator {
   }
 
   void bind_loop(const ForNode* op) {
-    Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
-    if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
+    an_.bind_loop(op->var, op->min, op->extent);
   }
 
   Stmt one_slot(const NestInfo& n, int s) {

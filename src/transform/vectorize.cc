@@ -8,6 +8,10 @@
 //   out[v] = f(tmp_k[v], ...)                    scalar math, v = 0..vec-1
 //   dst[base+p : +w] = out[p:p+w]                stores of the widest vector dst's alignment allows
 // so a 16-byte global load can feed 4-byte stores into a padded shared tile.
+// A relaxed T.atomic_add into global memory groups the same way, its stores being
+// atomic_add(dst[base+p : +w], out[p:p+w]): w = 4 for float, 2 for half and bfloat16
+// (red.global.add.v4.f32 and friends; each lane's add is atomic on its own, as the
+// elementwise op promises), the value not reading dst.
 // Masks are per vector: each buffer's last dimension is a multiple of its width, so a
 // vector is wholly inside or wholly outside the tensor. Global loads inside an access's
 // indices (a gather C[Pos[s], i], a scatter) are masked one by one before the access's
@@ -110,6 +114,10 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   // do not read the vectorised dimension: `if row < n: out[row, j] = ...`) runs as one
   // vector store under those branches.
   std::vector<Expr> conds;
+  // A relaxed atomic add (T.atomic_add's element form, no memory order) into global memory
+  // is read as the store dst[i] = value: the group adds with the packed atomics
+  // (atomic_add_x2 / _x4, ops of each lane atomic on its own).
+  bool atomic = false;
   for (int v = 0; v < vec; ++v) {
     Stmt b = slot_body(n, g + v, k, ctx, an, false);
     std::vector<Expr> cv;
@@ -122,6 +130,15 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     if (cv.size() != conds.size()) return {};
     for (size_t c = 0; c < cv.size(); ++c) {
       if (!structural_equal(cv[c], conds[c])) return {};
+    }
+    auto* ev = b.as<EvaluateNode>();
+    auto* call = ev ? ev->value.as<CallNode>() : nullptr;
+    auto* addr = call && call->op == "atomic_add" && call->args.size() == 2 ? call->args[0].as<BufferLoadNode>() : nullptr;
+    if (v > 0 && atomic != bool(addr)) return {};
+    if (addr) {
+      if (addr->buffer->scope != Scope::Global || addr->dtype.lanes != 1) return {};
+      atomic = true;
+      b = make_store(addr->buffer, addr->indices, call->args[1], ev->loc);
     }
     bodies.push_back(b);
     auto* st = bodies.back().as<BufferStoreNode>();
@@ -167,12 +184,24 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
   }
   bool dst_memory = is_memory(dst);
   int store_width = 1;
+  if (atomic) {
+    // The value must not read what the group adds to; the packed adds exist for float (4
+    // lanes) and the 16-bit floats (2), any other type adds lane by lane.
+    for (size_t j = 0; j < nloads; ++j) {
+      if (loads[0].loads[j]->buffer == dst) return {};
+    }
+  }
   if (dst_memory) {
     if (!vectorizable(k, dst)) return {};
     std::vector<std::vector<Expr>> idx;
     for (int v = 0; v < vec; ++v) idx.push_back(stores[v]->indices);
     if (classify(an, idx) != 1) return {};
-    store_width = aligned_width(an, dst, idx[0], vec, ctx.options.dynamic_alignment);
+    int limit = vec;
+    if (atomic) {
+      DataType t = dst->dtype.element();
+      limit = t == DataType::f32() ? std::min(vec, 4) : (t.is_float() && t.bits == 16) ? std::min(vec, 2) : 1;
+    }
+    store_width = aligned_width(an, dst, idx[0], limit, ctx.options.dynamic_alignment);
     any_vector |= store_width > 1;
   } else {
     for (int v = 0; v < vec; ++v) {
@@ -245,7 +274,10 @@ Stmt vectorize_group(const NestInfo& n, int g, int vec, Kernel& k, PassContext& 
     for (int p = 0; p < vec; p += store_width) {
       const BufferStoreNode* st = stores[p];
       std::vector<Expr> idx = indices(st->indices);
-      Stmt store = make_store(dst, idx, make_load(out_tmp, {make_int(p)}, st->loc, store_width), st->loc);
+      Expr value = make_load(out_tmp, {make_int(p)}, st->loc, store_width);
+      Stmt store = atomic ? make_evaluate(make_call("atomic_add", {make_load(dst, idx, st->loc, store_width), value},
+                                                    value.dtype(), st->loc), st->loc)
+                          : make_store(dst, idx, value, st->loc);
       Expr cond = mask && dst->scope == Scope::Global ? in_bounds(an, dst, idx) : Expr();
       out.push_back(cond ? make_if(cond, store, {}, st->loc) : store);
     }

@@ -101,8 +101,7 @@ class VectorizeLoops : public IRMutator {
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     Analyzer saved = an_;
-    Interval lo = an_.bound(op->min), ext = an_.bound(op->extent);
-    if (lo.lo > -(int64_t(1) << 40) && ext.hi < (int64_t(1) << 40)) an_.bind(op->var, Interval{lo.lo, lo.hi + ext.hi - 1});
+    an_.bind_loop(op->var, op->min, op->extent);
     Stmt body = mutate(op->body);
     an_ = saved;
     if (op->for_kind != ForKind::Vectorized) {

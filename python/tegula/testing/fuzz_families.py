@@ -275,11 +275,15 @@ def gen_atomic(k: Kernel) -> None:
         k.body.close(2)
         k.features.add("atomic_element")
     else:
-        S = k.tensor("S", src_shape, shape, dt, role="inout", values=c.choice(["zeros", "ints"]))
+        # A float16 destination too: a tile's adds run as packed pairs where aligned (the
+        # values stay small integers, exact in half).
+        sdt = "float16" if dt == "float32" and c.flip(0.5) else dt
+        k.dtypes.add(sdt)
+        S = k.tensor("S", src_shape, shape, sdt, role="inout", values=c.choice(["zeros", "ints"]))
         xf = load_tile(k, tiling, X, "fragment", dt, "x_tile")
         for _ in range(c.int(1, 2)):
             k.body.emit(f"T.atomic_add({tiling.corner(S)}, {xf})")
-        k.features.add("atomic_tile")
+        k.features.add("atomic_tile" if sdt == dt else "atomic_tile_half")
 
 
 def gen_gemm(k: Kernel) -> None:
