@@ -70,6 +70,7 @@ void Collector::note(const Buffer& b, const std::vector<Expr>& idx, bool store) 
   if (b->scope == Scope::Global || b->scope == Scope::Shared) {
     int bytes = b->dtype.bytes();
     current_->min_mem_bytes = current_->min_mem_bytes ? std::min(current_->min_mem_bytes, bytes) : bytes;
+    current_->scattered |= k_.global_layouts.count(b.get()) > 0;
     return;
   }
   if (b->scope != Scope::Fragment) return;

@@ -42,11 +42,13 @@ struct Nest {
   ScopeRef scope;
   // The variables of the serial loops around the nest with constant bounds: [lo, hi].
   std::map<const ir::ExprNode*, std::pair<int64_t, int64_t>> around;
+  bool scattered = false;  // touches a global tensor under a T.Layout: no vector there
 };
 
 class Collector : public ir::IRVisitor {
  public:
-  explicit Collector(const ir::Kernel& k) : scope_{ir::Expr(), k.threads, ir::ThreadRange{0, k.threads}} {}
+  explicit Collector(const ir::Kernel& k)
+      : k_(k), scope_{ir::Expr(), k.threads, ir::ThreadRange{0, k.threads}} {}
   std::vector<Nest> nests;
   std::vector<const ir::TileOpNode*> ops;
   std::map<const ir::TileOpNode*, ScopeRef> op_scope;
@@ -69,6 +71,7 @@ class Collector : public ir::IRVisitor {
   // under a thread guard and outside it (or under another) has no layout for both.
   void used_by_scope(const ir::Buffer& b, const SourceLoc& loc);
 
+  const ir::Kernel& k_;
   Nest* current_ = nullptr;
   std::map<const ir::ExprNode*, std::pair<int64_t, int64_t>> around_;  // see Nest::around
   ScopeRef scope_;

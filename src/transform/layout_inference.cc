@@ -470,10 +470,17 @@ class Inference {
         lm_.loop[n.outer] = l;
         return true;
       }
+      int threads = int(n.scope.count);
+      if (n.fragments.empty() && n.scattered) {
+        // A copy from or to a tensor under a T.Layout, which has no vectors: consecutive
+        // threads take consecutive elements, dealt out evenly over every thread.
+        lm_.loop[n.outer] = layout::make_blocked(n.extents, threads, 1);
+        return true;
+      }
       // Rows to power-of-two thread groups, so that reductions along the last dimension
       // are butterflies and every thread's accesses stay in one row.
       int vec = layout::choose_row_vector(n.extents.back(), bytes);
-      lm_.loop[n.outer] = layout::make_row_blocked(n.extents, int(n.scope.count), vec);
+      lm_.loop[n.outer] = layout::make_row_blocked(n.extents, threads, vec);
       return true;
     }
     return false;

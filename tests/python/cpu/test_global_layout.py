@@ -4,6 +4,7 @@ share the annotation pass a tensor between them, the generated code neither vect
 nor bulk-copies such a tensor, and a map that is not a one-to-one rearrangement is an
 error at the annotation's line."""
 import os
+import re
 import sys
 
 import pytest
@@ -51,6 +52,17 @@ def test_the_mapped_tensor_is_accessed_element_by_element():
     assert any("* 32 + (((tx" in line for line in reads)  # the map's last position: 4 * (l % 8) + ...
     k = tegula.compile(convert_program(SHAPE), out_idx=[1], target="sm_90a")
     assert not k._lowered.tensor_maps
+
+
+def test_a_copy_through_the_map_deals_consecutive_elements_to_consecutive_threads():
+    # No vector can cross the mapped side, so neither side takes one: thread tx writes
+    # element tx of each run of 128, as the unmapped side lies, and every thread has work.
+    src = tegula.compile(convert_program(SHAPE), out_idx=[1], target="sm_90a").get_kernel_source()
+    writes = [line for line in src.splitlines() if line.strip().startswith("out[")]
+    assert writes and all("Vec<" not in line for line in writes)
+    # The output's last index moves with tx alone (tx, tx % 32, ...): no lane-times-width term.
+    assert all(re.search(r"\+ \(?tx( % \d+)?\)?\] = ", line) for line in writes), writes[:2]
+    assert "if (" not in src[src.index("__global__"):], "some threads are left idle"
 
 
 def _error(fn):
