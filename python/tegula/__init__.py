@@ -14,6 +14,8 @@ from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
 from .jit import JITKernel, KernelParam, compile, jit, lower, par_compile
 from . import eager as _eager  # noqa: F401 - gives tegula.jit its eager form
+from . import profiler  # gives JITKernel.get_profiler its Profiler
+from .profiler import TensorSupplyType
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning
@@ -75,16 +77,12 @@ def is_cache_enabled() -> bool:
 
 
 def __getattr__(name: str):
-    # profiler.py and autotuner.py are separate modules (and autotuner may not exist in
-    # every build); load them on first use so `import tegula` stays light.
+    # ops.py (custom_op) and autotuner.py (which may not exist in every build) load on
+    # first use, so that `import tegula` stays light.
     import importlib
 
     if name == "custom_op":
         return importlib.import_module(".ops", __name__).custom_op
-    if name == "profiler":
-        return importlib.import_module(".profiler", __name__)
-    if name == "TensorSupplyType":
-        return importlib.import_module(".profiler", __name__).TensorSupplyType
     if name in ("autotune", "autotuner"):
         try:
             module = importlib.import_module(".autotuner", __name__)

@@ -105,16 +105,22 @@ def do_bench(fn, warmup=25, rep=100, _n_warmup=0, _n_repeat=0, quantiles=None, f
         return _bench_cupti(fn, flush, n_repeat)
     if backend == "cudagraph":
         return _summary(_bench_cudagraph(fn, flush, n_repeat), quantiles, return_mode)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-    for i in range(n_repeat):
+    return _summary(_event_times(fn, flush, n_repeat), quantiles, return_mode)
+
+
+def _event_times(run, flush, count: int) -> list:
+    """The times in ms of `count` calls of `run` on the current stream, each between two
+    CUDA events, the L2 flush (when given) ahead of each outside them."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    for i in range(count):
         if flush is not None:
             flush.zero_()
         starts[i].record()
-        fn()
+        run()
         ends[i].record()
     torch.cuda.synchronize()
-    return _summary([s.elapsed_time(e) for s, e in zip(starts, ends)], quantiles, return_mode)
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 def _bench_cupti(fn, flush, n_repeat: int) -> float:
@@ -157,13 +163,5 @@ def _bench_cudagraph(fn, flush, n_repeat: int, replays: int = 10) -> list:
             for _ in range(n_repeat):
                 fn()
         torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        for i in range(replays):
-            if flush is not None:
-                flush.zero_()
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-    return [s.elapsed_time(e) / n_repeat for s, e in zip(starts, ends)]
+        times = _event_times(graph.replay, flush, replays)
+    return [t / n_repeat for t in times]

@@ -38,6 +38,7 @@ import operator
 from .frontend.eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
 from .frontend.prim_func import PrimFunc, _source_and_tree
 from .jit import _EAGER_FUNCTION, JITKernel, _freeze
+from .parallel_compile import par_compile_configs
 
 _MISSING = inspect.Parameter.empty
 __all__ = ["EagerJITFunction", "EagerArgumentError", "is_eager"]
@@ -268,8 +269,6 @@ class EagerJITFunction:
         """`.compile` for each configuration (a dict of keywords or a tuple; a T.ptr
         parameter's value may be `T.ptr()`), NVRTC building the kernels in parallel; calls
         with tensors of those sizes then use them."""
-        from .jit import par_compile_configs
-
         return par_compile_configs(self.compile, configs, num_workers, ignore_error)
 
     def cache_clear(self) -> None:

@@ -30,6 +30,7 @@ from .frontend.dtypes import is_packed, to_torch
 from .frontend.eager import is_eager
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc, parse_context
+from .parallel_compile import build_in_parallel, guarded, par_compile_configs
 from .transform import PYTHON_SIDE, to_options
 
 _BACKENDS = (None, "auto", "cython", "ctypes", "nvrtc", "tvm_ffi", "dlpack", "torch")
@@ -320,11 +321,11 @@ class JITKernel:
         return plot_layout(self.layout_of(buffer_name, options.pop("kernel_index", None)), path, **options)
 
     def get_profiler(self, tensor_supply_type=None):
-        from . import profiler
-
+        """TileLang's `kernel.get_profiler()`: a tegula.profiler.Profiler of this kernel
+        (inputs supplied as `tensor_supply_type` says; default Auto)."""
         if tensor_supply_type is None:
-            tensor_supply_type = profiler.TensorSupplyType.Auto
-        return profiler.Profiler(self, tensor_supply_type)
+            return _PROFILER[0](self)
+        return _PROFILER[0](self, tensor_supply_type)
 
     def run_once(self, func=None):
         """TileLang's `kernel.run_once()`: one run on generated inputs (the profiler's
@@ -451,65 +452,9 @@ def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", targ
     for index, func in enumerate(funcs):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"par_compile: funcs[{index}] must be a T.prim_func, got {type(func).__name__}")
-        kernels.append(_guarded(ignore_error, f"funcs[{index}]", compile, func, out_idx=out_idx, target=target,
+        kernels.append(guarded(ignore_error, f"funcs[{index}]", compile, func, out_idx=out_idx, target=target,
                                 pass_configs=pass_configs, verbose=verbose, execution_backend=execution_backend,
                                 compile_flags=compile_flags))
-    return build_in_parallel(kernels, num_workers, ignore_error)
-
-
-def _guarded(ignore_error: bool, what: str, fn, *args, **kwargs):
-    if not ignore_error:
-        return fn(*args, **kwargs)
-    try:
-        return fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - ignore_error: reported, the caller gets None
-        warnings.warn(f"par_compile: {what} failed to compile and is None: {type(err).__name__}: {err}", stacklevel=3)
-        return None
-
-
-def build_in_parallel(kernels: list, num_workers=None, ignore_error: bool = False) -> list:
-    """Builds (NVRTC, through the cache) every kernel of `kernels` not built yet, in
-    threads; a build that fails is raised, or with `ignore_error` its kernel becomes None."""
-    import concurrent.futures
-
-    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
-                                    or num_workers < 1):
-        raise ValueError(f"par_compile: num_workers must be a positive int or None, got {num_workers!r}")
-    jobs = [(position, index) for position, kernel in enumerate(kernels)
-            if kernel is not None and kernel.__dict__.get("_program") is None
-            for index in range(len(kernel._lowered_all))]
-    if not jobs:
-        return kernels
-    workers = num_workers or min(len(jobs), os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(workers, "tegula-par-compile") as pool:
-        futures = [(position, pool.submit(kernels[position]._lowered_all[index].compile)) for position, index in jobs]
-    failed = {}
-    for position, future in futures:
-        if future.exception() is not None and position not in failed:
-            failed[position] = future.exception()
-    for position, err in failed.items():
-        if not ignore_error:
-            raise err
-        warnings.warn(f"par_compile: kernel {position} failed to build and is None: {err}", stacklevel=3)
-        kernels[position] = None
-    return kernels
-
-
-def _config_call(fn, config, index: int):
-    """One configuration of a function's par_compile: a dict of keyword arguments or a
-    tuple of positional ones."""
-    if isinstance(config, dict):
-        return fn(**config)
-    if isinstance(config, tuple):
-        return fn(*config)
-    raise ValueError(f"par_compile: configs[{index}] must be a dict of keyword arguments or a tuple of positional "
-                     f"ones, got {type(config).__name__}")
-
-
-def par_compile_configs(fn, configs, num_workers, ignore_error) -> list[JITKernel]:
-    """`fn.par_compile(configs)` of a @jit function: each configuration compiled (and
-    cached as a call with those arguments would be), the NVRTC builds in threads."""
-    kernels = [_guarded(ignore_error, f"configs[{i}]", _config_call, fn, c, i) for i, c in enumerate(list(configs))]
     return build_in_parallel(kernels, num_workers, ignore_error)
 
 
@@ -680,9 +625,12 @@ class JITFunction:
         return self(*args, **kwargs).get_kernel_source()
 
 
-# The eager form's function class, EagerJITFunction: tegula/eager.py builds on this module
-# and puts it here when imported (tegula/__init__.py imports it).
+# What the modules above the JIT hand it, each when imported (tegula/__init__.py imports
+# both), so that this module never imports them: the eager form's function class,
+# EagerJITFunction (tegula/eager.py), and the Profiler class get_profiler returns
+# (tegula/profiler.py).
 _EAGER_FUNCTION = []
+_PROFILER = []
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
