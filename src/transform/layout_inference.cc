@@ -478,8 +478,20 @@ class Inference {
         return true;
       }
       // Rows to power-of-two thread groups, so that reductions along the last dimension
-      // are butterflies and every thread's accesses stay in one row.
+      // are butterflies and every thread's accesses stay in one row. A loop that reads or
+      // writes a fragment across a serial loop (lse[k, j] in `for k: for j in
+      // T.Parallel(128)`) sets the fragment's layout, extended over k, and so how many
+      // threads every later loop over it runs on: its vector is no wider than leaves a
+      // thread idle (the combine's 128 columns on 128 threads, one each). Every such loop
+      // chooses alike, so a store and a read of the fragment agree.
       int vec = layout::choose_row_vector(n.extents.back(), bytes);
+      bool across_serial = false;
+      for (auto& a : n.fragments) across_serial |= a.outer && !a.extend.empty();
+      if (across_serial) {
+        int64_t total = 1;
+        for (int64_t e : n.extents) total *= e;
+        vec = std::min(vec, layout::choose_vector(n.extents.back(), total, threads, bytes));
+      }
       lm_.loop[n.outer] = layout::make_row_blocked(n.extents, threads, vec);
       return true;
     }

@@ -56,6 +56,15 @@ def test_tilelangs_combine_reads_lse_from_registers():
     assert "_exchange" not in combine and "__syncthreads" not in combine and "barrier_sync" not in combine
 
 
+def test_tilelangs_combine_runs_on_every_thread():
+    # 128 columns over 128 threads: one column each, where a 16-byte row vector would have
+    # put 8 on each of 16 threads and left the rest idle for the whole kernel.
+    src = tegula.compile(combine_rows_program(32, 8, 128), out_idx=[2], target="sm_90a").get_kernel_source()
+    combine = src[src.index("__global__"):]
+    assert "float logsum[1]" in combine and "half_t lse[8]" in combine, combine[:600]
+    assert "if (" not in combine
+
+
 @pytest.mark.parametrize("run", RUNS, ids=["reference", "simulate"])
 @pytest.mark.parametrize("heads,num_split,dim", [(2, 8, 128), (3, 3, 64)])
 def test_tilelangs_combine_agrees_with_torch(run, heads, num_split, dim):
