@@ -1,7 +1,11 @@
 """Host cost of one launch: how long the CPU spends in a call that launches a small kernel,
 for our jit kernel object called directly (three tensors: x, y and a preallocated z of
-1×1024 float16), the same kernel with out_idx (it allocates z), our `add` entry point,
-torch.add(x, y, out=z), and a Triton kernel doing the same add when triton is importable.
+1×1024 float16), the same launcher reached through a Python property `__call__` (how a
+kernel call dispatched before calls got their own slot, kept here as the baseline that
+slot must not lose to), the same kernel with out_idx (it allocates z), our `add` entry
+point, torch.add(x, y, out=z), a Triton kernel doing the same add when triton is
+importable, and a function calling the out_idx kernel under torch.compile (through the
+kernel's operator) beside torch.compile of x + y.
 
 The GPU work is a few microseconds, so back-to-back launches without synchronising measure
 the host path alone: argument checks, packing, the driver call. Wall clock over many
@@ -10,6 +14,7 @@ Target: at most 2.5 µs per launch through the jit kernel object given its three
 
     python benchmarks/bench_launch.py         # OUT=dir also writes dir/bench_launch.json
 """
+import operator
 import statistics
 import sys
 import time
@@ -106,8 +111,27 @@ def main() -> int:
     except Exception as exc:
         alloc_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
+    class _PropertyCall:  # the dispatch before the call slot: a property handing out the launcher
+        __call__ = property(operator.attrgetter("_call"))
+
+        def __init__(self, launch):
+            self._call = launch
+
+    via_property = _PropertyCall(kernel._call) if kernel is not None else None
+    compiled, compiled_torch, compiled_error = None, None, None
+    try:
+        compiled = torch.compile(lambda a, b: allocating(a, b), fullgraph=True)
+        compiled_torch = torch.compile(lambda a, b: a + b, fullgraph=True)
+        if not torch.equal(compiled(x, y), x + y):
+            compiled_error = "WRONG: the compiled call's result differs from x + y"
+        compiled_torch(x, y)
+    except Exception as exc:
+        compiled_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    compiled_torch_us = per_launch_us(lambda: compiled_torch(x, y)) if compiled_error is None else None
+
     rows = [
         _row("jit kernel(x, y, z)", lambda: kernel(x, y, z), torch_us, TARGET_US, error),
+        _row("the same launcher through a property __call__", lambda: via_property(x, y, z), torch_us, None, error),
         _row("jit kernel(x, y) with out_idx (allocates z)", lambda: allocating(x, y), torch_us, None, alloc_error),
         _row("add(x, y, out=z) entry point", lambda: add(x, y, out=z), torch_us, None, error),
         {"case": "torch.add(x, y, out=z)", "us": torch_us, "torch_us": torch_us,
@@ -122,6 +146,11 @@ def main() -> int:
         except Exception as exc:
             triton_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         rows.append(_row("triton add[grid](x, y, z, n)", lambda: triton_add(x, y, z), torch_us, None, triton_error))
+    rows.append(_row("torch.compile(lambda a, b: kernel(a, b)) (out_idx)", lambda: compiled(x, y), torch_us, None,
+                     compiled_error))
+    if compiled_torch_us is not None:
+        rows.append({"case": "torch.compile(lambda a, b: a + b)", "us": compiled_torch_us, "torch_us": torch_us,
+                     "vs_torch": torch_us / compiled_torch_us, "target": "-", "status": "-"})
     common.write_json("launch", rows, shape=list(SHAPE), count=COUNT, rounds=ROUNDS)
     columns = [("case", "case", "s"), ("host us/launch", "us", ".2f"),
                ("torch us/launch", "torch_us", ".2f"), ("torch/ours", "vs_torch", ".2f"),

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 
+import torch
+
+from . import env, traced
 from .frontend.eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
 from .frontend.prim_func import PrimFunc, _source_and_tree
 from .jit import _EAGER_FUNCTION, JITKernel, _freeze
@@ -43,7 +45,8 @@ from .parallel_compile import par_compile_configs
 _MISSING = inspect.Parameter.empty
 __all__ = ["EagerJITFunction", "EagerArgumentError", "is_eager"]
 
-_PREFIX = "_tegula_"  # names of the generated dispatcher; a parameter may not start with it
+_PREFIX = "_tegula_"
+_FAST_CALL = []  # names of the generated dispatcher; a parameter may not start with it
 
 
 class _Template:
@@ -111,10 +114,17 @@ class EagerJITFunction:
         self._fast: dict = {}  # the dispatcher's key -> _Entry
         self._mask = None  # the template mask the dispatcher was generated for
         self._dispatch = self._call_arguments
+        self._trace_key = traced.register(self)
+        if not _FAST_CALL:
+            env.native().install_fast_call(EagerJITFunction, "_dispatch")
+            _FAST_CALL.append(True)
         functools.update_wrapper(self, fn)
 
-    # A call goes straight to the generated dispatcher (as JITKernel's goes to C++).
-    __call__ = property(operator.attrgetter("_dispatch"))
+    # A call goes straight to the generated dispatcher (as JITKernel's goes to C++):
+    # CPython calls `self._dispatch` through the slot install_fast_call sets; Dynamo reads
+    # this __call__ and traces the dispatcher.
+    def __call__(self, *args, **kwargs):
+        return self._dispatch(*args, **kwargs)
 
     # ---- arguments ----
     def _get_layout(self):
@@ -167,7 +177,10 @@ class EagerJITFunction:
 
     def _call(self, values: list, sizes):
         """The slow path: find or make the kernel for these arguments, index it for the
-        dispatcher, launch."""
+        dispatcher, launch. Traced by torch.compile's Dynamo, the kernel is found outside
+        the trace and called through its operator (traced.py)."""
+        if torch.compiler.is_dynamo_compiling():
+            return traced.eager_call(self, values, sizes)
         layout = self._get_layout()
         template = self._templates.get(self._constants(values, sizes))
         kernel = None
@@ -186,6 +199,31 @@ class EagerJITFunction:
             self._index_fast(values, template, kernel)
         out = kernel(*[values[i] for i in template.input_pos])
         return list(out) if template.several else out
+
+    def kernel_for(self, values: list, sizes):
+        """The kernel a call with these arguments runs, found or compiled: a tensor may be
+        a stand-in with a shape (None for a size the kernel is not compiled for) and a
+        dtype, a scalar None (traced.py)."""
+        template = self._templates.get(self._constants(values, sizes))
+        if template is not None:
+            try:
+                kernel = template.kernels.get(template.key(values))
+            except (AttributeError, IndexError, TypeError):
+                kernel = None
+            if kernel is not None:
+                return kernel
+        kernel_names, kernel_pos = self._get_layout()[:2]
+        func = self._parse(values, sizes, {n: values[i] for n, i in zip(kernel_names, kernel_pos)})
+        kernel = self._kernel(func)
+        template = self._template(values, sizes, func)
+        template.kernels[template.key(values)] = kernel
+        return kernel
+
+    def template_mask(self, values: list, sizes) -> tuple | None:
+        """The sizes kernels of these constants are compiled for, as _Template.mask; None
+        before the first."""
+        template = self._templates.get(self._constants(values, sizes))
+        return None if template is None else tuple(template.mask)
 
     def _cached(self, values):
         template = self._templates.get(self._constants(values, None))
@@ -292,7 +330,7 @@ def _dispatcher(jit: EagerJITFunction):
     if any(name.startswith(_PREFIX) for name in names) or not jit.fn.__name__.isidentifier():
         return None
     kernel_names, _, const_pos, _ = jit._get_layout()
-    env = {f"{_PREFIX}get": jit._fast.get, f"{_PREFIX}slow": jit._call, f"{_PREFIX}tuple": list}
+    env = {f"{_PREFIX}fast": jit._fast, f"{_PREFIX}slow": jit._call, f"{_PREFIX}tuple": list}
     signature = []
     keyword_only = False
     for index, param in enumerate(jit._signature.parameters.values()):
@@ -312,7 +350,7 @@ def _dispatcher(jit: EagerJITFunction):
         f"    def {jit.fn.__name__}({', '.join(signature)}):\n"
         f"        if not {_PREFIX}sizes:\n"
         f"            try:\n"
-        f"                {_PREFIX}entry = {_PREFIX}get(({''.join(k + ', ' for k in key)}))\n"
+        f"                {_PREFIX}entry = {_PREFIX}fast.get(({''.join(k + ', ' for k in key)}))\n"
         f"            except Exception:\n"
         f"                {_PREFIX}entry = None\n"
         f"            if {_PREFIX}entry is not None:\n"

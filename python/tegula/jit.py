@@ -14,18 +14,21 @@ The eager form (tegula/eager.py) writes the kernel body as the decorated functio
 process compiled before is answered from the persistent index (tegula/jit_index.py): the
 built program comes off the disk without parsing or lowering, and the prim_func and IR are
 rebuilt only if something asks for them (get_ir, stages...). Calling a JITKernel is the launch hot path: it is one call into C++, which checks the
-arguments, allocates the outputs and launches (see JITKernel.__call__).
+arguments, allocates the outputs and launches (see JITKernel.__call__). Under torch's
+tracers (torch.compile, FakeTensorMode, torch.export) the call goes through a torch.library
+operator made for the kernel instead (tegula/traced.py).
 """
 from __future__ import annotations
 
 import functools
 import inspect
-import operator
 import os
 import time
 import warnings
 
-from . import env, jit_index, registers
+import torch
+
+from . import env, jit_index, registers, traced
 from .frontend.dtypes import is_packed, to_torch
 from .frontend.eager import is_eager
 from .frontend.errors import from_native
@@ -106,6 +109,8 @@ class JITKernel:
         self._program = None
         self._index_entry = None  # (key, deps, fn name) to record once built; see JITFunction
         self._call = self._first_call
+        self._trace_key = traced.register(self)
+        _install_fast_call(C)
         self._setup_params()
         self._report(verbose, python_side.get("dump_ir", False),
                      debug_root_path or python_side.get("kernels_output_dir"))
@@ -127,6 +132,8 @@ class JITKernel:
         self._index_entry = None
         self._rebuild = rebuild
         self._call = self._first_call
+        self._trace_key = traced.register(self)
+        _install_fast_call(env.native())
         return self
 
     def __getattr__(self, name):
@@ -201,13 +208,28 @@ class JITKernel:
                             "stored" if stored else "not stored: a grid the index cannot save")
 
     def _first_call(self, *args):
+        if env.native().needs_tracing(*args):  # nothing to launch on: no need to build
+            return traced.call(self, args)
+        self._call = self._launcher(traced.traced_launcher(self))
+        return self._call(*args)
+
+    def _launcher(self, tracing):
+        """The launch callable: a call that needs tracing goes to `tracing` (None: such a
+        call is an error; the kernel's operator launches through that one)."""
         program = self._program or self._build()
         # An input tensor, or a T.ptr parameter (given a tensor or an address), sets the device.
         if any(not p.is_output and (not p.is_scalar or p.dtype_name == "handle") for p in self.params):
-            self._call = self._hooked(program, program.launcher)
+            launch = program.launcher if tracing is None else program.launcher_with(tracing)
         else:
-            self._call = self._hooked(program, functools.partial(_launch_outputs_only, self, program))
-        return self._call(*args)
+            launch = functools.partial(_launch_outputs_only, self, program, tracing)
+        return self._hooked(program, launch)
+
+    def _launch_direct(self, *args):
+        """The launch of the kernel's torch operator (traced.py): no detour."""
+        direct = self.__dict__.get("_direct")
+        if direct is None:
+            direct = self._direct = self._launcher(None)
+        return direct(*args)
 
     def _hooked(self, program, launch, stream: int = 0):
         """`launch` wrapped by the tools that instrumented the kernel (tools/cuda/iket);
@@ -218,12 +240,17 @@ class JITKernel:
 
     # TileLang semantics: with out_idx, pass the inputs and get the outputs back (one
     # tensor, or a list); without, pass every tensor and get None. The launch is one C++
-    # call (`Program.__call__`): it checks each argument (an error is a ValueError naming
-    # it), allocates the outputs on the inputs' device and launches on torch's current
-    # stream. `__call__` hands out that C++ callable itself, so a launch runs no Python
-    # frame of ours. A kernel with no input tensor runs on torch's current device instead
+    # call (the launcher, `self._call`): it checks each argument (an error is a ValueError
+    # naming it), allocates the outputs on the inputs' device and launches on torch's
+    # current stream. A kernel with no input tensor runs on torch's current device instead
     # (`_launch_outputs_only`).
-    __call__ = property(operator.attrgetter("_call"))
+    def __call__(self, *args):
+        # CPython does not run this: _install_fast_call points the class's call slot at
+        # `self._call(*args)`, so a launch runs no Python frame of ours. torch.compile's
+        # Dynamo reads it, and traces the call through the kernel's operator.
+        if torch.compiler.is_dynamo_compiling():
+            return traced.call(self, args)
+        return self._call(*args)
 
     def launch(self, *args, stream: int = 0) -> None:
         """Every parameter given (outputs included), on an explicit CUDA stream handle."""
@@ -337,6 +364,15 @@ class JITKernel:
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
 
 
+_FAST_CALL = []
+
+
+def _install_fast_call(C) -> None:
+    if not _FAST_CALL:
+        C.install_fast_call(JITKernel, "_call")
+        _FAST_CALL.append(True)
+
+
 def lower_kernel(C, kernel, target: str, options: dict):
     """One `with T.Kernel` block through the passes; a T.CUDASourceCodeKernel's CUDA as
     the user wrote it."""
@@ -390,11 +426,14 @@ def allocate_outputs(params, device, func: PrimFunc | None = None, scalars: dict
     return out
 
 
-def _launch_outputs_only(kernel: JITKernel, program, *args):
+def _launch_outputs_only(kernel: JITKernel, program, tracing, *args):
     """A call of a kernel whose tensors are all outputs (out_idx names every tensor
     parameter): no input tells the launcher the device, so the outputs are allocated on
     `launch_device()` here and the whole argument list goes through `Program.launch`,
-    which checks it as a call does and launches on that device's current stream."""
+    which checks it as a call does and launches on that device's current stream. Under a
+    TorchDispatchMode the call goes to `tracing` (as the launcher's would)."""
+    if tracing is not None and env.native().needs_tracing(*args):
+        return tracing(*args)
     expected = [p for p in kernel.params if not p.is_output]
     if len(args) != len(expected):
         names = ", ".join(p.name for p in expected)

@@ -20,6 +20,7 @@
 #include "runtime/hash.h"
 #include "runtime/nvrtc.h"
 #include "runtime/nvrtc_identity.h"
+#include "transform/let_values.h"
 #include "transform/pipeline.h"
 
 #if __has_include("tegula_build_id.h")
@@ -413,12 +414,37 @@ transform::Options parse_options(const py::dict& d) {
 
 }  // namespace
 
+// The tensor parameters a kernel may write, by index: what its torch operator declares as
+// mutated (tegula/traced.py). A view's writes are its base tensor's; a tensor over a
+// run-time address may be any of them.
+static std::vector<int> written_params(const LoweredKernel& l) {
+  const ir::Kernel& k = *l.input;
+  std::set<const ir::BufferNode*> written;
+  bool unknown = l.user_source || !k.body;
+  if (!unknown) {
+    for (const ir::BufferNode* b : transform::written_buffers(k.body)) {
+      while (b->view_of) b = b->view_of.get();
+      if (b->address) unknown = true;
+      written.insert(b);
+    }
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    const ir::Buffer& b = k.params[i].buffer;
+    if (b && (unknown || written.count(b.get()))) out.push_back(int(i));
+  }
+  return out;
+}
+
 void init_compile(py::module_& m) {
   init_launcher(m);
   init_layouts(m);
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def("__call__", [](Program& p, const py::args& a) { return p.call(a); })
       .def_property_readonly("launcher", [](std::shared_ptr<Program> p) { return make_launcher(std::move(p)); })
+      .def("launcher_with", [](std::shared_ptr<Program> p, py::object traced) {
+        return make_launcher(std::move(p), std::move(traced));
+      }, py::arg("traced"), "The launcher, handing calls with traced or fake arguments to `traced` (launcher.h).")
       .def("launch", &Program::launch, py::arg("args"), py::arg("stream") = 0)
       .def_property_readonly("num_outputs", &Program::num_outputs)
       .def_property_readonly("records_events", &Program::records_events)
@@ -454,6 +480,9 @@ void init_compile(py::module_& m) {
 
   py::class_<LoweredKernel, std::shared_ptr<LoweredKernel>>(m, "Lowered")
       .def_property_readonly("source", [](const LoweredKernel& l) { return l.source.code; })
+      .def_property_readonly("written_params", &written_params,
+                             "Indices of the tensor parameters the kernel may write (stores, tile ops' destinations, "
+                             "atomics); every tensor when that cannot be known (CUDA source, run-time addresses).")
       .def_property_readonly("entry", [](const LoweredKernel& l) { return l.source.entry; })
       .def_property_readonly("smem_bytes", [](const LoweredKernel& l) { return l.lowered.kernel.smem_bytes; })
       .def_property_readonly("threads", [](const LoweredKernel& l) { return l.lowered.kernel.threads; })

@@ -7,6 +7,10 @@
 namespace tegula::bindings {
 
 void init_launcher(py::module_& m);
-py::object make_launcher(std::shared_ptr<Program> program);
+// traced: what a call whose arguments need_tracing runs instead (None: an ArgumentError).
+py::object make_launcher(std::shared_ptr<Program> program, py::object traced = py::none());
+// Whether these call arguments are tensors of torch's tracers (fake, functional, meta,
+// functorch-wrapped) or a TorchDispatchMode is active: nothing a kernel can launch on.
+bool needs_tracing(PyObject* const* args, size_t nargs);
 
 }  // namespace tegula::bindings

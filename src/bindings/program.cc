@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bindings/bindings.h"
+#include "bindings/launcher.h"
 #include "codegen/cuda_printer.h"
 #include "ir/analyzer.h"
 #include "ir/printer.h"
@@ -460,6 +461,13 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
 }
 
 void Program::launch(const std::vector<py::object>& args, int64_t stream) {
+  std::vector<PyObject*> objects;
+  for (auto& a : args) objects.push_back(a.ptr());
+  if (needs_tracing(objects.data(), objects.size())) {
+    throw ArgumentError(kernel_name_ + ": an argument is a traced or fake tensor (or a TorchDispatchMode is active), "
+                        "which has no memory to launch on; call the kernel itself (kernel(...)) to go through its "
+                        "torch operator");
+  }
   size_t expected = params_.size() - num_workspaces_;
   if (args.size() != expected) {
     throw ArgumentError(kernel_name_ + ": expected " + std::to_string(expected) + " arguments, got " +

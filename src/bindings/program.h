@@ -106,6 +106,7 @@ class Program {
   // Every parameter given (workspaces excepted), on an explicit stream (0: torch's current stream).
   void launch(const std::vector<py::object>& args, int64_t stream);
   const std::vector<ParamSpec>& params() const { return params_; }
+  const std::string& name() const { return kernel_name_; }
   int num_outputs() const { return num_outputs_; }
   size_t num_kernels() const { return kernels_.size(); }
   const Launch& launch_spec(size_t i) const { return kernels_.at(i).launch; }

@@ -22,8 +22,13 @@ std::set<const BufferNode*> written_buffers(const Stmt& s) {
   post_order(s, [&](const Stmt& x) {
     if (auto* st = x.as<BufferStoreNode>()) out.insert(st->buffer.get());
     if (auto* op = x.as<TileOpNode>()) {
-      // A tile op writes its last region (copy dst, gemm C, reduce out, fill, atomic dst).
-      if (!op->regions.empty()) out.insert(op->regions.back().buffer.get());
+      // A tile op writes its last region (copy dst, gemm C, reduce and cumsum out, fill,
+      // im2col col), T.atomic_add its first (dst, then the values added); an annotation
+      // (annotate_layout, annotate_safe_value, ..., use_swizzle) writes nothing.
+      bool annotation = op->op.rfind("annotate_", 0) == 0 || op->op == "use_swizzle";
+      if (!op->regions.empty() && !annotation) {
+        out.insert((op->op == "atomic_add" ? op->regions.front() : op->regions.back()).buffer.get());
+      }
     }
   }, [&](const Expr& e) {
     // An intrinsic may write through an address it is given (an atomic's destination).

@@ -1,5 +1,8 @@
 """Checks shared by the Python tests (importable as `helpers`, see conftest.py)."""
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -31,15 +34,27 @@ def assert_close_rel(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str
     assert err <= tol, f"{what}: relative error {err:.3e} exceeds {tol:.1e}"
 
 
-def compile_error_of_source(src: str, tag: str):
-    """The TegulaCompileError that running `src` (a program ending in tegula.compile) raises,
-    the source written to build/_<tag>.py first so that the error can name its lines."""
-    import tegula
+_SOURCES = []
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "build", f"_{tag}.py")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+def source_file(tag: str, src: str) -> str:
+    """`src` written to a file of its own, _<tag>.py in a directory this test process made
+    and removes at exit (so that errors name its lines), and that file's path."""
+    if not _SOURCES:
+        _SOURCES.append(tempfile.mkdtemp(prefix="tegula-test-sources-"))
+        atexit.register(shutil.rmtree, _SOURCES[0], True)
+    path = os.path.join(_SOURCES[0], f"_{tag}.py")
     with open(path, "w") as fh:
         fh.write(src)
+    return path
+
+
+def compile_error_of_source(src: str, tag: str):
+    """The TegulaCompileError that running `src` (a program ending in tegula.compile) raises,
+    from a file of its own (source_file) so that the error can name its lines."""
+    import tegula
+
+    path = source_file(tag, src)
     with pytest.raises(tegula.TegulaCompileError) as info:
         exec(compile(src, path, "exec"), {})  # noqa: S102
     return info.value

@@ -215,6 +215,18 @@ def run_reference(program: Program, kernel, seed: int) -> dict:
     return _results(program, inputs, reference(kernel, *inputs))
 
 
+def _check_written(program: Program, kernel) -> None:
+    """The tensors the compiler says the kernel writes (what its torch operator declares
+    mutated) are exactly the program's outputs and in-out tensors."""
+    written = {kernel.prim_func.params[i].name for low in kernel._lowered_all for i in low.written_params}
+    tensors = {a.name: a.role for a in program.args if a.role != "scalar"}
+    wrong = sorted(n for n, role in tensors.items() if (role in ("out", "inout")) != (n in written))
+    if wrong:
+        raise Mismatch(f"written_params says {sorted(written)} are written, but the program writes "
+                       f"{sorted(n for n, r in tensors.items() if r in ('out', 'inout'))} (differs at {wrong})\n"
+                       f"{program.describe()}")
+
+
 def check(program: Program, seed: int = 0, interpret: bool | None = None) -> str:
     """Compile (lower + cubin); then, when the interpreters exist, reference vs simulate.
     Raises Mismatch (with the program) on any failure; returns how far it went: "compiled"
@@ -225,6 +237,8 @@ def check(program: Program, seed: int = 0, interpret: bool | None = None) -> str
     try:
         kernel = program.build()
         kernel.cubin()
+        stage = "written"
+        _check_written(program, kernel)
         if interpret is None:
             interpret = interpreters_available()
         if not interpret:

@@ -13,6 +13,7 @@ import tegula.language as T
 import tegula.testing as tt
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import helpers  # noqa: E402
 import ldst_programs as lp  # noqa: E402
 
 RUNS = pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
@@ -133,10 +134,7 @@ def f(X: T.Tensor((128,), "float32"), Y: T.Tensor((128,), "float32")):
     with T.Kernel(32, threads=32) as i:
         {body}
 '''
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "build", f"_ldst_bad_{abs(hash(body))}.py")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(src)
+    path = helpers.source_file(f"ldst_bad_{abs(hash(body))}", src)
     with pytest.raises(tegula.TegulaCompileError) as info:
         exec(compile(src, path, "exec"), {})
     return info.value

@@ -17,6 +17,7 @@ from tegula import env
 from tegula.frontend.errors import TegulaCompileError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import helpers  # noqa: E402
 import pointer_programs as pp  # noqa: E402
 
 RUNS = pytest.mark.parametrize("run", [tt.reference, tt.simulate], ids=["reference", "simulate"])
@@ -166,10 +167,7 @@ def _kernel(body: str):
     namespace = {"T": T}
     source = "@T.prim_func\ndef f(ptrs: T.Tensor([4], T.ptr), p: T.ptr(T.float16), Y: T.Tensor([16], T.float32)):\n" \
              "    with T.Kernel(4, threads=32) as g:\n" + "".join(f"        {line}\n" for line in body.splitlines())
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "build", f"_ptr_bad_{abs(hash(body))}.py")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("import tegula.language as T\n" + source)
+    path = helpers.source_file(f"ptr_bad_{abs(hash(body))}", "import tegula.language as T\n" + source)
     code = compile(open(path).read(), path, "exec")
     exec(code, namespace)  # noqa: S102 - the test's own program
 
