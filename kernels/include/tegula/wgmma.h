@@ -115,8 +115,22 @@ struct BlockWgmma {
     }
   }
 
+  // Bytes from the k0 = 0 tile to the k0 one, the same wherever the tile starts (m0, n0):
+  // each K step's descriptor is the first one's plus this / 16. Its start-address field
+  // takes the sum as is: shared addresses stay below 2^18, so the 14-bit field never
+  // carries into the next.
+  static TEGULA_HOST_DEVICE constexpr uint32_t step_a(int k0) {
+    return TA ? panel_byte<CA, E, RA>(k0, OA) - panel_byte<CA, E, RA>(0, OA)
+              : panel_byte<CA, E, RA>(0, OA + k0) - panel_byte<CA, E, RA>(0, OA);
+  }
+  static TEGULA_HOST_DEVICE constexpr uint32_t step_b(int k0) {
+    return TB ? panel_byte<CB, E, RB>(0, OB + k0) - panel_byte<CB, E, RB>(0, OB)
+              : panel_byte<CB, E, RB>(k0, OB) - panel_byte<CB, E, RB>(0, OB);
+  }
+
   // Issues C (+)= A B over the whole K as one wgmma group. Until wgmma_wait_regs returns,
-  // neither C nor the operands may be touched.
+  // neither C nor the operands may be touched. The descriptors are made once and stepped
+  // along K by constants (a handful of instructions per group, not per instruction).
   template <bool kRegsA>
   static TEGULA_DEVICE void run(const T* A, const U* B, float* C) {
     const int group = int(threadIdx.x) / 128;
@@ -143,11 +157,15 @@ struct BlockWgmma {
         }
       }
     }
+    const uint64_t db0 = desc_b(b, n0, 0);
+    uint64_t da0[MI];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) da0[mi] = kRegsA ? 0 : desc_a(a, m0 + mi * 64, 0);
     fence_registers<MI * TN / 2>(C);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < K / KS; ++ks) {
-      const uint64_t db = desc_b(b, n0, ks * KS);
+      const uint64_t db = db0 + (step_b(ks * KS) >> 4);
       const int scale = (CLEAR && ks == 0) ? 0 : 1;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
@@ -155,7 +173,7 @@ struct BlockWgmma {
         if constexpr (kRegsA) {
           Inst::template rs<!TB>(d, ra[mi][ks], db, scale);
         } else {
-          Inst::template ss<TA, !TB>(d, desc_a(a, m0 + mi * 64, ks * KS), db, scale);
+          Inst::template ss<TA, !TB>(d, da0[mi] + (step_a(ks * KS) >> 4), db, scale);
         }
       }
     }

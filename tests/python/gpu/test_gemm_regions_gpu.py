@@ -4,6 +4,8 @@ ragged and aligned, on the instruction path the GPU takes (wgmma on sm_90a where
 region starts where a descriptor can, mma.sync otherwise) and on mma.sync forced
 (tl.disable_wgmma); A in registers with transpose_A; the CPU side is
 cpu/test_gemm_regions.py."""
+import zlib
+
 import pytest
 import torch
 
@@ -36,7 +38,7 @@ CASES = [
 def test_gemm_on_regions_against_torch(name, args, configs):
     prog, ref = getattr(gp, name)(*args)
     k = tegula.compile(prog, pass_configs=configs)
-    g = torch.Generator().manual_seed(hash((name, args)) & 0xFFFF)
+    g = torch.Generator().manual_seed(zlib.crc32(repr((name, args)).encode()))  # the same inputs in every process
     ins = [p for p in k.params if p.dtype_name != "float32"]
     outs = [p for p in k.params if p.dtype_name == "float32"]
     xs = [torch.randn([int(d) for d in p.shape], generator=g).to(getattr(torch, p.dtype_name)) for p in ins]
@@ -47,5 +49,6 @@ def test_gemm_on_regions_against_torch(name, args, configs):
         # A float16 rounding of an intermediate that float32 and float64 products put on
         # either side of a tie moves an element by an ulp times its row of the next operand:
         # errors are measured against the output's scale.
-        scale = max(1.0, float(w.abs().max()))
+        # bfloat16's ulp is 8 float16 ulps, and so is the move.
+        scale = max(1.0, float(w.abs().max())) * (8 if "bfloat16" in args else 1)
         torch.testing.assert_close(y.cpu().double(), w, rtol=1e-3, atol=5e-2 + 2e-4 * scale)
