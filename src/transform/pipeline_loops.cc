@@ -485,6 +485,10 @@ class Pipeliner : public IRMutator {
     Stmt issue, rest, wait;
     bool async = split_async_issue(compute[0], &issue, &rest);
     bool deferred = async && compute.size() == 1 && S >= 4 && only_wait(rest, &wait);
+    if (!deferred) {
+      Stmt grouped = by_consumer(op, units, ncopy, compute, staged, S);
+      if (grouped) return grouped;
+    }
     const int dist = deferred ? S - 2 : S - 1;  // stages loaded ahead of the one computed
     std::vector<Stmt> prologue;
     for (int s = 0; s < dist; ++s) {
@@ -508,6 +512,99 @@ class Pipeliner : public IRMutator {
     all.push_back(call("cp_async_wait", {make_int(0)}));
     all.push_back(make_sync());
     // One unit: insert_barriers places barriers around it, never inside.
+    Stmt unit = make_if(make_bool(true), make_seq(all), {}, op->loc);
+    staged_loops_.insert(unit.get());
+    return unit;
+  }
+
+  // The schedule by consumer, for a loop whose copies fill buffers that different compute
+  // statements read in turn (attention: Q Kᵀ reads K, then P V reads V), each group's
+  // readers ending before the next group's begin. Copies are grouped by the statement
+  // that first reads what they fill; tile t of a group lives in stage t % S, all S stages
+  // loaded ahead:
+  //   for s in 0..S-1: per group g: copies_g(s) into stage s; commit
+  //   for k in 0..n-1: per group g, in order:
+  //     wait until S * G - 1 groups are in flight; barrier           (g's tile k landed)
+  //     the compute statements reading it
+  //     (barrier) copies_g(k + S) into stage k % S; commit            (the stage just read)
+  // so each tile is waited for only where it is first read (V loads on through Q Kᵀ and
+  // the softmax) and reloaded as soon as it is last read: S tiles of each group in flight
+  // where the order-of-issue schedule below keeps S - 1. Groups commit in the order they
+  // are waited for, one group each time, which makes S * G - 1 the count after g's tile.
+  // A null Stmt when the loop does not have that shape.
+  Stmt by_consumer(const ForNode* op, const std::vector<Stmt>& units, size_t ncopy, const std::vector<Stmt>& compute,
+                   const std::map<const BufferNode*, std::pair<Buffer, int64_t>>& staged, int S) {
+    // Each copy unit's group: the first compute statement reading a buffer it fills.
+    std::vector<size_t> first(ncopy, compute.size()), last(ncopy, 0);
+    for (size_t i = 0; i < ncopy; ++i) {
+      std::set<const BufferNode*> fills;
+      post_order(units[i], [&](const Stmt& x) {
+        auto* st = x.as<BufferStoreNode>();
+        if (st && st->buffer->scope == Scope::Shared) fills.insert(st->buffer.get());
+      }, [&](const Expr& e) {
+        auto* c = e.as<CallNode>();
+        if (c && c->op == "cp_async") fills.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+      });
+      for (size_t j = 0; j < compute.size(); ++j) {
+        bool reads = false;
+        for (auto* b : fills) {
+          auto it = staged.find(b);
+          reads |= reads_buffer(compute[j], it == staged.end() ? b : it->second.first.get());
+        }
+        if (!reads) continue;
+        first[i] = std::min(first[i], j);
+        last[i] = std::max(last[i], j);
+      }
+      if (first[i] == compute.size()) return Stmt();  // a tile nothing reads: keep the plain schedule
+    }
+    std::map<size_t, std::vector<size_t>> groups;  // first reader -> copy units
+    std::map<size_t, size_t> release;              // first reader -> last reader of the group
+    for (size_t i = 0; i < ncopy; ++i) {
+      groups[first[i]].push_back(i);
+      release[first[i]] = std::max(release[first[i]], last[i]);
+    }
+    if (groups.size() < 2) return Stmt();
+    size_t prev_last = 0;
+    bool started = false;
+    for (auto& [f, l] : release) {
+      if (started && f <= prev_last) return Stmt();  // readers of two groups interleave
+      prev_last = l;
+      started = true;
+    }
+    const int64_t G = int64_t(groups.size());
+    Expr k = op->var, n = op->extent, it = k - op->min;
+    auto copies = [&](const std::vector<size_t>& members, Expr iter, Expr stage) {
+      std::vector<Stmt> out;
+      for (size_t i : members) out.push_back(Restage(staged, stage).mutate(substitute(units[i], {{k, op->min + iter}})));
+      return make_seq(out);
+    };
+    std::vector<Stmt> prologue;
+    for (int s = 0; s < S; ++s) {
+      for (auto& [f, members] : groups) {
+        prologue.push_back(make_if(make_binary(BinaryOp::LT, make_int(s), n), copies(members, make_int(s), make_int(s))));
+        prologue.push_back(call("cp_async_commit"));
+      }
+    }
+    std::vector<Stmt> body;
+    Expr ahead = it + int64_t(S);
+    for (size_t j = 0; j < compute.size(); ++j) {
+      if (groups.count(j)) {
+        body.push_back(call("cp_async_wait", {make_int(S * G - 1)}));
+        body.push_back(make_sync());
+      }
+      body.push_back(compute[j]);
+      for (auto& [f, members] : groups) {
+        if (release[f] != j) continue;
+        // place_barriers puts a barrier between the reads just made and these writes.
+        body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(members, ahead, floormod(it, make_int(S)))));
+        body.push_back(call("cp_async_commit"));
+      }
+    }
+    Stmt loop = make_for(op->var, op->min, op->extent, ForKind::Serial, place_barriers(body, k_), 0, op->loc);
+    std::vector<Stmt> all = prologue;
+    all.push_back(loop);
+    all.push_back(call("cp_async_wait", {make_int(0)}));
+    all.push_back(make_sync());
     Stmt unit = make_if(make_bool(true), make_seq(all), {}, op->loc);
     staged_loops_.insert(unit.get());
     return unit;

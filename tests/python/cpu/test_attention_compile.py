@@ -96,24 +96,26 @@ def _smem_offsets(src):
 
 
 def _assert_pipelined(src, stages, block_n, dim, elem_bytes):
-    """K and V tiles go through `stages` shared buffers: the loop prefetches the tile `stages - 1`
-    iterations ahead with cp.async (before the first mma of the iteration), waits for the
-    current one with a single cp_async_wait, and the gemms read the current slot."""
+    """K and V tiles go through `stages` shared buffers, scheduled by consumer: the
+    prologue loads `stages` tiles of each; in the loop each is waited for where it is first
+    read (the V tile after Q Kᵀ, so it loads on through Q Kᵀ and the softmax) and its slot
+    reloaded with the tile `stages` ahead as soon as its gemm has read it."""
     body = _loop_body(src)
     prologue = src[:src.index(body)]
-    for buf in ("K_shared", "V_shared"):
-        assert re.search(rf"cp_async_16_pred\(&{buf}\[", prologue), f"no cp.async prologue for {buf}"
-        assert re.search(rf"cp_async_16_pred\(&{buf}\[[^\]]*{_stage(stages - 1, stages)}", body), \
-            f"{buf}: the loop does not prefetch slot (kb + {stages - 1}) % {stages}"
-    assert "cp_async_commit();" in prologue and body.count("cp_async_commit();") == 1
-    waits = re.findall(r"cp_async_wait<(\d+)>\(\);", body)
-    assert len(waits) == 1, f"expected one cp_async_wait in the loop, found {waits}"
-    assert int(waits[0]) <= stages - 2, f"cp_async_wait<{waits[0]}> leaves the current tile in flight"
     gemm_ss = re.search(r"gemm_ss<[^;]*K_shared\[[^;]*;", body)
     gemm_rs = re.search(r"gemm_rs<[^;]*V_shared\[[^;]*;", body)
     assert gemm_ss and re.search(_stage(0, stages), gemm_ss.group()), "Q Kᵀ does not read slot kb % stages"
     assert gemm_rs and re.search(_stage(0, stages), gemm_rs.group()), "P V does not read slot kb % stages"
-    assert body.index("cp_async_16_pred") < gemm_ss.start(), "the prefetch is not issued before the mma"
+    for buf, gemm in (("K_shared", gemm_ss), ("V_shared", gemm_rs)):
+        assert len(re.findall(rf"cp_async_16_pred\(&{buf}\[", prologue)) >= stages, f"the prologue loads no {stages} tiles of {buf}"
+        refill = re.search(rf"cp_async_16_pred\(&{buf}\[[^\]]*{_stage(0, stages)}", body)
+        assert refill, f"{buf}: the loop does not reload slot kb % {stages}"
+        assert refill.start() > gemm.end(), f"{buf} is reloaded before its gemm has read it"
+    assert "cp_async_commit();" in prologue and body.count("cp_async_commit();") == 2
+    waits = [(m.start(), int(m.group(1))) for m in re.finditer(r"cp_async_wait<(\d+)>\(\);", body)]
+    assert [w for _, w in waits] == [2 * stages - 1] * 2, f"expected two waits leaving 2 * stages - 1 groups, found {waits}"
+    assert waits[0][0] < gemm_ss.start() and gemm_ss.end() < waits[1][0] < gemm_rs.start(), \
+        "the V tile is not waited for between the two gemms"
     # Every stage has its own K tile: the K buffer spans `stages` tiles before V begins.
     smem = _smem_offsets(src)
     tile = block_n * dim * elem_bytes
