@@ -665,9 +665,10 @@ TEST(PipelineLoops, CopiesAnywhereInTheBodyAndAheadOfTheLoopOverlapCorrectly) {
   }
   EXPECT_GT(async_into_xs, 0) << "the copy ahead of the loop should be cp.async\n" << to_string(k);
   EXPECT_GT(async_total, async_into_xs);
-  // One wait at the top of the loop and one after it: none between the copy of Xs and the
-  // loop, none after each copy inside the loop.
-  EXPECT_EQ(waits, 2) << to_string(k);
+  // Ys and Zs are read by different statements, one after the other: one wait before
+  // each reader in the loop (by consumer) and one after it; none between the copy of Xs
+  // and the loop, none after each copy.
+  EXPECT_EQ(waits, 3) << to_string(k);
   auto errors = pk.run(k);
   EXPECT_TRUE(errors.empty()) << joined(errors) << to_string(k);
 }
