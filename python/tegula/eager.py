@@ -45,8 +45,7 @@ from .parallel_compile import par_compile_configs
 _MISSING = inspect.Parameter.empty
 __all__ = ["EagerJITFunction", "EagerArgumentError", "is_eager"]
 
-_PREFIX = "_tegula_"
-_FAST_CALL = []  # names of the generated dispatcher; a parameter may not start with it
+_PREFIX = "_tegula_"  # names of the generated dispatcher; a parameter may not start with it
 
 
 class _Template:
@@ -115,9 +114,7 @@ class EagerJITFunction:
         self._mask = None  # the template mask the dispatcher was generated for
         self._dispatch = self._call_arguments
         self._trace_key = traced.register(self)
-        if not _FAST_CALL:
-            env.native().install_fast_call(EagerJITFunction, "_dispatch")
-            _FAST_CALL.append(True)
+        env.native().install_fast_call(EagerJITFunction, "_dispatch")  # once per class: C++ keeps it
         functools.update_wrapper(self, fn)
 
     # A call goes straight to the generated dispatcher (as JITKernel's goes to C++):
@@ -181,20 +178,7 @@ class EagerJITFunction:
         the trace and called through its operator (traced.py)."""
         if torch.compiler.is_dynamo_compiling():
             return traced.eager_call(self, values, sizes)
-        layout = self._get_layout()
-        template = self._templates.get(self._constants(values, sizes))
-        kernel = None
-        if template is not None:
-            try:
-                kernel = template.kernels.get(template.key(values))
-            except (AttributeError, IndexError, TypeError):  # not a tensor: the parse says which
-                pass
-        if kernel is None:
-            kernel_names, kernel_pos = layout[0], layout[1]
-            func = self._parse(values, sizes, {n: values[i] for n, i in zip(kernel_names, kernel_pos)})
-            kernel = self._kernel(func)
-            template = self._template(values, sizes, func)
-            template.kernels[template.key(values)] = kernel
+        kernel, template = self._find_or_make(values, sizes)
         if not sizes:
             self._index_fast(values, template, kernel)
         out = kernel(*[values[i] for i in template.input_pos])
@@ -204,20 +188,20 @@ class EagerJITFunction:
         """The kernel a call with these arguments runs, found or compiled: a tensor may be
         a stand-in with a shape (None for a size the kernel is not compiled for) and a
         dtype, a scalar None (traced.py)."""
-        template = self._templates.get(self._constants(values, sizes))
-        if template is not None:
-            try:
-                kernel = template.kernels.get(template.key(values))
-            except (AttributeError, IndexError, TypeError):
-                kernel = None
-            if kernel is not None:
-                return kernel
+        return self._find_or_make(values, sizes)[0]
+
+    def _find_or_make(self, values: list, sizes):
+        """(kernel, template) of a call with these arguments: the template's kernel for
+        their sizes, or one parsed and compiled now and filed under it."""
+        kernel, template = self._found(values, sizes)
+        if kernel is not None:
+            return kernel, template
         kernel_names, kernel_pos = self._get_layout()[:2]
         func = self._parse(values, sizes, {n: values[i] for n, i in zip(kernel_names, kernel_pos)})
         kernel = self._kernel(func)
         template = self._template(values, sizes, func)
         template.kernels[template.key(values)] = kernel
-        return kernel
+        return kernel, template
 
     def template_mask(self, values: list, sizes) -> tuple | None:
         """The sizes kernels of these constants are compiled for, as _Template.mask; None
@@ -225,12 +209,18 @@ class EagerJITFunction:
         template = self._templates.get(self._constants(values, sizes))
         return None if template is None else tuple(template.mask)
 
-    def _cached(self, values):
-        template = self._templates.get(self._constants(values, None))
+    def _found(self, values: list, sizes):
+        """(kernel or None, template or None) already made for these arguments."""
+        template = self._templates.get(self._constants(values, sizes))
+        if template is None:
+            return None, None
         try:
-            return None if template is None else template.kernels.get(template.key(values))
-        except (AttributeError, IndexError, TypeError):
-            return None
+            return template.kernels.get(template.key(values)), template
+        except (AttributeError, IndexError, TypeError):  # not a tensor: the parse says which
+            return None, template
+
+    def _cached(self, values):
+        return self._found(values, None)[0]
 
     def _parse(self, values, sizes, arguments) -> PrimFunc:
         kernel_names, _, const_pos, specs = self._get_layout()

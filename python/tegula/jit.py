@@ -110,7 +110,7 @@ class JITKernel:
         self._index_entry = None  # (key, deps, fn name) to record once built; see JITFunction
         self._call = self._first_call
         self._trace_key = traced.register(self)
-        _install_fast_call(C)
+        C.install_fast_call(JITKernel, "_call")  # once per class: C++ keeps it
         self._setup_params()
         self._report(verbose, python_side.get("dump_ir", False),
                      debug_root_path or python_side.get("kernels_output_dir"))
@@ -133,7 +133,7 @@ class JITKernel:
         self._rebuild = rebuild
         self._call = self._first_call
         self._trace_key = traced.register(self)
-        _install_fast_call(env.native())
+        env.native().install_fast_call(JITKernel, "_call")
         return self
 
     def __getattr__(self, name):
@@ -245,7 +245,7 @@ class JITKernel:
     # current stream. A kernel with no input tensor runs on torch's current device instead
     # (`_launch_outputs_only`).
     def __call__(self, *args):
-        # CPython does not run this: _install_fast_call points the class's call slot at
+        # CPython does not run this: _C.install_fast_call points the class's call slot at
         # `self._call(*args)`, so a launch runs no Python frame of ours. torch.compile's
         # Dynamo reads it, and traces the call through the kernel's operator.
         if torch.compiler.is_dynamo_compiling():
@@ -362,15 +362,6 @@ class JITKernel:
     def __repr__(self):
         name = self.__dict__.get("_name") or self.prim_func.name
         return f"<JITKernel {name} target={self.target} out_idx={self.out_idx}>"
-
-
-_FAST_CALL = []
-
-
-def _install_fast_call(C) -> None:
-    if not _FAST_CALL:
-        C.install_fast_call(JITKernel, "_call")
-        _FAST_CALL.append(True)
 
 
 def lower_kernel(C, kernel, target: str, options: dict):

@@ -202,10 +202,14 @@ def operator_for(kernel):
 
 @torch.compiler.assume_constant_result
 def _op_name(key: str) -> tuple:
-    """Run by Dynamo outside its trace (its result a constant): the operator's name and
-    its inputs' names."""
+    """Run by Dynamo outside its trace (its result a constant): the operator's name, the
+    kernel's, and its inputs' names."""
     kernel = _LIVE[key]
-    return operator_for(kernel)._name, tuple(p.name for p in kernel.params if not p.is_output)
+    return operator_for(kernel)._name, kernel.prim_func.name, _input_names(kernel)
+
+
+def _input_names(kernel) -> tuple:
+    return tuple(p.name for p in kernel.params if not p.is_output)
 
 
 def _check_count(kernel_name: str, inputs: tuple, args) -> None:
@@ -218,11 +222,11 @@ def call(kernel, args):
     """A call of `kernel` through its operator, with the eager call's result: one tensor,
     a list of several, or None."""
     if torch.compiler.is_dynamo_compiling():
-        name, inputs = _op_name(kernel._trace_key)
-        _check_count(name.rsplit("_", 1)[0], inputs, args)
+        name, kernel_name, inputs = _op_name(kernel._trace_key)
+        _check_count(kernel_name, inputs, args)
         out = getattr(getattr(torch.ops, NAMESPACE), name)(*args)
     else:
-        _check_count(kernel.prim_func.name, tuple(p.name for p in kernel.params if not p.is_output), args)
+        _check_count(kernel.prim_func.name, _input_names(kernel), args)
         out = operator_for(kernel)(*args)
     return list(out) if isinstance(out, tuple) else out
 
