@@ -169,6 +169,12 @@ def gen_accumulate(k: Kernel) -> None:
         k.body.emit(f"{v} = T.alloc_var(\"int32\")")
         k.body.emit(f"{v} = 0")
         k.features.add("alloc_var")
+    # A second tile, loaded in the loop and read only after everything reads the first:
+    # a pipelined loop waits for each where it is first read (pipeline_loops, by consumer).
+    second = c.flip(0.4)
+    if second:
+        Y = k.tensor("Y", [str(M), k_src], [M, K], din)
+        ys = k.alloc("shared", (bm, bk), din, "y_shared")
     if c.flip():
         k.body.emit(f"T.clear({acc})")
     else:
@@ -200,6 +206,12 @@ def gen_accumulate(k: Kernel) -> None:
         k.features.add("reduce_accumulate_in_loop")
     if use_var:
         k.body.emit(f"{v} += 1")
+    if second:
+        k.body.emit(f"T.copy({Y}[bx * {bm}, ko * {bk}], {ys})")
+        k.body.open(f"for i, j in T.Parallel({bm}, {bk}):")
+        k.body.emit(f"{acc}[i, j] += {ys}[i, j] * 0.5")
+        k.body.close()
+        k.features.add("copy_read_later")
     k.body.close()
     O = k.tensor("O", [str(M), str(bk)], [M, bk], "float32", role="out")
     k.dtypes.add("float32")
