@@ -5,7 +5,7 @@ Each product is x (M, K) @ Wᵀ with W an nn.Linear weight (N, K) read in place:
 `tegula.kernels.matmul(x, w.t())` against `torch.nn.functional.linear(x, w)`. M = 8, 16,
 64 are decode steps of that many sequences (Tegula runs them split-K), M = 8192 a prefill
 of 8 x 1024 tokens. Also the fused gate/up product with its SwiGLU epilogue
-(`tegula.kernels.swiglu.swiglu_linear`, where present) against cuBLAS's product of the
+(`tegula.kernels.gated_mlp.swiglu_linear`, where present) against cuBLAS's product of the
 concatenated weight followed by torch's silu(g) * u.
 
     python benchmarks/bench_model_gemm.py [--rows 8,64,8192]
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     from tegula.kernels import matmul
 
     try:
-        from tegula.kernels.swiglu import swiglu_linear
+        from tegula.kernels.gated_mlp import swiglu_linear
     except ImportError:
         swiglu_linear = None
     dtype = torch.bfloat16

@@ -1,4 +1,4 @@
-"""Mixture of experts: the grouped GEMM (tegula.kernels.grouped_gemm) and the routing kernels
+"""Mixture of experts: the grouped GEMM (tegula.kernels.expert_gemm) and the routing kernels
 (tegula.kernels.moe) against what a torch user runs instead, side by side in one process,
 medians of CUDA-event timings with L2 flushed before each run (common.bench).
 
@@ -298,7 +298,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     common.require_gpu("bench_moe")
     dtype = DTYPES[args.dtype]
-    gg = importlib.import_module("tegula.kernels.grouped_gemm")
+    gg = importlib.import_module("tegula.kernels.expert_gemm")
     moe = importlib.import_module("tegula.kernels.moe")
     rows, sweep_rows, routing_rows = [], [], []
     if args.part in ("all", "gemm"):

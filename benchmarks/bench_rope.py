@@ -1,4 +1,4 @@
-"""Rotary position embedding (tegula.kernels.rope) against Hugging Face's torch code, eager
+"""Rotary position embedding (tegula.kernels.rotary_embedding) against Hugging Face's torch code, eager
 and under torch.compile, bfloat16, at Llama 3 8B's shapes (Hq=32, Hk=8, D=128, bshd).
 
 Baselines, the torch code a Hugging Face Llama runs: "gather" takes cos and sin (P, D) in
@@ -55,7 +55,7 @@ def hf_rope(q, k, cos_table, sin_table, position_ids):
 
 
 def inputs(case, dtype):
-    from tegula.kernels.rope import rope_cache
+    from tegula.kernels.rotary_embedding import rope_cache
 
     B, S = CASES[case]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -87,7 +87,7 @@ def measure(case, dtype, compile_baseline):
     it is given: the tables and positions (Hugging Face's gather + apply), or per-token
     cos/sin (B, S, D) already gathered (apply_rotary_pos_emb alone, what each layer of a
     Hugging Face model runs)."""
-    from tegula.kernels.rope import rope
+    from tegula.kernels.rotary_embedding import rope
 
     q, k, positions, cos, sin, hf_cos, hf_sin = inputs(case, dtype)
     B, S = CASES[case]

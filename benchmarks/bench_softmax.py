@@ -47,7 +47,7 @@ def softmax_row(x):
     nbytes = 2 * x.numel() * x.element_size()
     return _row(f"softmax {SHAPE[0]}x{SHAPE[1]} fp16", nbytes, lambda: softmax(x, out=y),
                 lambda: torch.softmax(x.float(), -1), lambda: torch.softmax(x, -1),
-                lambda: [(_kernels("softmax").kernel_for(x.shape[-1], DTYPE), (x, y))])
+                lambda: [(_kernels("row_softmax").kernel_for(x.shape[-1], DTYPE), (x, y))])
 
 
 def layer_norm_row(x):
@@ -76,7 +76,7 @@ def row_sum_row(x):
 
 
 def softmax_backward_row(x):
-    module = _kernels("softmax")
+    module = _kernels("row_softmax")
     xg = x.detach().clone().requires_grad_()
     y = torch.softmax(xg, -1)
     dy = torch.randn_like(x)

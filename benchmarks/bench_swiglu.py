@@ -1,4 +1,4 @@
-"""SwiGLU (tegula.kernels.swiglu) against torch eager and torch.compile, at Llama-8B's MLP
+"""SwiGLU (tegula.kernels.gated_mlp) against torch eager and torch.compile, at Llama-8B's MLP
 shapes (I = 14336, K = 4096), M = 8192 and 8 tokens, bfloat16.
 
 Part "swiglu": the activation alone, silu(gate) * up. Two rows a shape: gate and up as two
@@ -82,7 +82,7 @@ def verdict(r, tol):
 
 
 def measure_swiglu(m, dtype, compile_baseline):
-    from tegula.kernels.swiglu import swiglu
+    from tegula.kernels.gated_mlp import swiglu
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = (2 * torch.randn((m, 2 * I_SIZE), generator=gen, device="cuda")).to(dtype)
@@ -133,7 +133,7 @@ def linear_rates(r, m, ms, prefix):
 
 
 def measure_linear(m, dtype, compile_baseline):
-    S = importlib.import_module("tegula.kernels.swiglu")
+    S = importlib.import_module("tegula.kernels.gated_mlp")
 
     x, wg, wu = linear_inputs(m, dtype)
     ref = mlp_gate_up(x.float(), wg.float(), wu.float())
@@ -157,7 +157,7 @@ def measure_linear(m, dtype, compile_baseline):
 
 def sweep_linear(m, dtype, compile_baseline):
     """Every tile of sweep_configs for this M: its time against eager and compile."""
-    S = importlib.import_module("tegula.kernels.swiglu")
+    S = importlib.import_module("tegula.kernels.gated_mlp")
 
     x, wg, wu = linear_inputs(m, dtype)
     ref = mlp_gate_up(x.float(), wg.float(), wu.float())
@@ -204,7 +204,7 @@ SWEEP_COLUMNS = [
 
 
 def dry_run(ms, sms):
-    S = importlib.import_module("tegula.kernels.swiglu")
+    S = importlib.import_module("tegula.kernels.gated_mlp")
 
     rows = []
     for m in ms:

@@ -1,4 +1,4 @@
-"""Transpose (tegula.kernels.transpose) against x.t().contiguous(), float16 8192×8192.
+"""Transpose (tegula.kernels.matrix_transpose) against x.t().contiguous(), float16 8192×8192.
 
 A transpose reads and writes every byte once; the work is to keep both sides coalesced.
 Target: at least 80 % of this GPU's measured copy bandwidth.
@@ -29,7 +29,7 @@ def measure(shape):
     # Transposing is exact: any difference at all is a bug.
     return common.memory_row(f"transpose {m}x{n} fp16", nbytes, ours_ms, torch_ms,
                              min_pct_copy=80.0, err=err, tol=0.0, error=error,
-                             kernels=lambda: [(importlib.import_module("tegula.kernels.transpose").kernel_for(
+                             kernels=lambda: [(importlib.import_module("tegula.kernels.matrix_transpose").kernel_for(
                                  m, n, DTYPE), (x, y))])
 
 

@@ -26,12 +26,28 @@ parameters, and calls a kernel compiled once per (hidden size, dtype, ...). NaN 
 propagate as in torch: T.max / T.reduce_max keep a NaN. Each module
 also exposes the TileLang form, `<name>_program` (the function of sizes returning a
 `T.prim_func`) and `<name>_kernel` (that function under `tegula.jit(out_idx=[-1])`), and
-`kernel_for(...)`, the cached jit kernel the entry point launches. Five modules share
-their function's name, so `tegula.kernels.softmax`, `.transpose`, `.rope`, `.swiglu` and
-`.grouped_gemm` are the functions (and so is what `from tegula.kernels import rope` or
-`import tegula.kernels.rope as r` binds); their modules are
-`importlib.import_module("tegula.kernels.softmax")` (and `.transpose`, `.rope`, `.swiglu`,
-`.grouped_gemm`). `from tegula.kernels.rope import rope_cache` imports from the module.
+`kernel_for(...)`, the cached jit kernel the entry point launches.
+
+A module is named for what it computes, and no function of this package takes a module's
+name: `from tegula.kernels import rope` is the function, `tegula.kernels.rotary_embedding`
+the module that holds its kernel.
+
+    module              its entry points (those in parentheses are the module's only)
+    elementwise         add
+    rmsnorm             rms_norm, rms_norm_silu
+    layernorm           layer_norm
+    row_softmax         softmax
+    reduce              row_sum, row_max, row_min
+    matrix_transpose    transpose
+    gemm                matmul, matmul_tuned
+    flash_attention     (flash_attention; its backward is flash_attention_bwd's)
+    flash_decoding      flash_decode
+    mla_decode          (mla_decode)
+    rotary_embedding    rope, rope_cache
+    gated_mlp           swiglu, swiglu_linear
+    fused_norm          add_rms_norm
+    expert_gemm         grouped_gemm
+    moe                 moe_align_block_size, moe_permute, moe_combine
 
 `DEMO_KERNELS` lists, for the demo command line, one `DemoKernel(name, make_inputs, run,
 reference)` per kernel: `make_inputs(device, shape)` builds float16 inputs for a 2-D
@@ -58,7 +74,7 @@ import torch.nn.functional as F
 from ._ops import (add, add_rms_norm, flash_decode, grouped_gemm, layer_norm, matmul, matmul_tuned,
                    moe_align_block_size, moe_combine, moe_permute, rms_norm, rms_norm_silu, rope, row_max, row_min,
                    row_sum, softmax, swiglu, swiglu_linear, transpose)
-from .rope import rope_cache
+from .rotary_embedding import rope_cache
 
 __all__ = [
     "add", "rms_norm", "rms_norm_silu", "softmax", "layer_norm", "row_sum", "row_max", "row_min",

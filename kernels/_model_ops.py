@@ -29,22 +29,16 @@ a 16-byte boundary, as torch's allocator gives it.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Optional
 
 import torch
 
 from . import _index_checks as index_checks
 from . import _calls
-from . import fused_norm as _fused_norm
+from . import expert_gemm as _grouped, fused_norm as _fused_norm, gated_mlp as _swiglu, moe as _moe
+from . import rotary_embedding as _rope
 from ._attention import check_flag
 from ._common import VECTOR_BYTES, check_eps, check_out, describe
-
-# Three modules share a function's name, which tegula.kernels re-exports over them.
-_rope = importlib.import_module(__package__ + ".rope")
-_swiglu = importlib.import_module(__package__ + ".swiglu")
-_grouped = importlib.import_module(__package__ + ".grouped_gemm")
-_moe = importlib.import_module(__package__ + ".moe")
 
 # The modules' public functions that become the operators' callers (see _ops._publish).
 PUBLIC = {
@@ -231,9 +225,9 @@ def _optional(op: str, name: str, value):
 def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False, inplace: bool = False,
          layout: str = "bshd", base: float = 10000.0, check_indices: Optional[bool] = None):
     """Rotary position embedding of q and k in one launch: (q_out, k_out), or with
-    inplace=True q and k rotated in place and returned. See `rope` in kernels/rope.py (the
-    module is `importlib.import_module("tegula.kernels.rope")`) for the arguments, and
-    kernels/_index_checks.py for check_indices. No backward."""
+    inplace=True q and k rotated in place and returned. See `rope` in
+    kernels/rotary_embedding.py for the arguments, and kernels/_index_checks.py for
+    check_indices. No backward."""
     op = "rope"
     if not isinstance(layout, str) or layout not in _rope.LAYOUTS:
         raise ValueError(f"{op}: layout must be one of {_rope.LAYOUTS}, got {layout!r}")
@@ -258,7 +252,7 @@ def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False,
 
 def swiglu(x, up=None, out=None):
     """silu(gate) * up: x (..., 2I) holding gate then up, or x the gate and up of its
-    shape. See the module `tegula.kernels.swiglu`. No backward."""
+    shape. See the module `tegula.kernels.gated_mlp`. No backward."""
     op = "swiglu"
     x, up = _calls._tensor(op, "x", x), _optional(op, "up", up)
     _calls._refuse_all(op, x=x, up=up)
@@ -269,7 +263,7 @@ def swiglu(x, up=None, out=None):
 
 def swiglu_linear(x, w_gate, w_up=None):
     """silu(x @ w_gateᵀ) * (x @ w_upᵀ) in one GEMM kernel; w_gate alone (2I, K) holds the
-    gate rows, then the up rows. See the module `tegula.kernels.swiglu`. No backward."""
+    gate rows, then the up rows. See the module `tegula.kernels.gated_mlp`. No backward."""
     op = "swiglu_linear"
     x, w_gate, w_up = _calls._tensor(op, "x", x), _calls._tensor(op, "w_gate", w_gate), _optional(op, "w_up", w_up)
     _calls._refuse_all(op, x=x, w_gate=w_gate, w_up=w_up)
@@ -300,7 +294,7 @@ def add_rms_norm(x, residual, weight, eps: float = 1e-6, inplace: bool = False, 
 
 def grouped_gemm(a, w, offsets, *, trans_w: bool = False, check_indices: Optional[bool] = None):
     """c (M, N) with c[offsets[e]:offsets[e+1]] = a[offsets[e]:offsets[e+1]] @ w[e] for
-    every expert e, in one launch. See `tegula.kernels.grouped_gemm`, and
+    every expert e, in one launch. See `tegula.kernels.expert_gemm`, and
     kernels/_index_checks.py for check_indices. No backward."""
     op = "grouped_gemm"
     a, w, offsets = _calls._tensor(op, "a", a), _calls._tensor(op, "w", w), _calls._tensor(op, "offsets", offsets)

@@ -47,7 +47,6 @@ whose schemas name the inputs they write.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Optional
 
 import torch
@@ -55,6 +54,7 @@ import torch
 from . import _index_checks as index_checks
 from . import _model_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
+from . import matrix_transpose as _transpose_mod, row_softmax as _softmax_mod
 from ._attention import check_flag, check_num_split, check_sm_scale
 from ._attention_fakes import (_flash_attention_backward_fake, _flash_attention_fake, _flash_decode_fake,
                               _mla_decode_fake)
@@ -62,10 +62,6 @@ from ._calls import EAGER, NS, _FUNCTIONS, _IMPLS, _call, _eager, _op, _refuse_a
 from ._common import check_eps, refuse_grad
 from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
                          moe_combine, moe_permute, rope, swiglu, swiglu_linear)
-
-# Two modules share their function's name, which tegula.kernels re-exports over them.
-_softmax_mod = importlib.import_module(__package__ + ".softmax")
-_transpose_mod = importlib.import_module(__package__ + ".transpose")
 
 # The eager entry points, taken before `publish` rebinds the modules' public names to the
 # functions below.

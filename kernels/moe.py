@@ -37,7 +37,7 @@ import tegula.language as T
 from . import _index_checks as index_checks
 from ._common import (check_chunks, check_devices, check_rank, check_tensor, chunk_loop, describe, dtype_name,
                       elem_bytes, launchable, plan_rows)
-from .grouped_gemm import MAX_EXPERTS, inclusive_scan, last_at_most, scan_passes
+from .expert_gemm import MAX_EXPERTS, inclusive_scan, last_at_most, scan_passes
 
 ALIGN_THREADS = 256      # ids a tile of kernels 1 and 3 places (one per thread), 8 warps
 SCAN_THREADS = 512       # kernel 2, one block

@@ -40,10 +40,10 @@ def main(argv=None) -> int:
         return 0
     import tegula.integrations.transformers as tt
     from tegula import kernels as K
-    from tegula.integrations.model_cli import build_model
+    from tegula.cli.model import build_model
 
-    rope = importlib.import_module("tegula.kernels.rope")
-    swiglu = importlib.import_module("tegula.kernels.swiglu")
+    rope = importlib.import_module("tegula.kernels.rotary_embedding")
+    swiglu = importlib.import_module("tegula.kernels.gated_mlp")
     fused = importlib.import_module("tegula.kernels.fused_norm")
     dt, B, H, Hk, D, hid, inter, L = torch.bfloat16, 8, 32, 8, 128, 4096, 14336, 1152
     x = torch.randn(B, 1, hid, device="cuda", dtype=dt)

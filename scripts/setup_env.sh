@@ -38,6 +38,9 @@ extras=()
 has_module transformers || extras+=("transformers==5.17.*")
 has_module matplotlib || extras+=(matplotlib)
 has_module tqdm || extras+=(tqdm)
+# The package's import layers (pyproject.toml's [tool.importlinter]), which
+# tests/python/cpu/test_import_layers.py checks; it brings grimp, the import graph.
+has_module importlinter || extras+=("import-linter>=2,<3")
 # The documentation site (mkdocs.yml, docs/): tests/python/cpu/test_docs.py builds it strictly.
 has_module mkdocs || extras+=("mkdocs==1.6.*")
 has_module mkdocstrings_handlers.python || extras+=("mkdocstrings[python]>=1.0")

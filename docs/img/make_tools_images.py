@@ -18,7 +18,8 @@ os.environ.setdefault("TEGULA_TARGET", "sm_90a")
 import tegula  # noqa: E402
 import tegula.language as T  # noqa: E402
 from tegula.kernels import gemm  # noqa: E402
-from tegula.tools import bench_cli, plot_layout  # noqa: E402
+from tegula.cli import bench as bench_cli  # noqa: E402
+from tegula.tools import plot_layout  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DPI = 90

@@ -13,20 +13,20 @@ from . import language, layout
 from .env import cache_dir, set_cache_enabled
 from .frontend.errors import TegulaCompileError
 from .jit import JITKernel, KernelParam, compile, jit, lower, par_compile
-from . import eager as _eager  # noqa: F401 - gives tegula.jit its eager form
+from . import jit_eager as _jit_eager  # noqa: F401 - gives tegula.jit its eager form
 from . import profiler  # gives JITKernel.get_profiler its Profiler
 from .profiler import TensorSupplyType
+from .tools import layout_plot as _layout_plot  # noqa: F401 - gives JITKernel.plot_layout its drawing
 from .transform import PassConfigKey
 from .math import cdiv, next_power_of_2
 from .registers import RegisterPressureWarning
+from .version import __version__
 
 # A program ported by its imports keeps its setup: TileLang's cache variables name Tegula's
 # where Tegula's are not set (the native cache reads them at its first use, after this).
 for _theirs, _ours in (("TILELANG_CACHE_DIR", "TEGULA_CACHE_DIR"), ("TILELANG_DISABLE_CACHE", "TEGULA_DISABLE_CACHE")):
     if _os.environ.get(_theirs) and not _os.environ.get(_ours):
         _os.environ[_ours] = _os.environ[_theirs]
-
-__version__ = "0.1.0"
 
 __all__ = [
     "jit", "compile", "lower", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",

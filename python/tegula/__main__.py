@@ -1,8 +1,8 @@
 """Command line: `python -m tegula demo`, `info`, `layout`, `bench` and `model`.
 
-layout, bench and model live in their own modules (tegula.tools.layout_cli,
-tegula.tools.bench_cli, tegula.integrations.model_cli), each with `add_arguments(parser)`
-and `run(args)`; they are imported only when their command runs.
+layout, bench and model live in their own modules (tegula.cli.layout, tegula.cli.bench,
+tegula.cli.model), each with `add_arguments(parser)` and `run(args)`; they are imported
+only when their command runs.
 
 demo: compiles every shipped kernel (to a cubin, for the GPU present or for sm_90a
 without one), prints the CUDA generated for one of them, and where a GPU is present runs
@@ -23,18 +23,18 @@ def _compile_table():
     import torch
 
     m = {n: importlib.import_module("tegula.kernels." + n)
-         for n in ("elementwise", "rmsnorm", "softmax", "layernorm", "reduce", "transpose", "gemm",
+         for n in ("elementwise", "rmsnorm", "row_softmax", "layernorm", "reduce", "matrix_transpose", "gemm",
                    "flash_attention", "flash_decoding")}
     h = torch.float16
     return {
         "add": lambda: m["elementwise"].kernel_for(4096, h, True),
         "rms_norm": lambda: m["rmsnorm"].kernel_for(4096, h, 1e-6),
         "rms_norm_silu": lambda: m["rmsnorm"].kernel_for(4096, h, 1e-6, True),
-        "softmax": lambda: m["softmax"].kernel_for(4096, h),
+        "softmax": lambda: m["row_softmax"].kernel_for(4096, h),
         "layer_norm": lambda: m["layernorm"].kernel_for(4096, h, 1e-5),
         "row_sum": lambda: m["reduce"].kernel_for(4096, h, "sum"),
         "row_max": lambda: m["reduce"].kernel_for(4096, h, "max"),
-        "transpose": lambda: m["transpose"].kernel_for(4096, 4096, h),
+        "transpose": lambda: m["matrix_transpose"].kernel_for(4096, 4096, h),
         "matmul": lambda: m["gemm"].kernel_for(*_GEMM, h),
         "flash_attention": lambda: m["flash_attention"].kernel_for(*_ATTN, True, 0, "bhsd", "float16", None),
         "flash_decode": lambda: m["flash_decoding"].kernels_for(*_DECODE, 4, "float16", None)[0],
@@ -200,9 +200,9 @@ def info(args) -> int:
 
 # (command, module, help): the module has add_arguments(parser) and run(args).
 _COMMANDS = (
-    ("layout", "tegula.tools.layout_cli", "draw a compiled kernel's buffer layout as a PNG"),
-    ("bench", "tegula.tools.bench_cli", "time the shipped kernels and draw their roofline as a PNG"),
-    ("model", "tegula.integrations.model_cli",
+    ("layout", "tegula.cli.layout", "draw a compiled kernel's buffer layout as a PNG"),
+    ("bench", "tegula.cli.bench", "time the shipped kernels and draw their roofline as a PNG"),
+    ("model", "tegula.cli.model",
      "run a Llama-style model (random weights) eager and on Tegula kernels; compare and time them"),
 )
 

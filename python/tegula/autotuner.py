@@ -45,11 +45,13 @@ from typing import NamedTuple
 import torch
 
 from .registers import RegisterPressureWarning
-from . import __version__, env
+from . import env
+from .jit_eager import EagerJITFunction
 from .frontend.errors import TegulaCompileError
 from .jit import JITFunction, jit
 from .profiler import Profiler, TensorSupplyType
 from . import transform
+from .version import __version__
 
 # What a configuration the DSL or NVRTC cannot build raises; anything else is a bug in
 # the caller's code or ours and is not swallowed.
@@ -311,8 +313,6 @@ class AutoTuner:
                  early_stop=False, early_stop_factor=2.0):
         if configs is None:
             raise ValueError("tegula.autotune needs configs: a list of kwargs dicts, or a callable returning one")
-        from .eager import EagerJITFunction
-
         # Eager (the body is the kernel): a call runs the chosen kernel on its tensors and
         # returns the outputs; `.compile(...)` gives the kernel.
         self._eager = isinstance(fn, EagerJITFunction)

@@ -18,6 +18,7 @@ Variables:
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -30,7 +31,9 @@ def native():
     global _native
     if _native is None:
         try:
-            from . import _C  # noqa: PLC0415 - deliberate lazy import, see module doc
+            # By its full name: an extension module is no Python file, so an import graph
+            # would read `from . import _C` as an import of the package's top.
+            _C = importlib.import_module("tegula._C")
         except ImportError as err:
             raise ImportError(
                 "tegula._C (the compiled core) is not available: build it with "

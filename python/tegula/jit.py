@@ -9,7 +9,7 @@
     kernel = matmul(1024, 1024, 1024)     # parsed, lowered, cached per argument tuple
     C = kernel(A, B)                      # out_idx: outputs are allocated and returned
 
-The eager form (tegula/eager.py) writes the kernel body as the decorated function itself:
+The eager form (tegula/jit_eager.py) writes the kernel body as the decorated function itself:
 `C = matmul(A, B, block_M=128)` compiles on first use and launches. A @jit call that a
 process compiled before is answered from the persistent index (tegula/jit_index.py): the
 built program comes off the disk without parsing or lowering, and the prim_func and IR are
@@ -29,8 +29,9 @@ import warnings
 import torch
 
 from . import env, jit_index, registers, traced
+from .buffer_layout import BufferLayout
 from .frontend.dtypes import is_packed, to_torch
-from .frontend.eager import is_eager
+from .frontend.parse_eager import is_eager
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc, parse_context
 from .parallel_compile import build_in_parallel, guarded, par_compile_configs
@@ -320,11 +321,9 @@ class JITKernel:
         return list(self.prim_func.kernel.stages())
 
     def layouts(self, index: int = 0) -> dict:
-        """name -> BufferLayout (tegula/tools/layout_data.py) for every fragment and shared
+        """name -> BufferLayout (tegula/buffer_layout.py) for every fragment and shared
         buffer kernel `index` declares: the layout the passes chose (a fragment's (thread,
         register) per element; a shared buffer's swizzled offsets)."""
-        from .tools.layout_data import BufferLayout
-
         return {entry["name"]: BufferLayout.from_native(entry) for entry in self._lowered_all[index].layouts()}
 
     def layout_of(self, name: str, index: int | None = None):
@@ -343,9 +342,7 @@ class JITKernel:
     def plot_layout(self, buffer_name: str, path: str | None = None, **options):
         """Draws buffer `buffer_name`'s layout (to a PNG at `path` when given) and returns
         the data drawn; options as tegula.tools.plot_layout takes them."""
-        from .tools.layout_plot import plot_layout
-
-        return plot_layout(self.layout_of(buffer_name, options.pop("kernel_index", None)), path, **options)
+        return _LAYOUT_PLOT[0](self.layout_of(buffer_name, options.pop("kernel_index", None)), path, **options)
 
     def get_profiler(self, tensor_supply_type=None):
         """TileLang's `kernel.get_profiler()`: a tegula.profiler.Profiler of this kernel
@@ -656,18 +653,19 @@ class JITFunction:
 
 
 # What the modules above the JIT hand it, each when imported (tegula/__init__.py imports
-# both), so that this module never imports them: the eager form's function class,
-# EagerJITFunction (tegula/eager.py), and the Profiler class get_profiler returns
-# (tegula/profiler.py).
+# them all), so that this module never imports them: the eager form's function class,
+# EagerJITFunction (tegula/jit_eager.py), the Profiler class get_profiler returns
+# (tegula/profiler.py), and the plot_layout that draws a layout (tegula/tools/layout_plot.py).
 _EAGER_FUNCTION = []
 _PROFILER = []
+_LAYOUT_PLOT = []
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, verbose=False, debug_root_path=None,
         execution_backend=None, compile_flags=None):
     """`@tegula.jit` or `@tegula.jit(out_idx=[-1], ...)` on a function that returns a
     T.prim_func (or directly on a prim_func, which compiles it at once), or on a function
-    that is itself the kernel body (the eager form, see tegula/eager.py)."""
+    that is itself the kernel body (the eager form, see tegula/jit_eager.py)."""
     settings = dict(out_idx=out_idx, target=target, pass_configs=pass_configs, verbose=verbose,
                     debug_root_path=debug_root_path, execution_backend=execution_backend,
                     compile_flags=compile_flags)

@@ -38,6 +38,7 @@ import threading
 import torch
 
 from . import env
+from .version import __version__
 
 FORMAT = 1
 _MAGIC = b"TGLJIT1\0"
@@ -89,9 +90,7 @@ def _compiler_stamp() -> str:
                         path = os.path.join(root, name)
                         st = os.stat(path)
                         files.append(f"{os.path.relpath(path, _PACKAGE_DIR)}:{st.st_mtime_ns}:{st.st_size}")
-            from . import __version__ as version
-
-            _STAMP = "\n".join([f"tegula {version}", C.build_id(), f"nvrtc {C.nvrtc_version_cached()}",
+            _STAMP = "\n".join([f"tegula {__version__}", C.build_id(), f"nvrtc {C.nvrtc_version_cached()}",
                                 f"python {sys.version}", f"torch {torch.__version__}", *files])
     return _STAMP
 

@@ -6,6 +6,7 @@
 //   compile.cc     tegula._C.lower / Lowered / Program: passes, NVRTC, launch
 //   interp.cc      Lowered.reference / Lowered.simulate: the CPU interpreters (tegula.testing)
 //   layouts.cc     Lowered.layouts / shared_offsets: the chosen layouts as data (tegula.tools)
+//   register_analysis.cc  Lowered.register_liveness: fragment registers as data (tegula.registers)
 #pragma once
 #include <pybind11/pybind11.h>
 
@@ -32,6 +33,22 @@ void init_compile(py::module_& m);
 // passes chose, as data (layouts.cc); init_layouts adds tegula._C.shared_offsets.
 py::list describe_layouts(const tegula::transform::Lowered& lowered);
 void init_layouts(py::module_& m);
+
+// Lowered.count_work (work_analysis.cc): the work one kernel does over its whole grid
+// (src/analysis/work_counts.h) at IR stage `stage`, as a dict. values: dynamic sizes and
+// scalar parameters by name; tensors: tensor parameter name -> a function giving its
+// contents as a numpy array (or None where only the shape is known), called only when the
+// count reads them.
+py::dict count_work(const tegula::transform::Lowered& lowered, const std::string& stage, const py::dict& values,
+                    const py::dict& tensors, bool per_thread, int64_t dense_limit);
+// Lowered.dynamic_sizes: {"kernel": its name, "names": its T.dynamic sizes, "dims": per global
+// tensor parameter, each dimension's T.dynamic name or None}.
+py::dict dynamic_sizes(const tegula::transform::Lowered& lowered);
+
+// Lowered.register_liveness() (register_analysis.cc): each fragment's registers per thread
+// and the most live at once (src/analysis/register_liveness.h) as a dict, names as the
+// lower_fragments stage prints them; None without that stage (a kernel of CUDA source).
+py::object describe_register_liveness(const tegula::transform::Lowered& lowered);
 
 // The CPU interpreters on one call's arguments: float64 CPU tensors (written in place) and
 // Python numbers, one per kernel parameter.

@@ -526,8 +526,18 @@ void init_compile(py::module_& m) {
       .def_property_readonly("records_events", [](const LoweredKernel& l) {
         return !l.user_source && codegen::records_events(l.lowered.kernel);
       })
+      .def("count_work", [](const LoweredKernel& l, const std::string& stage, const py::dict& values,
+                            const py::dict& tensors, bool per_thread, int64_t dense_limit) {
+        l.require_ir_body("the work count");
+        return count_work(l.lowered, stage, values, tensors, per_thread, dense_limit);
+      }, py::arg("stage") = "expand_tile_ops", py::arg("values") = py::dict(), py::arg("tensors") = py::dict(),
+         py::arg("per_thread") = false, py::arg("dense_limit") = int64_t(1) << 22,
+         "FLOPs and bytes over the whole grid (src/analysis/work_counts.h), as a dict.")
+      .def("dynamic_sizes", [](const LoweredKernel& l) { return dynamic_sizes(l.lowered); })
       .def("layouts", [](const LoweredKernel& l) { return describe_layouts(l.lowered); },
            "Per fragment and shared buffer the kernel declares, the layout the passes chose (a dict each).")
+      .def("register_liveness", [](const LoweredKernel& l) { return describe_register_liveness(l.lowered); },
+           "Each fragment's registers per thread and the most live at once (a dict; None without lower_fragments).")
       .def("compile_log", [](LoweredKernel& l) {
         return runtime::compile(l.source.code, l.source.entry + ".cu", l.compile_options()).log;
       }, "Compiles without the cache and returns NVRTC's (and ptxas') warnings; works without a GPU.");

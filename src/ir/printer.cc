@@ -112,6 +112,7 @@ struct Text {
 class Printer {
  public:
   explicit Printer(bool all_spaced = false) : all_spaced_(all_spaced) {}
+  void set_spaced(bool spaced) { all_spaced_ = spaced; }
   NameCollector collector() { return NameCollector(&vars_, &bufs_); }
 
   Text expr(const Expr& e) {
@@ -134,6 +135,8 @@ class Printer {
     return s;
   }
   std::string buffer_name(const Buffer& b) { return b ? bufs_.name(b.get(), b->name) : "<null buffer>"; }
+  std::string buffer_name(const BufferNode* b) { return bufs_.name(b, b->name); }
+  std::string var_name(const VarNode* v) { return vars_.name(v, v->name); }
   std::string var_name(const Expr& v) {
     auto* n = v.as<VarNode>();
     return n ? vars_.name(n, n->name) : operand(v, kAtom);
@@ -347,8 +350,7 @@ std::string to_string(const BufferRegion& r) {
   return p.region(r);
 }
 
-std::string to_string(const Kernel& k) {
-  Printer p;
+static void print_kernel(Printer& p, const Kernel& k) {
   NameCollector c = p.collector();
   for (const Param& prm : k.params) prm.buffer ? c.buffer(prm.buffer) : c.visit(prm.var);
   for (const Expr& v : k.dynamic_vars) c.visit(v);
@@ -373,7 +375,47 @@ std::string to_string(const Kernel& k) {
   p.line(0, "kernel " + k.name + "(" + sig + "):");
   print_header(p, k);
   p.block(k.body, 1);
+}
+
+std::string to_string(const Kernel& k) {
+  Printer p;
+  print_kernel(p, k);
   return p.out();
+}
+
+struct PrintedKernel::Impl {
+  Printer printer;
+  std::string text;
+};
+
+PrintedKernel::PrintedKernel(const Kernel& k) : impl_(std::make_unique<Impl>()) {
+  print_kernel(impl_->printer, k);
+  impl_->text = std::move(impl_->printer.out());
+  impl_->printer.out().clear();
+}
+
+PrintedKernel::~PrintedKernel() = default;
+
+const std::string& PrintedKernel::text() const { return impl_->text; }
+
+std::string PrintedKernel::expr(const Expr& e, bool spaced) {
+  impl_->printer.set_spaced(spaced);
+  std::string s = impl_->printer.operand(e, kLowest);
+  impl_->printer.set_spaced(false);
+  return s;
+}
+
+std::string PrintedKernel::var(const VarNode* v) { return impl_->printer.var_name(v); }
+
+std::string PrintedKernel::buffer(const BufferNode* b) { return impl_->printer.buffer_name(b); }
+
+std::string PrintedKernel::head(const Stmt& s) {
+  std::string& out = impl_->printer.out();
+  out.clear();
+  impl_->printer.stmt(s, 0);
+  std::string line = out.substr(0, out.find('\n'));
+  out.clear();
+  return line;
 }
 
 std::ostream& operator<<(std::ostream& os, const Expr& e) { return os << to_string(e); }

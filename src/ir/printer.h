@@ -21,6 +21,7 @@
 // Two distinct Var nodes (or buffers) sharing a name print as `i`, `i_1`, ... numbered in
 // order of first appearance, which matters once passes start creating variables.
 #pragma once
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -37,6 +38,26 @@ std::string to_string(const Stmt& s, int indent = 0);
 std::string to_string(const Kernel& k);
 // `A[by*128:+128, k*32:+32]`: each dimension as min:+extent.
 std::string to_string(const BufferRegion& r);
+
+// A kernel printed once, so that a message can quote any of its statements or expressions
+// with the names the whole printout gives them (`i_4`, not the `i` the expression alone
+// would print as).
+class PrintedKernel {
+ public:
+  explicit PrintedKernel(const Kernel& k);
+  ~PrintedKernel();
+  const std::string& text() const;
+  // The expression as to_string or, spaced, as to_spaced_string writes it.
+  std::string expr(const Expr& e, bool spaced = false);
+  // The first line of the statement (a loop's or a branch's head, without its body).
+  std::string head(const Stmt& s);
+  std::string var(const VarNode* v);
+  std::string buffer(const BufferNode* b);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // So that messages can stream nodes: user_error(loc) << "bad index " << e;
 std::ostream& operator<<(std::ostream& os, const Expr& e);

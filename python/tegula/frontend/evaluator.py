@@ -17,7 +17,8 @@ import operator
 from ..env import native
 from .builder import argument_index, check_call
 from .errors import ArgError, SourceInfo, TegulaCompileError, from_native
-from .values import DeclaredVar, PrimExpr, VarBuffer, binop, ir
+from .requests import serial
+from .values import DeclaredVar, PrimExpr, VarBuffer, binop, ir, select
 
 _MISSING = object()
 
@@ -250,9 +251,7 @@ class Evaluator:
         cond = self.eval(node.test)
         if not isinstance(cond, PrimExpr):
             return self.eval(node.body if cond else node.orelse)
-        from ..language.builtins import if_then_else
-
-        return if_then_else(cond, self.eval(node.body), self.eval(node.orelse))
+        return select(cond, self.eval(node.body), self.eval(node.orelse))
 
     def _joinedstr(self, node):
         parts = []
@@ -277,9 +276,7 @@ class Evaluator:
             else:
                 kwargs[keyword.arg] = self.eval(keyword.value)
         if fn is range and any(isinstance(a, PrimExpr) for a in args):
-            from ..language.builtins import serial  # range over a kernel value is T.serial
-
-            fn = serial
+            fn = serial  # range over a kernel value is T.serial
         if getattr(fn, "__tegula_macro__", False) and hasattr(self, "expand_macro"):
             return self.expand_macro(fn, args, kwargs, node)
         intrinsic = getattr(fn, "__tegula_intrinsic__", None)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import ast
 
-from ..language import barriers, reducers
-from ..language.kernel import KernelSpec
-from ..language.warpgroup import WarpSpecializeSpec
 from .builder import KernelFrame, StatementScope
 from .errors import ArgError
+from .requests import KERNEL_CHECKS, KernelSpec, WarpSpecializeSpec
 from .values import BufferValue, PrimExpr
 
 _WITH_ITEMS = ("a `with` in a kernel takes `T.Kernel(...) as ...` first, then scopes such as a tool's "
@@ -55,8 +53,8 @@ class WithStatements:
         self.builder.push()
         self._scoped(stmt, stmt.items[1:])
         try:
-            reducers.check_finalized(self.builder)
-            barriers.check_tma_arrivals(self.builder)
+            for check in KERNEL_CHECKS:
+                check(self.builder)
         except ArgError as err:
             raise self.error(stmt, err.message, err.kind) from None
         body = self.builder.pop_optional()

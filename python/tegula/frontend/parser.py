@@ -16,12 +16,11 @@ from __future__ import annotations
 import ast
 import inspect
 
-from ..language import barriers, pointers, reducers
-from ..language.builtins import AllocRequest, LetRequest, LoopSpec, PersistentSpec, Pipelined
-from ..language.types import TensorSpec
 from .dtypes import DType, is_dtype, normalize_dtype
 from .evaluator import BINARY_OPS, Evaluator, closure_of
+from .params import PointerValue, TensorSpec, is_pointer_annotation
 from .parse_with import WithStatements
+from .requests import AddressRequest, AllocRequest, LetRequest, LoopSpec
 from .values import BufferValue, DeclaredVar, PrimExpr, VarBuffer, binop, cast_value, store, store_vector, to_expr
 from .errors import ArgError, TegulaCompileError
 
@@ -279,10 +278,9 @@ class Parser(WithStatements, Evaluator):
         if isinstance(target, ast.Subscript):
             base = self.eval_base(target.value)
             key = self.eval_index(target.slice)
-            if isinstance(base, reducers.ReducerBuffer) and not base.readable:
-                reducers.augmented_update(base, key, _AUG_OPERATORS.get(type(stmt.op), "an update"), rhs)
-                return None
             if isinstance(base, BufferValue):
+                if base.augmented_store(key, _AUG_OPERATORS.get(type(stmt.op), "an update"), rhs):
+                    return None
                 return self._store(target, base, key, op(base[key], rhs))
             base[key] = op(base[key], rhs)
             return None
@@ -351,9 +349,9 @@ class Parser(WithStatements, Evaluator):
             self.builder.emit(store(existing, [0], value))
             return []
         if isinstance(value, AllocRequest):
-            self._allocate(name, value)
+            self.bind(name, value.allocate(self.builder, name))
             return []
-        if isinstance(value, pointers.AddressRequest):
+        if isinstance(value, AddressRequest):
             return self._address_tensor(target, name, value)
         if isinstance(value, DeclaredVar) and value.var is None:
             value.name_as(self.builder.unique_name(name))  # `x = T.int32()`: T.let binds it later
@@ -383,25 +381,10 @@ class Parser(WithStatements, Evaluator):
                                                     address.expr))
         return lets
 
-    def _allocate(self, name: str, request: AllocRequest) -> None:
-        if isinstance(request, reducers.ReducerRequest):
-            self.bind(name, reducers.allocate(self.builder, name, request))
-            return
-        if request.scope == "global":
-            self.bind(name, self.builder.allocate_workspace(name, request.dtype, request.shape))
-            return
-        cls = VarBuffer if request.is_var else BufferValue
-        buffer = self.builder.allocate(name, request.scope, request.dtype, request.shape, cls)
-        self.bind(name, buffer)
-        if isinstance(request, barriers.BarrierRequest):
-            barriers.init_barriers(self.builder, buffer, request.counts)
-        if request.init is not None:
-            self.builder.emit(store(buffer, [0], request.init))
-
     def _store(self, target, buffer: BufferValue, key, value) -> list:
-        if isinstance(buffer, reducers.ReducerBuffer) and not buffer.readable:
-            raise self.error(target, f"illegal store to reducer '{buffer.name}': its elements hold each thread's "
-                             "partial; add to it with T.reducer_update inside a T.Parallel loop")
+        refusal = buffer.store_refusal()
+        if refusal is not None:
+            raise self.error(target, refusal)
         indices = list(key) if isinstance(key, tuple) else [key]
         if any(isinstance(i, slice) for i in indices) and isinstance(value, PrimExpr) and value.dtype.lanes > 1:
             self.builder.emit(store_vector(buffer[key], value))
@@ -485,14 +468,14 @@ class Parser(WithStatements, Evaluator):
         if not isinstance(spec, LoopSpec):
             raise self.error(stmt.iter, f"cannot loop over {type(spec).__name__} in a kernel: use range, "
                              "T.serial, T.unroll, T.Parallel or T.Pipelined")
-        if isinstance(spec, PersistentSpec):
+        if spec.kind == "persistent":
             return self._persistent(stmt, spec)
         names = self._loop_names(stmt.target, len(spec.dims))
         loop_vars = [PrimExpr.var(name) for name in names]
         self.scopes.append({})
         for name, var, (start, _, step) in zip(names, loop_vars, spec.dims):
             self.bind(name, var if step == 1 else start + var * step)
-        schedule = getattr(spec, "schedule", None)  # T.Pipelined's order/stage/group
+        schedule = spec.schedule  # T.Pipelined's order/stage/group
         traced = schedule is not None and self.builder.trace is None
         if traced:
             self.builder.trace = []
@@ -512,7 +495,7 @@ class Parser(WithStatements, Evaluator):
         try:
             self.parse_block(stmt.body)
             if schedule is not None:
-                num_stages = self._schedule(stmt, schedule, self.builder.trace[first:], num_stages)
+                num_stages = self._schedule(stmt, spec, self.builder.trace[first:], num_stages)
             if loop_kind == "pipelined" and self.builder.ws_scopes > ws_before:
                 # Manual warp specialisation: the T.ws scopes order the iterations of their
                 # warp groups with their own barriers, so each group runs the loop in order.
@@ -576,15 +559,15 @@ class Parser(WithStatements, Evaluator):
         self.builder.emit(self._ir.for_(w.expr, to_expr(0, "int32"), to_expr(spec.waves(), "int32"), "serial", body, 0))
         return None
 
-    def _schedule(self, stmt, schedule, trace: list, num_stages: int) -> int:
+    def _schedule(self, stmt, spec: LoopSpec, trace: list, num_stages: int) -> int:
         """Puts the loop body's statements (the innermost block) in the order the hand
         schedule emits them; returns the loop's num_stages. Errors point at the argument."""
         block = self.builder.blocks[-1]
         try:
-            ordered, num_stages = schedule.apply(trace, len(self.builder.blocks), num_stages)
+            ordered, num_stages = spec.schedule.apply(trace, len(self.builder.blocks), num_stages)
         except ArgError as err:
             if isinstance(stmt.iter, ast.Call):
-                raise self.arg_error(stmt.iter, Pipelined, err, len(stmt.iter.args)) from None
+                raise self.arg_error(stmt.iter, spec.intrinsic, err, len(stmt.iter.args)) from None
             raise self.error(stmt.iter, err.message, err.kind) from None
         assert len(ordered) == len(block), "the traced statements are the loop body's"
         block[:] = ordered
@@ -664,8 +647,8 @@ class Parser(WithStatements, Evaluator):
                 self.builder.unique_name(arg.arg)
             elif is_dtype(spec):
                 value = PrimExpr.var(arg.arg, DType(normalize_dtype(spec)))
-            elif pointers.is_pointer_annotation(spec):
-                value = pointers.PointerValue.parameter(arg.arg, spec)
+            elif is_pointer_annotation(spec):
+                value = PointerValue.parameter(arg.arg, spec)
             else:
                 raise self.error(arg.annotation, f"parameter '{arg.arg}': expected T.Tensor(shape, dtype), a "
                                  f"dtype such as T.int32 or T.ptr, got {spec!r}")

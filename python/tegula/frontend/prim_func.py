@@ -143,8 +143,8 @@ def _declares_in_body(fn_node) -> bool:
     return any(isinstance(stmt, ast.Return) and stmt.value is not None for stmt in fn_node.body)
 
 
-# The body-declaration form is an eager body (frontend/eager.py, the layer above, parses
-# it and registers its parser here when it is imported: frontend/__init__.py imports it).
+# The body-declaration form is an eager body (parse_eager.py, which builds on this module,
+# parses it and registers its parser here when it is imported: frontend/__init__.py imports it).
 _declared_parser = None
 
 

@@ -21,6 +21,7 @@ import numbers
 from ..env import native
 from . import dtypes as _dtypes
 from .dtypes import WIDENED_TYPES, DType, int_range, is_float, is_int
+from .errors import ArgError
 
 _IR = None
 
@@ -532,6 +533,17 @@ class BufferValue:
     def full_region(self) -> RegionValue:
         return RegionValue(self, [0] * self.ndim, list(self.shape))
 
+    def store_refusal(self) -> str | None:
+        """Why `buf[i] = v` may not store into this buffer, or None: a reducer holding its
+        threads' partials says so (language/reducers.py)."""
+        return None
+
+    def augmented_store(self, key, operator: str, value) -> bool:
+        """`buf[key] <operator> value` (operator as written, "+="), when the buffer carries it
+        out itself (a reducer's update); False leaves it to the parser, which stores
+        `buf[key] op value`."""
+        return False
+
     @property
     def data(self):
         """The buffer's storage, for `T.Tensor(shape, dtype, buf.data)` (a view of it)."""
@@ -609,3 +621,28 @@ def store_vector(region: RegionValue, value: "PrimExpr"):
 
 # DType(x) casts and DType() declares (dtypes.py); dtypes cannot import this module back.
 _dtypes._VALUE_HOOKS = (cast_value, unbound_var)
+
+
+def scalar_operand(value, fn: str, arg: str):
+    """A T.* function's scalar argument: a number or a kernel expression (a T.alloc_var
+    reads as its value); ArgError naming the argument otherwise."""
+    if isinstance(value, VarBuffer):
+        return value.load()
+    if isinstance(value, PrimExpr) or is_number(value):
+        return value
+    raise ArgError(arg, f"{fn}: '{arg}' must be a number or a kernel expression, got {value!r}")
+
+
+def select(cond, then_value, else_value, fn: str = "T.if_then_else"):
+    """cond ? then_value : else_value with both sides evaluated: T.if_then_else, and a
+    kernel's conditional expression `a if cond else b` on a kernel value. A Python cond
+    picks its side now."""
+    cond = scalar_operand(cond, fn, "cond")
+    a = scalar_operand(then_value, fn, "then_value")
+    b = scalar_operand(else_value, fn, "else_value")
+    if not isinstance(cond, PrimExpr):
+        return a if cond else b
+    da = a.expr.dtype if isinstance(a, PrimExpr) else None
+    db = b.expr.dtype if isinstance(b, PrimExpr) else None
+    expr = ir().select(to_expr(cond), to_expr(a, db), to_expr(b, da))
+    return PrimExpr(expr, any(isinstance(v, PrimExpr) and v.reads for v in (cond, a, b)))

@@ -11,7 +11,7 @@ the `input_layernorm` / `post_attention_layernorm` RMSNorms, and the final `norm
 
     RMSNorm       tegula.kernels.rms_norm; the norm after attention fuses the residual add
                   (`add_rms_norm`: h = x + residual and rms_norm(h) in one pass)
-    rotary        tegula.kernels.rope on q and k together, in place, from a cos/sin cache
+    rotary        tegula.kernels.rotary_embedding on q and k together, in place, from a cos/sin cache
                   built once from the model's own `rotary_emb.inv_freq` and
                   `attention_scaling` (so Llama-3's scaled frequencies are kept)
     attention     prefill: tegula.kernels.flash_attention (causal, GQA, read in the
@@ -170,15 +170,11 @@ class _TegulaOps(_TorchOps):
 
     def __init__(self, timer: OpTimer, policy: str):
         super().__init__(timer)
-        import importlib
-
         from tegula import kernels as K
+        from tegula.kernels import flash_attention, fused_norm, gated_mlp, rotary_embedding
 
-        # Modules by import path: tegula.kernels re-exports some functions over their modules' names.
-        mod = {n: importlib.import_module("tegula.kernels." + n)
-               for n in ("flash_attention", "fused_norm", "rope", "swiglu")}
-        self.K, self.fa, self.fused_norm = K, mod["flash_attention"], mod["fused_norm"]
-        self.rope_mod, self.swiglu_mod = mod["rope"], mod["swiglu"]
+        self.K, self.fa, self.fused_norm = K, flash_attention, fused_norm
+        self.rope_mod, self.swiglu_mod = rotary_embedding, gated_mlp
         self.policy = policy
 
     def linear(self, x, weight, bias=None):

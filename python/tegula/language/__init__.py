@@ -26,9 +26,16 @@
   views.py     T.reshape, T.view, T.Tensor(shape, dtype, buf.data): a buffer under another shape
   fp8.py       determine_fp8_type (TileLang's tilelang.language.fp8)
   dtypes.py    the dtypes and resolve_torch_storage_dtype (TileLang's tilelang.language.dtypes)
+
+The language builds on the frontend (tegula/frontend) and nothing above it: what a T.* call
+hands the parser (an allocation, a loop, T.Kernel) is a class of frontend/requests.py,
+which the modules here make and, where a request does more, extend; T.prim_func, T.macro,
+T.serial, T.ptr and T.Tensor's spec are the frontend's, named here.
 """
 from .. import layout
+from ..frontend import requests as _requests
 from ..frontend.prim_func import Macro, PrimFunc, macro, prim_func
+from . import barriers as _barriers, reducers as _reducers
 from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipelined, Select, abs, align_up, alloc_fragment,
                        alloc_global, alloc_local, alloc_shared, alloc_var, cast, ceildiv, clamp, cos, exp, exp2, floordiv,
                        floormod, if_then_else, infinity, isfinite, isinf, isnan, let, log, log2, max, max_value, min, min_value, parallel, rsqrt, serial,
@@ -67,6 +74,10 @@ from .types import (Buffer, FragmentBuffer, GemmWarpPolicy, LocalBuffer, SharedB
                     float32, float64, half, int4, int8, int16, int32, int64, symbolic, tfloat32, uint4, uint8, uint16, uint32, uint64)
 
 globals().update(_VECTOR_DTYPES)  # T.float32x2, T.uint32x4, ... (ldst.py)
+
+# What the parser checks at the end of every kernel body, in this order: a reducer
+# initialised but never finalized, a T.tma_copy never followed by its barrier's arrival.
+_requests.KERNEL_CHECKS[:] = [_reducers.check_finalized, _barriers.check_tma_arrivals]
 
 make_swizzled_layout = layout.make_swizzled_layout
 

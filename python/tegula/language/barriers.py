@@ -32,7 +32,7 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
 from ..frontend.values import BufferValue, LoadValue, PrimExpr, RegionValue, call, cast_value, ir, to_expr
-from .builtins import AllocRequest
+from ..frontend.requests import AllocRequest
 from .tileops import copy as _copy, gemm as _gemm
 
 
@@ -42,6 +42,9 @@ class BarrierRequest(AllocRequest):
     def __init__(self, counts: list):
         super().__init__("shared", (len(counts),), "uint64")
         self.counts = counts
+
+    def initialize(self, builder, buffer) -> None:
+        init_barriers(builder, buffer, self.counts)
 
 
 @intrinsic("T.alloc_barrier")

@@ -15,7 +15,9 @@ from ..frontend.builder import intrinsic
 from ..frontend.dtypes import FLOAT_MAX, is_float, is_int, itemsize, normalize_dtype
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
-from ..frontend.values import DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, ir, is_number, to_expr
+from ..frontend.requests import AllocRequest, LetRequest, LoopSpec, loop_extent as _extent, loop_range as _range, serial
+from ..frontend.values import (DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, ir, scalar_operand as _scalar,
+                               select)
 
 # ---- scalar math ----
 
@@ -32,14 +34,6 @@ _UNARY_MATH = {
     "tanh": math.tanh,
     "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)),
 }
-
-
-def _scalar(value, name: str, arg: str):
-    if isinstance(value, VarBuffer):
-        return value.load()
-    if isinstance(value, PrimExpr) or is_number(value):
-        return value
-    raise ArgError(arg, f"{name}: '{arg}' must be a number or a kernel expression, got {value!r}")
 
 
 def _unary_math(name: str, fold):
@@ -139,15 +133,7 @@ def clamp(dst, min_val=None, max_val=None):
 @intrinsic("T.if_then_else")
 def if_then_else(cond, then_value, else_value):
     """cond ? then_value : else_value, with both sides evaluated (a select)."""
-    cond = _scalar(cond, "T.if_then_else", "cond")
-    a = _scalar(then_value, "T.if_then_else", "then_value")
-    b = _scalar(else_value, "T.if_then_else", "else_value")
-    if not isinstance(cond, PrimExpr):
-        return a if cond else b
-    da = a.expr.dtype if isinstance(a, PrimExpr) else None
-    db = b.expr.dtype if isinstance(b, PrimExpr) else None
-    expr = ir().select(to_expr(cond), to_expr(a, db), to_expr(b, da))
-    return PrimExpr(expr, any(isinstance(v, PrimExpr) and v.reads for v in (cond, a, b)))
+    return select(cond, then_value, else_value)
 
 
 @intrinsic("T.Select")
@@ -190,14 +176,6 @@ def Cast(dtype, value):  # noqa: N802 - TileLang's name
 
 # ---- T.let ----
 
-class LetRequest:
-    """What T.let returns to the parser: `var` is `value` for the rest of the block."""
-
-    def __init__(self, var: PrimExpr, value: PrimExpr):
-        self.var = var
-        self.value = value
-
-
 @intrinsic("T.let")
 def let(var, value):
     """TVM's `x = T.int32()` then `T.let(x, value)`: x is `value` (cast to x's dtype) from
@@ -218,45 +196,8 @@ def let(var, value):
 
 # ---- loops ----
 
-class LoopSpec:
-    """What a `for` iterates over: one (start, extent, step) per loop variable."""
-
-    def __init__(self, kind: str, dims: list, num_stages: int = 0):
-        self.kind = kind
-        self.dims = dims
-        self.num_stages = num_stages
-
-
-def _extent(value, fn: str, arg: str):
-    if isinstance(value, VarBuffer):
-        value = value.load()
-    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or
-                                       (isinstance(value, PrimExpr) and is_int(value.expr.dtype))):
-        label = f"argument {arg + 1}" if isinstance(arg, int) else f"'{arg}'"
-        raise ArgError(arg, f"{fn}: {label} must be an integer or an integer kernel expression, got {value!r}")
-    return value
-
-
-def _range(kind: str, fn: str, start, stop, step, num_stages: int = 0) -> LoopSpec:
-    if stop is None:
-        start, stop = 0, _extent(start, fn, "start")
-    else:
-        start, stop = _extent(start, fn, "start"), _extent(stop, fn, "stop")
-    step = 1 if step is None else step
-    if not isinstance(step, int) or step <= 0:
-        raise ArgError("step", f"{fn}: step must be a positive Python int, got {step!r}")
-    extent = stop - start
-    if step != 1:
-        extent = (extent + step - 1) // step
-    return LoopSpec(kind, [(start, extent, step)], num_stages)
-
-
-@intrinsic("T.serial")
-def serial(start, stop=None, step=None, annotations=None):
-    """`for k in T.serial(n)` (or (start, stop[, step])): a loop every thread runs in full,
-    in order; the bounds may be kernel expressions, the step a positive Python int."""
-    return _range("serial", "T.serial", start, stop, step)
-
+# T.serial and the LoopSpec every loop form returns are the frontend's (frontend/requests.py):
+# the parser itself makes `range` over kernel values a T.serial loop.
 
 @intrinsic("T.unroll")
 def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
@@ -289,6 +230,7 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     schedule = PipelineSchedule.from_arguments(order, stage, sync, group)
     spec = _range("pipelined", "T.Pipelined", start, stop, None, num_stages)
     spec.schedule = schedule  # applied by the parser once the body is known
+    spec.intrinsic = Pipelined
     return spec
 
 
@@ -298,7 +240,7 @@ class PersistentSpec(LoopSpec):
     builds the loop)."""
 
     def __init__(self, domain: list, wave_size, index, group_size):
-        super().__init__("serial", [])
+        super().__init__("persistent", [])
         self.domain, self.wave_size, self.index, self.group_size = domain, wave_size, index, group_size
 
     def tiles(self, w):
@@ -423,16 +365,7 @@ def sync_threads(barrier_id=None, arrive_count=None):
 
 # ---- allocations ----
 
-class AllocRequest:
-    """An allocation waiting for its name: the parser creates the buffer on assignment."""
-
-    def __init__(self, scope: str, shape: tuple, dtype: str, init=None, is_var: bool = False):
-        self.scope = scope
-        self.shape = shape
-        self.dtype = dtype
-        self.init = init
-        self.is_var = is_var
-
+# Each returns an AllocRequest (frontend/requests.py), which the parser names on assignment.
 
 def _shape(shape, fn: str, constant: bool) -> tuple:
     dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)

@@ -1,5 +1,5 @@
 """`T.const` and `T.empty`: the declarations of an eager @tegula.jit function's body
-(tegula/eager.py parses the body; these only hand their request to it).
+(frontend/parse_eager.py parses the body; these only hand their request to it).
 
     M, N, K = T.const("M, N, K")     # sizes, bound from the call's tensor shapes
     A: T.Tensor((M, K), dtype)       # or from .compile(M=..., ...)
@@ -14,9 +14,9 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.dtypes import normalize_dtype
 from ..frontend.errors import ArgError
+from ..frontend.requests import EmptyRequest
 from ..frontend.values import PrimExpr
 from . import pointers
-from .pointers import PointerSpec, is_pointer_annotation, ptr  # noqa: F401 - eager.py reads them here
 
 _OUTSIDE = ("can only be used in the body of an eager @tegula.jit function (one that declares its "
             "tensors in its body, `A: T.Tensor((M, K), dtype)`, instead of returning a T.prim_func)")
@@ -48,20 +48,6 @@ def const(names, dtype="int32"):
         raise ArgError("dtype", f"T.const declares integer sizes; dtype {dtype!r} is not an integer type")
     values = tuple(session.const(n) for n in split)
     return values[0] if len(split) == 1 and not re.search(r"[,\s]", names.strip()) else values
-
-
-class EmptyRequest:
-    """What `T.empty(...)` returns; the eager parser turns `C = T.empty(...)` into an
-    output parameter named C."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape: tuple, dtype: str):
-        self.shape = shape
-        self.dtype = dtype
-
-    def __repr__(self):
-        return f"T.empty({list(self.shape)}, {self.dtype})"
 
 
 @intrinsic("T.empty")

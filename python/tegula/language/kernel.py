@@ -17,8 +17,8 @@ from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.dtypes import is_int
 from ..frontend.errors import ArgError
+from ..frontend.requests import KernelSpec, loop_extent as _extent
 from ..frontend.values import PrimExpr
-from .builtins import _extent
 
 DEFAULT_THREADS = 128  # TileLang's, when T.Kernel is given none
 MAX_THREADS = 1024  # per block, on every NVIDIA GPU
@@ -39,18 +39,6 @@ def _normalize_threads(threads) -> list[int]:
         if dim <= 0:
             raise ValueError(f"threads must be positive, got {threads!r}")
     return [int(d) for d in dims] + [1] * (3 - len(dims))
-
-
-class KernelSpec:
-    """What T.Kernel returns to the parser: the grid extents, the threads per block, the
-    thread block cluster shape ((x, y, z), or None without clusters) and the thread block's
-    shape (x, y, z) (threads = x * y * z)."""
-
-    def __init__(self, grid: list, threads: int, cluster_dims: tuple | None = None, thread_dims: tuple | None = None):
-        self.grid = grid
-        self.threads = threads
-        self.cluster_dims = cluster_dims
-        self.thread_dims = thread_dims or (threads, 1, 1)
 
 
 # Blocks per cluster that every sm_90 GPU can launch (the portable cluster size).

@@ -25,7 +25,9 @@ so its address must be a multiple of 16, as torch's allocations are; a T.ptr par
 is checked at launch, an address read in the kernel cannot be.
 
 In an eager @tegula.jit body, `A: T.ptr` then `A = T.make_tensor(A, shape, dtype)` declares
-A as a tensor parameter of that shape instead (frontend/eager.py): the call passes a tensor.
+A as a tensor parameter of that shape instead (frontend/parse_eager.py): the call passes a
+tensor. `T.ptr` and the PointerValue a pointer parameter is in the body are the frontend's
+(frontend/params.py), which reads signatures; the address request is frontend/requests.py's.
 """
 from __future__ import annotations
 
@@ -33,98 +35,9 @@ import numbers
 
 from ..frontend.dtypes import is_packed, normalize_dtype
 from ..frontend.errors import ArgError
-from ..frontend.values import BufferValue, PrimExpr, VarBuffer, ir
-
-
-class PointerSpec:
-    """What `T.ptr` stands for: `T.ptr` itself, or `T.ptr(dtype)` (which also fixes the
-    dtype `T.make_tensor` must give at the address)."""
-
-    __slots__ = ("dtype", "storage_scope")
-
-    def __init__(self, dtype=None, storage_scope: str = "global"):
-        self.dtype = dtype
-        self.storage_scope = storage_scope
-
-    def __repr__(self):
-        return "T.ptr()" if self.dtype is None else f"T.ptr({self.dtype})"
-
-
-def ptr(dtype=None, storage_scope: str = "global", *, is_size_var: bool = False) -> PointerSpec:  # noqa: ARG001
-    """`a: T.ptr` (or `T.ptr(dtype)`): a parameter that is an address in global memory, made
-    a tensor with `T.make_tensor(a, shape, dtype)`; `T.Tensor(shape, T.ptr)`: a table of
-    such addresses (an int64 tensor). `is_size_var` is TVM's flag, accepted and ignored."""
-    if storage_scope != "global":
-        raise ValueError(f"T.ptr: storage_scope must be 'global' (only global pointers are kernel parameters), "
-                         f"got {storage_scope!r}")
-    if dtype is not None:
-        try:
-            dtype = normalize_dtype(dtype)
-        except ValueError as err:
-            raise ValueError(f"T.ptr: dtype: {err}") from None
-    return PointerSpec(dtype, storage_scope)
-
-
-def is_pointer_annotation(value) -> bool:
-    """`T.ptr` itself or `T.ptr(...)`: a parameter passed as a pointer."""
-    return value is ptr or isinstance(value, PointerSpec)
-
-
-def table_dtype(dtype):
-    """`T.Tensor(shape, T.ptr)`: a table of addresses is an int64 tensor (TileLang's)."""
-    return "int64" if is_pointer_annotation(dtype) else dtype
-
-
-def _refuse_arithmetic(self, *args):
-    raise TypeError(f"'{self}' is a T.ptr parameter, an address: it takes no arithmetic; make it a tensor with "
-                    f"T.make_tensor({self}, shape, dtype) and index that")
-
-
-class PointerValue(PrimExpr):
-    """A T.ptr parameter in the kernel: its variable (of dtype handle) and the dtype
-    `T.ptr(dtype)` gave, if any."""
-
-    __slots__ = ("pointee",)
-
-    @classmethod
-    def parameter(cls, name: str, spec) -> "PointerValue":
-        value = cls(ir().var(name, "handle"), tag="address")  # no value: frontend/values.py refuses it
-        value.pointee = spec.dtype if isinstance(spec, PointerSpec) else None
-        return value
-
-    def __repr__(self):
-        return f"PointerValue({self.expr})"
-
-
-for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod",
-            "rmod", "lt", "le", "gt", "ge", "eq", "ne", "lshift", "rlshift", "rshift", "rrshift", "xor", "rxor", "and",
-            "rand", "or", "ror", "neg", "invert", "abs", "pow"):
-    setattr(PointerValue, f"__{_op}__", _refuse_arithmetic)
-PointerValue.__hash__ = object.__hash__
-
-
-class AddressRequest:
-    """What `T.make_tensor(address, ...)` returns in a prim_func: the parser makes the tensor
-    when it is assigned (`A = T.make_tensor(...)`, named A), binding an address read in the
-    kernel in a let first."""
-
-    __slots__ = ("address", "shape", "dtype", "strides")
-
-    def __init__(self, address: PrimExpr, shape: tuple, dtype: str, strides: tuple):
-        self.address, self.shape, self.dtype, self.strides = address, shape, dtype, strides
-
-    def needs_let(self) -> bool:
-        """An address computed or read here is held in a let; a variable is the address itself."""
-        return self.address.reads or not self.address.expr.is_var
-
-    def _unassigned(self, *args):
-        raise TypeError("T.make_tensor: assign the tensor to a name first (`A = T.make_tensor(ptr, shape, dtype)`), "
-                        "then use the name")
-
-    __getitem__ = __setitem__ = _unassigned
-
-    def __repr__(self):
-        return f"T.make_tensor({self.address}, {self.shape}, {self.dtype})"
+from ..frontend.params import PointerSpec, PointerValue, is_pointer_annotation, ptr, table_dtype  # noqa: F401
+from ..frontend.requests import AddressRequest
+from ..frontend.values import BufferValue, PrimExpr, VarBuffer
 
 
 def _extents(values, what: str, positive: bool) -> tuple:

@@ -36,7 +36,8 @@ from ..frontend.builder import intrinsic
 from ..frontend.dtypes import itemsize, is_int
 from ..frontend.errors import ArgError
 from ..frontend.values import BufferValue, PrimExpr, call, cast_value, ir, is_number, to_expr
-from .builtins import LOCAL_BYTES_LIMIT, AllocRequest, _dtype, _shape
+from ..frontend.requests import AllocRequest
+from .builtins import LOCAL_BYTES_LIMIT, _dtype, _shape
 
 OPS = {"sum": 0, "max": 1, "min": 2, "bitand": 3, "bitor": 4, "bitxor": 5}
 
@@ -78,11 +79,27 @@ class ReducerBuffer(BufferValue):
             raise ArgError(None, f"reducer '{self.name}' is indexed by one element, {self.ndim} indices")
         return ReducerElement(self, list(key))
 
+    def store_refusal(self) -> str | None:
+        if self.readable:
+            return None
+        return (f"illegal store to reducer '{self.name}': its elements hold each thread's partial; add to it with "
+                "T.reducer_update inside a T.Parallel loop")
+
+    def augmented_store(self, key, operator: str, value) -> bool:
+        if self.readable:
+            return False
+        augmented_update(self, key, operator, value)
+        return True
+
 
 class ReducerRequest(AllocRequest):
     def __init__(self, shape, dtype, op):
         super().__init__("local", shape, dtype)
         self.op = op
+
+    def allocate(self, builder, name: str) -> ReducerBuffer:
+        """The reducer's partials and the seed's register."""
+        return allocate(builder, name, self)
 
 
 @intrinsic("T.alloc_reducer")

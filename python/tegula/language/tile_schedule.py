@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import numbers
 
+from .. import device
 from ..frontend import builder
 from ..frontend.errors import ArgError
 from ..frontend.values import PrimExpr, VarBuffer, store
@@ -60,9 +61,7 @@ class PersistentTileScheduler:
         self.swizzle_size = _count(swizzle_size, "swizzle_size", allow_expr=False)
         self.cluster_size = _count(cluster_size, "cluster_size", allow_expr=False)
         if num_workers is None:
-            from ..carver.arch import driver
-
-            num_workers = driver.get_num_sms() // self.cluster_size
+            num_workers = device.get_num_sms() // self.cluster_size
         self.num_workers = _count(num_workers, "num_workers")
         if name is not None and (not isinstance(name, str) or not name.isidentifier()):
             raise ArgError("name", f"T.PersistentTileScheduler: name must be an identifier (a prefix of the state "

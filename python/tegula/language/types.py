@@ -1,4 +1,7 @@
-"""Types a kernel's signature is written with: dtypes, `T.Tensor`, `T.dynamic`, enums."""
+"""Types a kernel's signature is written with: dtypes, `T.Tensor`, `T.dynamic`, enums.
+
+The spec a T.Tensor gives (TensorSpec) is the frontend's (frontend/params.py), which
+reads signatures; T.Tensor and T.StridedTensor are its forms."""
 from __future__ import annotations
 
 import enum
@@ -6,8 +9,8 @@ import numbers
 import re
 
 from ..frontend.dtypes import DType, normalize_dtype
+from ..frontend.params import TensorForm, TensorSpec, strided_spec
 from ..frontend.values import PrimExpr
-from .pointers import table_dtype
 
 float16 = half = DType("float16")
 bfloat16 = DType("bfloat16")
@@ -59,30 +62,7 @@ def dynamic(name: str, dtype="int32"):
 symbolic = dynamic
 
 
-class TensorSpec:
-    """`A: T.Tensor((M, N), "float16")`: a global tensor parameter; `strides` set for a
-    T.StridedTensor."""
-
-    strides = ()
-
-    def __init__(self, shape, dtype="float32"):
-        dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-        for dim in dims:
-            ok = (isinstance(dim, numbers.Integral) and not isinstance(dim, type(True)) and dim > 0) or (
-                isinstance(dim, PrimExpr) and dim.expr.dtype.startswith("int"))
-            if not ok:
-                raise ValueError(f"T.Tensor: each shape entry must be a positive int or a T.dynamic "
-                                 f"var, got {dim!r} in {shape!r}")
-        self.shape = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in dims)
-        self.dtype = DType(normalize_dtype(table_dtype(dtype)))
-
-    def __repr__(self):
-        if self.strides:
-            return f"T.StridedTensor({list(self.shape)}, {list(self.strides)}, {self.dtype})"
-        return f"T.Tensor({list(self.shape)}, {self.dtype})"
-
-
-class _TensorType:
+class _TensorType(TensorForm):
     """`T.Tensor((M, N), dtype)` and TileLang's subscript form `T.Tensor[(M, N), dtype]`
     (also `T.Tensor[[M, N], dtype]`, `T.Tensor[N, dtype]`, and `T.Tensor[(M, N)]` for
     float32): both give the TensorSpec of a global tensor parameter."""
@@ -108,26 +88,12 @@ Tensor = _TensorType()  # TileLang's name
 Buffer = Tensor
 
 
-def strided_spec(shape, strides, dtype="float32") -> TensorSpec:
-    spec = TensorSpec(shape, dtype)
-    given = tuple(strides) if isinstance(strides, (tuple, list)) else (strides,)
-    if len(given) != len(spec.shape):
-        raise ValueError(f"T.StridedTensor: {len(given)} strides for {len(spec.shape)} dimensions "
-                         f"(shape {list(spec.shape)}, strides {list(given)})")
-    for stride in given:
-        ok = (isinstance(stride, numbers.Integral) and not isinstance(stride, type(True)) and stride >= 0) or (
-            isinstance(stride, PrimExpr) and stride.expr.dtype.startswith("int"))
-        if not ok:
-            raise ValueError(f"T.StridedTensor: each stride must be a non-negative int or a T.dynamic var, got "
-                             f"{stride!r} in {list(given)}")
-    spec.strides = tuple(int(d) if isinstance(d, numbers.Integral) else d for d in given)
-    return spec
-
-
-class _StridedTensorType:
+class _StridedTensorType(TensorForm):
     """`T.StridedTensor((M, N), (s, 1), dtype)` and `T.StridedTensor[(M, N), (s, 1), dtype]`:
     a global tensor parameter whose strides (in elements) are given: ints, or T.dynamic vars
     read off the tensor at launch. Element [i, j] is at i * s + j * 1."""
+
+    strided = True
 
     def __call__(self, shape, strides, dtype="float32"):
         return strided_spec(shape, strides, dtype)

@@ -21,33 +21,10 @@ import numbers
 from ..frontend import builder
 from ..frontend.builder import intrinsic
 from ..frontend.errors import ArgError
-from ..frontend.values import PrimExpr, binop
+from ..frontend.requests import WarpSpecializeSpec
+from ..frontend.values import PrimExpr
 
 WARP_GROUP_SIZE = 128  # threads of a warp group on every NVIDIA GPU that has them
-
-
-class WarpSpecializeSpec:
-    """What `T.ws(...)` hands the parser's `with`: the threads [lo, hi) that run the body,
-    the block's `threads` in all."""
-
-    def __init__(self, groups: tuple, lo: int, hi: int, threads: int):
-        self.groups = groups
-        self.lo, self.hi, self.threads = lo, hi, threads
-
-    def condition(self, tx: PrimExpr) -> PrimExpr | None:
-        """`lo <= tx < hi`, leaving out a bound the block already gives; None when the
-        scope is every thread of the block."""
-        parts = []
-        if self.lo > 0:
-            parts.append(tx >= self.lo)
-        if self.hi < self.threads:
-            parts.append(tx < self.hi)
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else binop("and", parts[0], parts[1])
-
-    def __repr__(self) -> str:
-        return f"T.ws({', '.join(map(str, self.groups))})"
 
 
 def _group_index(value, position: int, fn: str) -> int:

@@ -10,7 +10,8 @@ time its place on the roofline (TileLang's `tilelang.tools.Analyzer`, counted ex
 
 What is counted, over every block of the grid and every kernel of the program
 (tensor-core FLOPs, CUDA-core FLOPs, bytes loaded and stored), and the exact rules, are in
-ir_counts.py. Bytes come two ways:
+the compiler's analysis src/analysis/work_counts.h, which reads the lowered IR itself
+(`Lowered.count_work`); this module presents its numbers. Bytes come two ways:
 
 - accessed (`load_bytes`, `store_bytes`): every access each block makes of a global
   tensor, what the SMs ask of the memory system; a tile that many blocks read (a GEMM
@@ -40,10 +41,37 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from . import hardware, ir_counts
+from . import hardware
 from .hardware import DEVICES, DeviceSpec, Occupancy, TargetLimits  # noqa: F401 - re-exported
 
-__all__ = ["Analyzer", "AnalysisResult", "KernelAnalysis", "DeviceSpec", "DEVICES", "TargetLimits", "Occupancy"]
+__all__ = ["Analyzer", "AnalysisResult", "KernelAnalysis", "Counts", "count", "DeviceSpec", "DEVICES", "TargetLimits", "Occupancy"]
+
+STAGE = "expand_tile_ops"   # the IR stage the count reads (src/analysis/work_counts.h says why)
+DENSE_LIMIT = 1 << 22       # nest points enumerated per count before evenly spaced blocks stand for the rest
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One kernel's work over its whole grid, as the compiler's analysis counts it."""
+
+    tensor_flops: int
+    cuda_flops: int
+    loads: dict     # global tensor -> bytes loaded
+    stores: dict    # global tensor -> bytes stored
+    sizes: dict     # global tensor -> its bytes
+    notes: tuple    # where the count estimated or assumed
+    grid: tuple
+
+
+def count(lowered, values=None, data=None, stage=STAGE, per_thread=False) -> Counts:
+    """The work of `lowered` (a tegula._C.Lowered) at IR `stage` (work_counts.h): values,
+    dynamic sizes and scalar parameters by name; data, tensor name -> a function giving its
+    contents (a numpy array) or None where only its shape is known. per_thread counts a
+    per-thread stage ("final") thread by thread. A kernel the count cannot follow raises
+    ValueError naming the statement."""
+    c = lowered.count_work(stage, values or {}, data or {}, per_thread, DENSE_LIMIT)
+    return Counts(c["tensor_flops"], c["cuda_flops"], c["loads"], c["stores"], c["sizes"], tuple(sorted(c["notes"])),
+                  tuple(c["grid"]))
 
 
 @dataclass(frozen=True)
@@ -475,36 +503,36 @@ class Analyzer:
         for p in params:  # a tensor not given has no known values (a workspace is not a parameter)
             if not p.is_scalar:
                 data.setdefault(p.name, lambda: None)
-        text = ir_counts.parse_kernel(k._lowered_all[0].ir(ir_counts.STAGE))
+        sizes_of = k._lowered_all[0].dynamic_sizes()
+        dynamic, dims = sizes_of["names"], sizes_of["dims"]
         for name, size in sizes.items():
-            if name not in text.dynamic:
-                raise TypeError(f"Analyzer: {name}={size!r} names no dynamic size of kernel {text.name} "
-                                f"(its dynamic sizes: {', '.join(text.dynamic) or 'none'})")
+            if name not in dynamic:
+                raise TypeError(f"Analyzer: {name}={size!r} names no dynamic size of kernel {sizes_of['kernel']} "
+                                f"(its dynamic sizes: {', '.join(dynamic) or 'none'})")
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise ValueError(f"Analyzer: {name} must be a non-negative int, got {size!r}")
             values[name] = size
-        for pname, buf in text.buffers.items():
+        for pname, names in dims.items():
             if pname not in shapes:
                 continue
-            for axis, node in enumerate(buf.shape):
-                var = getattr(node, "id", None)
-                if var in text.dynamic:
+            for axis, var in enumerate(names):
+                if var is not None:
                     got = shapes[pname][axis]
                     if values.setdefault(var, got) != got:
                         raise ValueError(f"Analyzer: dynamic size '{var}' is {values[var]} elsewhere, but dimension "
                                          f"{axis} of '{pname}' is {got}")
-        for var in text.dynamic:
+        for var in dynamic:
             if var not in values:
-                where = next((f"dimension {a} of '{n}'" for n, b in text.buffers.items() if b.scope == "global"
-                              for a, d in enumerate(b.shape) if getattr(d, "id", None) == var), "a dimension")
-                raise ValueError(f"Analyzer: kernel {text.name} has the dynamic size '{var}' ({where}): pass that "
-                                 f"tensor (or its shape) or {var}=<int>")
+                where = next((f"dimension {a} of '{n}'" for n, names in dims.items() for a, d in enumerate(names)
+                              if d == var), "a dimension")
+                raise ValueError(f"Analyzer: kernel {sizes_of['kernel']} has the dynamic size '{var}' ({where}): pass "
+                                 f"that tensor (or its shape) or {var}=<int>")
         return values, data
 
     # ---- one T.Kernel ----
     def _counted_lowering(self, index):
         """The lowered kernel whose IR is counted: the kernel's own, or, where its copies
-        became bulk tensor copies, the same program lowered without them (ir_counts.py)."""
+        became bulk tensor copies, the same program lowered without them (work_counts.h)."""
         lowered = self.kernel._lowered_all[index]
         if not getattr(lowered, "tensor_maps", 0):
             return lowered
@@ -517,10 +545,10 @@ class Analyzer:
         k = self.kernel
         lowered = k._lowered_all[index]
         try:
-            counts, grid = ir_counts.count(self._counted_lowering(index).ir(ir_counts.STAGE), self.values, self.data)
-        except ir_counts.AnalysisError as err:
+            counts = count(self._counted_lowering(index), self.values, self.data)
+        except ValueError as err:
             raise ValueError(f"Analyzer: {err}") from None
-        notes = sorted(counts.notes)
+        notes = list(counts.notes)
         registers = None
         if compile_cubin:
             from ..registers import compiled_resources
@@ -537,6 +565,6 @@ class Analyzer:
             notes.append(str(err))
         occ = None if limits is None else hardware.occupancy(limits, lowered.threads, registers, lowered.smem_bytes)
         name = k.prim_func.kernels[index].name if k.num_kernels > 1 else (k.__dict__.get("_name") or k.prim_func.name)
-        return KernelAnalysis(name, tuple(grid), lowered.threads, lowered.smem_bytes, registers,
+        return KernelAnalysis(name, counts.grid, lowered.threads, lowered.smem_bytes, registers,
                               None if usage is None else usage.peak, counts.tensor_flops, counts.cuda_flops,
-                              dict(counts.loads), dict(counts.stores), dict(counts.sizes), occ, tuple(notes))
+                              counts.loads, counts.stores, counts.sizes, occ, tuple(notes))

@@ -3,7 +3,8 @@
 A fragment's layout says which thread holds each element and in which of its registers;
 a shared buffer's says at which address each element is stored, and so in which bank.
 Both come from the compiler (`Lowered.layouts()` in tegula._C: what layout inference and
-the storage plan chose) or, for a T.Fragment or a swizzle kind on its own, from Python.
+the storage plan chose, read into a BufferLayout by tegula/buffer_layout.py) or, for a
+T.Fragment or a swizzle kind on its own, from Python.
 
 Shared-memory banks: 32 banks of 4 bytes, bank = (byte address / 4) mod 32. An access is
 served 128 bytes per wavefront: a warp's 16-byte accesses in 4 phases of 8 threads, 8-byte
@@ -21,10 +22,11 @@ the 8 rows of a phase cover all 32 banks once, no conflict.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..buffer_layout import BufferLayout, dtype_bytes
 
 BANKS = 32
 BANK_BYTES = 4
@@ -33,17 +35,6 @@ WARP = 32
 WARPGROUP = 128
 STORAGES = ("plain", "swizzled", "panelled")
 ACCESSES = ("rows", "contiguous")
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes of one element of `dtype` ("float16" -> 2, "bool" -> 1)."""
-    name = str(dtype)
-    if name == "bool":
-        return 1
-    bits = re.search(r"(\d+)", name)
-    if not bits:
-        raise ValueError(f"dtype {name!r}: cannot tell its size")
-    return max(1, int(bits.group(1)) // 8)
 
 
 def grid_of(shape) -> tuple[int, int]:
@@ -56,56 +47,6 @@ def grid_of(shape) -> tuple[int, int]:
         cols = n if n <= WARP else next(w for w in (32, 16, 8, 4, 2, 1) if n % w == 0)
         return n // cols, cols
     return int(np.prod(shape[:-1])), shape[-1]
-
-
-@dataclass
-class BufferLayout:
-    """One buffer's layout in a compiled kernel (`kernel.layouts()`), as the passes chose it.
-
-    fragment: `holders[e]` lists the (thread, register) of every copy of element e (row-major
-    order); `threads` and `registers` are the layout's extents.
-    shared: `offsets[e]` is element e's offset (in elements) from the buffer's start, as the
-    generated code addresses it; `storage` is "plain", "swizzled" or "panelled"; a buffer
-    stacked for a pipeline (`stored_shape` rows = stages x rows) shows its first stage.
-    """
-
-    name: str
-    scope: str
-    dtype: str
-    shape: tuple
-    threads: int = 0
-    registers: int = 0
-    description: str = ""
-    holders: list | None = None
-    storage: str = "plain"
-    stored_shape: tuple = ()
-    base: int = 0
-    offsets: list | None = None
-
-    @classmethod
-    def from_native(cls, entry: dict) -> BufferLayout:
-        """From one dict of tegula._C's `Lowered.layouts()`."""
-        common = dict(name=entry["name"], scope=entry["scope"], dtype=entry["dtype"], shape=tuple(entry["shape"]))
-        if entry["scope"] == "fragment":
-            holders = [[] for _ in range(int(np.prod(common["shape"])))]
-            for e, t, s in zip(entry["element"], entry["thread"], entry["slot"]):
-                holders[e].append((t, s))
-            for h in holders:
-                h.sort()
-            return cls(**common, threads=entry["threads"], registers=entry["slots"],
-                       description=entry["layout"], holders=holders)
-        return cls(**common, storage=entry["storage"], stored_shape=tuple(entry["stored_shape"]),
-                   base=max(0, entry["base"]), offsets=list(entry.get("offsets", [])))
-
-    @property
-    def elem_bytes(self) -> int:
-        return dtype_bytes(self.dtype)
-
-    def __repr__(self):
-        if self.scope == "fragment":
-            return (f"BufferLayout({self.name}: fragment {self.dtype}{list(self.shape)}, {self.threads} threads x "
-                    f"{self.registers} registers, {self.description})")
-        return f"BufferLayout({self.name}: shared {self.dtype}{list(self.shape)}, {self.storage})"
 
 
 def from_fragment(fragment, name: str = "fragment", dtype: str = "float32") -> BufferLayout:

@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from ..jit import _LAYOUT_PLOT
 from .layout_data import (BANKS, STORAGES, WARP, WARPGROUP, BufferLayout, FragmentPicture, SharedPicture,
                           from_fragment, from_storage, is_compiled_kernel)
 
@@ -304,3 +305,6 @@ def _draw_shared(pic: SharedPicture, path, labels, window, dpi, title):
     key.set_xticks([b + 0.5 for b in range(0, BANKS, 4)], [str(b) for b in range(0, BANKS, 4)], fontsize=7)
     key.set_title("bank = (byte address / 4) mod 32", fontsize=8)
     _finish(pic, fig, ax, path, r0, c0, rows, cols, title, dpi)
+
+
+_LAYOUT_PLOT.append(plot_layout)  # JITKernel.plot_layout draws with it

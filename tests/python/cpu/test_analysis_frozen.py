@@ -36,8 +36,8 @@ def _mod(name):
 def _shipped():
     """(label, build) of the shipped kernels: build() gives a JITKernel or a tuple of them."""
     fa, bw, fd, mla = _mod("flash_attention"), _mod("flash_attention_bwd"), _mod("flash_decoding"), _mod("mla_decode")
-    gemm, gg, sw, moe = _mod("gemm"), _mod("grouped_gemm"), _mod("swiglu"), _mod("moe")
-    rms, ln, sm, red = _mod("rmsnorm"), _mod("layernorm"), _mod("softmax"), _mod("reduce")
+    gemm, gg, sw, moe = _mod("gemm"), _mod("expert_gemm"), _mod("gated_mlp"), _mod("moe")
+    rms, ln, sm, red = _mod("rmsnorm"), _mod("layernorm"), _mod("row_softmax"), _mod("reduce")
     cases = []
     for dtype, n in ((H, 4096), (BF, 1000), (torch.float32, 12288)):
         d = str(dtype).replace("torch.", "")
@@ -56,15 +56,15 @@ def _shipped():
             (f"add_rms_norm {n} {d}", lambda n=n, t=dtype: _mod("fused_norm").kernel_for(n, t, 1e-6)),
             (f"swiglu {n} {d}", lambda n=n, t=dtype: sw.kernel_for(n, t, False)),
             (f"swiglu joined {n} {d}", lambda n=n, t=dtype: sw.kernel_for(n, t, True)),
-            (f"transpose {n} {d}", lambda n=n, t=dtype: _mod("transpose").kernel_for(n, 96, t)),
+            (f"transpose {n} {d}", lambda n=n, t=dtype: _mod("matrix_transpose").kernel_for(n, 96, t)),
             (f"moe permute {n} {d}", lambda n=n, t=dtype: moe.permute_kernel_for(n, 2, t)),
         ]
     cases += [
         ("column sum", lambda: red.column_sum_kernel_for(4096, H, red.plan_column_sum(4096, 2, 32768, 132))),
         ("moe align", lambda: moe.align_kernel_for(64, 64, torch.int32)),
         ("moe combine", lambda: moe.combine_kernel_for(4096, 2, BF, torch.float32)),
-        ("rope", lambda: _mod("rope").kernel_for(32, 8, 128, BF, 1024)),
-        ("rope interleaved bhsd", lambda: _mod("rope").kernel_for(32, 8, 64, H, 333, interleaved=True,
+        ("rope", lambda: _mod("rotary_embedding").kernel_for(32, 8, 128, BF, 1024)),
+        ("rope interleaved bhsd", lambda: _mod("rotary_embedding").kernel_for(32, 8, 64, H, 333, interleaved=True,
                                                                      q_layout="bhsd", k_layout="bhsd")),
     ]
     for mma_sync in (False, True):

@@ -2,7 +2,7 @@
 what the shipped kernels execute (GEMM and split-K GEMM, attention forward causal and not,
 RMSNorm, flash decoding with per-sequence lengths), occupancy equals a hand computation,
 the roofline fractions follow from a given time, and the roofline plot puts each kernel
-at its coordinates. The counting rules are in tegula/tools/ir_counts.py."""
+at its coordinates. The counting rules are in src/analysis/work_counts.h."""
 import importlib
 import math
 
@@ -20,7 +20,7 @@ gemm = importlib.import_module("tegula.kernels.gemm")
 fa = importlib.import_module("tegula.kernels.flash_attention")
 fd = importlib.import_module("tegula.kernels.flash_decoding")
 rmsnorm = importlib.import_module("tegula.kernels.rmsnorm")
-transpose_module = importlib.import_module("tegula.kernels.transpose")
+transpose_module = importlib.import_module("tegula.kernels.matrix_transpose")
 from tegula.kernels._common import plan_rows  # noqa: E402
 
 
@@ -429,7 +429,7 @@ def test_bench_dry_run_writes_the_table_and_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     import argparse
 
-    from tegula.tools import bench_cli
+    from tegula.cli import bench as bench_cli
 
     parser = argparse.ArgumentParser()
     bench_cli.add_arguments(parser)
@@ -449,9 +449,9 @@ def test_bench_dry_run_writes_the_table_and_plot(tmp_path, capsys):
 ROW_KERNELS = [
     ("rmsnorm", (4096, torch.float16, 1e-6), 37), ("rmsnorm", (500, torch.float16, 1e-6), 37),
     ("rmsnorm", (20000, torch.float16, 1e-6), 3), ("rmsnorm", (1001, torch.float16, 1e-6), 5),
-    ("softmax", (3000, torch.float16), 9), ("layernorm", (777, torch.float16, 1e-5), 11),
+    ("row_softmax", (3000, torch.float16), 9), ("layernorm", (777, torch.float16, 1e-5), 11),
     ("elementwise", (1000, torch.float16, True), 13), ("reduce", (999, torch.float16, "sum"), 17),
-    ("transpose", (300, 200, torch.float16), None),
+    ("matrix_transpose", (300, 200, torch.float16), None),
 ]
 
 
@@ -462,13 +462,13 @@ def test_per_block_bytes_equal_the_final_codes_thread_by_thread(module, args, m)
     bytes of every tensor. (These kernels give each element access to one thread; where the
     lowered code repeats one access in several threads, a replicated fragment or a
     statement outside T.Parallel, the per-block count keeps the program's one access.)"""
-    from tegula.tools import ir_counts
+    from tegula.tools import analyzer
 
     kernel = importlib.import_module("tegula.kernels." + module).kernel_for(*args)
     lowered = kernel._lowered_all[0]
     values = {} if m is None else {"m": m}
-    per_block, _ = ir_counts.count(lowered.ir(ir_counts.STAGE), values, {})
-    per_thread, _ = ir_counts.count(lowered.ir("final"), values, {}, per_thread=True)
+    per_block = analyzer.count(lowered, values)
+    per_thread = analyzer.count(lowered, values, stage="final", per_thread=True)
     assert per_block.loads and (per_block.loads, per_block.stores) == (per_thread.loads, per_thread.stores)
 
 
@@ -512,12 +512,12 @@ def test_a_nest_too_large_to_enumerate_is_estimated_from_a_sample_of_blocks(monk
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     import view_programs as vp
-    from tegula.tools import ir_counts
+    from tegula.tools import analyzer
 
     prog, _ = vp.convolution(4, 32, 32, 32, 64, 3, 1, 1, 1, block_M=32, block_N=32, block_K=32)
     device = _device_model("NVIDIA H100 80GB HBM3", "sm_90a")
     exact = Analyzer.analysis(prog, device, compile=False)
-    monkeypatch.setattr(ir_counts, "DENSE_LIMIT", 32 * 32 * 16)  # 16 of the blocks
+    monkeypatch.setattr(analyzer, "DENSE_LIMIT", 32 * 32 * 16)  # 16 of the blocks
     sampled = Analyzer.analysis(prog, device, compile=False)
     assert not any("estimated" in n for n in exact.kernels[0].notes)
     assert any("estimated from 16 of" in n for n in sampled.kernels[0].notes)

@@ -22,10 +22,10 @@ import torch
 tegula = pytest.importorskip("tegula")
 import tegula.language as T  # noqa: E402
 
-# The modules (the package's attributes of these names are the entry functions).
+# The kernel modules.
 elementwise, flash_attention, flash_decoding, gemm, transpose = (
     importlib.import_module(f"tegula.kernels.{m}")
-    for m in ("elementwise", "flash_attention", "flash_decoding", "gemm", "transpose"))
+    for m in ("elementwise", "flash_attention", "flash_decoding", "gemm", "matrix_transpose"))
 
 KIB = 1024
 # The CUDA programming guide's per-block shared memory (opt-in), written out here rather

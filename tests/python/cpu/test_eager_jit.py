@@ -10,10 +10,10 @@ tegula = pytest.importorskip("tegula")
 torch = pytest.importorskip("torch")
 
 import eager_programs as P  # noqa: E402
-import tegula.eager  # noqa: E402
+import tegula.jit_eager  # noqa: E402
 import tegula.language as T  # noqa: E402
 import tegula.testing as tt  # noqa: E402
-from tegula.eager import EagerJITFunction, is_eager  # noqa: E402
+from tegula.jit_eager import EagerJITFunction, is_eager  # noqa: E402
 from tegula.jit import JITFunction  # noqa: E402
 
 H16 = torch.float16
@@ -221,7 +221,7 @@ class _Recorder:
 @pytest.fixture
 def made(monkeypatch):
     _Recorder.made = []
-    monkeypatch.setattr(tegula.eager, "JITKernel", _Recorder)
+    monkeypatch.setattr(tegula.jit_eager, "JITKernel", _Recorder)
     return _Recorder.made
 
 

@@ -19,8 +19,8 @@ fd = importlib.import_module("tegula.kernels.flash_decoding")
 gemm = importlib.import_module("tegula.kernels.gemm")
 _ops = importlib.import_module("tegula.kernels._ops")
 mla = importlib.import_module("tegula.kernels.mla_decode")
-softmax_mod = importlib.import_module("tegula.kernels.softmax")
-transpose_mod = importlib.import_module("tegula.kernels.transpose")
+softmax_mod = importlib.import_module("tegula.kernels.row_softmax")
+transpose_mod = importlib.import_module("tegula.kernels.matrix_transpose")
 from tegula.kernels import elementwise, layernorm, reduce, rmsnorm  # noqa: E402
 
 H16 = torch.float16

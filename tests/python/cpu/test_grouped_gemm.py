@@ -1,4 +1,4 @@
-"""The grouped GEMM (kernels/grouped_gemm.py) without a GPU: the Mixtral-shaped program
+"""The grouped GEMM (kernels/expert_gemm.py) without a GPU: the Mixtral-shaped program
 compiles for both instruction paths (on sm_90a with bulk tensor copies indexed by the tile
 map and a producer warpgroup), its lowered code simulated thread by thread matches torch
 on balanced, unbalanced, empty-expert, partially covered and ragged problems, with the
@@ -11,7 +11,7 @@ import torch
 import tegula
 import tegula.testing as tt
 
-gg = importlib.import_module("tegula.kernels.grouped_gemm")
+gg = importlib.import_module("tegula.kernels.expert_gemm")
 gemm = importlib.import_module("tegula.kernels.gemm")
 
 # (target, pass configs, index_by_map) as kernel_for picks them: wgmma with its TMA path

@@ -18,7 +18,7 @@ from tegula.tools.layout_plot import bank_color, thread_color  # noqa: E402
 
 # The modules, not the entry points `tegula.kernels` binds over some of their names.
 gemm = importlib.import_module("tegula.kernels.gemm")
-softmax = importlib.import_module("tegula.kernels.softmax")
+softmax = importlib.import_module("tegula.kernels.row_softmax")
 
 
 def _gemm_kernel(target):

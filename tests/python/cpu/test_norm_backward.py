@@ -19,7 +19,7 @@ from tegula.registers import compiled_resources
 
 rmsnorm = importlib.import_module("tegula.kernels.rmsnorm")
 layernorm = importlib.import_module("tegula.kernels.layernorm")
-softmax_mod = importlib.import_module("tegula.kernels.softmax")
+softmax_mod = importlib.import_module("tegula.kernels.row_softmax")
 reduce_mod = importlib.import_module("tegula.kernels.reduce")
 
 TARGETS = ["sm_90a", "sm_80"]

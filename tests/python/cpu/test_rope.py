@@ -1,4 +1,4 @@
-"""Rotary position embedding (tegula.kernels.rope) without a GPU: every form of the kernel
+"""Rotary position embedding (tegula.kernels.rotary_embedding) without a GPU: every form of the kernel
 (half-split and interleaved pairs, bshd and bhsd, a cos/sin table in either width or
 angles computed in the kernel, positions absent, shared or per sequence) simulated thread
 by thread against torch in float64; ragged head dimensions, head steps, q alone, tables
@@ -17,7 +17,7 @@ import tegula
 import tegula.testing as tt
 from tegula.kernels._common import dtype_name
 
-rope_mod = importlib.import_module("tegula.kernels.rope")
+rope_mod = importlib.import_module("tegula.kernels.rotary_embedding")
 rope, rope_cache, rope_inv_freq, plan_rope = (rope_mod.rope, rope_mod.rope_cache, rope_mod.rope_inv_freq,
                                               rope_mod.plan_rope)
 

@@ -85,7 +85,7 @@ def test_dynamic_length_and_scalar_argument(n):
 @pytest.mark.parametrize("M,N", [(64, 64), (100, 72)])
 def test_shared_memory_transposes(target, M, N):
     x = torch.randn(M, N, dtype=torch.float16)
-    k = jit(target)(shipped("transpose").transpose_program)(M, N, "float16", 32, 128, 1)
+    k = jit(target)(shipped("matrix_transpose").transpose_program)(M, N, "float16", 32, 128, 1)
     assert torch.equal(tt.simulate(k, x), x.t())
     k = jit(target)(lk.swizzled_transpose_program)(M, N)
     assert torch.equal(tt.simulate(k, x), x.t())
@@ -161,7 +161,7 @@ def test_shipped_row_kernels(target, n, dtype):
     x, w, b = torch.randn(rows, n).to(dtype), torch.randn(n).to(dtype), torch.randn(n).to(dtype)
     xd, wd, bd = x.double(), w.double(), b.double()
 
-    k = jit(target)(shipped("softmax").softmax_program)(n, name, plan.blk_m, plan.threads, plan.n_pad)
+    k = jit(target)(shipped("row_softmax").softmax_program)(n, name, plan.blk_m, plan.threads, plan.n_pad)
     assert_near(tt.simulate(k, x), torch.softmax(xd, -1), dtype)
 
     k = jit(target)(shipped("rmsnorm").rms_norm_program)(n, name, 1e-6, False, plan.blk_m, plan.threads, plan.n_pad)
@@ -173,7 +173,7 @@ def test_shipped_row_kernels(target, n, dtype):
 
 def test_softmax_dynamic_rows_share_one_compilation():
     plan = plan_rows(64, 2)
-    k = jit("sm_90a")(shipped("softmax").softmax_program)(64, "float16", plan.blk_m, plan.threads, plan.n_pad)
+    k = jit("sm_90a")(shipped("row_softmax").softmax_program)(64, "float16", plan.blk_m, plan.threads, plan.n_pad)
     for rows in (1, 7, 33):
         x = torch.randn(rows, 64, dtype=torch.float16)
         assert_near(tt.simulate(k, x), torch.softmax(x.double(), -1), torch.float16)

@@ -1,4 +1,4 @@
-"""SwiGLU (tegula.kernels.swiglu) without a GPU: swiglu compiles to 16-byte accesses at
+"""SwiGLU (tegula.kernels.gated_mlp) without a GPU: swiglu compiles to 16-byte accesses at
 Llama-8B's width; swiglu_linear runs both products on tensor cores (wgmma fed by TMA on
 sm_90a, mma.sync elsewhere) and the tiles swiglu_linear_config picks keep 0 bytes of stack;
 the lowered code of both, simulated thread by thread (and the programs interpreted as
@@ -17,7 +17,7 @@ import tegula.testing as tt  # noqa: E402
 from tegula import registers  # noqa: E402
 from tegula.kernels._common import dtype_name, plan_tile  # noqa: E402
 
-S = importlib.import_module("tegula.kernels.swiglu")
+S = importlib.import_module("tegula.kernels.gated_mlp")
 F = torch.nn.functional
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5}

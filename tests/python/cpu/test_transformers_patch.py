@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import tegula.integrations.transformers as tt  # noqa: E402
-from tegula.integrations import model_cli  # noqa: E402
+from tegula.cli import model as model_cli  # noqa: E402
 
 FAMILIES = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),

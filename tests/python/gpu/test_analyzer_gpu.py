@@ -8,13 +8,13 @@ import importlib
 import pytest
 import torch
 
-from tegula.tools import bench_cli
+from tegula.cli import bench as bench_cli
 from tegula.tools.hardware import DEVICES, device_spec
 
 pytestmark = pytest.mark.gpu
 
 rmsnorm = importlib.import_module("tegula.kernels.rmsnorm")
-softmax = importlib.import_module("tegula.kernels.softmax")
+softmax = importlib.import_module("tegula.kernels.row_softmax")
 gemm = importlib.import_module("tegula.kernels.gemm")
 fa = importlib.import_module("tegula.kernels.flash_attention")
 

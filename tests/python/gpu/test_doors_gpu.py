@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 elementwise, flash_attention, flash_decoding, gemm, transpose = (
     importlib.import_module(f"tegula.kernels.{m}")
-    for m in ("elementwise", "flash_attention", "flash_decoding", "gemm", "transpose"))
+    for m in ("elementwise", "flash_attention", "flash_decoding", "gemm", "matrix_transpose"))
 
 GIB = 1 << 30
 

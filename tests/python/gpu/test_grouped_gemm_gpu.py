@@ -1,4 +1,4 @@
-"""grouped_gemm (tegula.kernels.grouped_gemm) against per-expert torch products in float32,
+"""grouped_gemm (tegula.kernels.expert_gemm) against per-expert torch products in float32,
 on the GPU: balanced, unbalanced and empty experts, rows outside every expert, aligned and
 ragged extents, both weight layouts, fp16 and bf16, both instruction paths; and no host
 synchronisation (it runs under torch's sync debug mode and captures in a CUDA graph)."""
@@ -14,7 +14,7 @@ except ImportError:
 
 pytestmark = pytest.mark.gpu
 
-gg = importlib.import_module("tegula.kernels.grouped_gemm")
+gg = importlib.import_module("tegula.kernels.expert_gemm")
 
 DTYPES = [torch.float16, torch.bfloat16]
 

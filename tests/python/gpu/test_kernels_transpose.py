@@ -1,4 +1,4 @@
-"""Transpose through shared memory (tegula.kernels.transpose) against torch, on the GPU."""
+"""Transpose through shared memory (tegula.kernels.matrix_transpose) against torch, on the GPU."""
 import importlib
 
 import pytest
@@ -15,8 +15,7 @@ except ImportError:
 
 pytestmark = pytest.mark.gpu
 
-# `tegula.kernels.transpose` is the function; the module behind it is reached by name.
-transpose_module = importlib.import_module("tegula.kernels.transpose")
+transpose_module = importlib.import_module("tegula.kernels.matrix_transpose")
 
 ALIGNED = [(4096, 1024), (1024, 4096), (256, 256), (64, 64)]
 # Tiles hanging over one edge, the other, or both; a single row; odd sizes whose rows are

@@ -17,7 +17,7 @@ except ImportError:
 pytestmark = pytest.mark.gpu
 
 moe = importlib.import_module("tegula.kernels.moe")
-gg = importlib.import_module("tegula.kernels.grouped_gemm")
+gg = importlib.import_module("tegula.kernels.expert_gemm")
 
 DTYPES = [torch.float16, torch.bfloat16]
 

@@ -17,7 +17,7 @@ except ImportError:
 
 rmsnorm_mod = importlib.import_module("tegula.kernels.rmsnorm")
 layernorm_mod = importlib.import_module("tegula.kernels.layernorm")
-softmax_mod = importlib.import_module("tegula.kernels.softmax")
+softmax_mod = importlib.import_module("tegula.kernels.row_softmax")
 reduce_mod = importlib.import_module("tegula.kernels.reduce")
 
 pytestmark = pytest.mark.gpu

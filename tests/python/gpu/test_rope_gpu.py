@@ -1,4 +1,4 @@
-"""Rotary position embedding (tegula.kernels.rope) against torch in float64, on the GPU:
+"""Rotary position embedding (tegula.kernels.rotary_embedding) against torch in float64, on the GPU:
 every form (half-split / interleaved, bshd / bhsd, tables of either width and dtype or
 angles computed in the kernel, positions absent / shared / per sequence), in place and
 not, GQA, q or k alone, Hugging Face's transposed views and per-token tables, ragged
@@ -14,7 +14,7 @@ try:  # a package when tests/python/gpu has an __init__.py, a plain directory ot
 except ImportError:
     from _util import DTYPES, TOLERANCE, dtype_id, assert_argument_error, randn, rel_err, seed_of
 
-rope_mod = importlib.import_module("tegula.kernels.rope")
+rope_mod = importlib.import_module("tegula.kernels.rotary_embedding")
 rope, rope_cache, rope_inv_freq = rope_mod.rope, rope_mod.rope_cache, rope_mod.rope_inv_freq
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""SwiGLU and the fused gate/up projection (tegula.kernels.swiglu) against torch in float32
+"""SwiGLU and the fused gate/up projection (tegula.kernels.gated_mlp) against torch in float32
 on the GPU: swiglu on one joined tensor or two, swiglu_linear on separate and fused
 weights, at Llama-8B's shapes and ragged ones, every element written (outputs poisoned
 where the call takes them), every tile the benchmark's sweep times, NaN and inf, empty
@@ -16,7 +16,7 @@ except ImportError:
 
 pytestmark = pytest.mark.gpu
 
-S = importlib.import_module("tegula.kernels.swiglu")
+S = importlib.import_module("tegula.kernels.gated_mlp")
 
 ALL = [torch.float16, torch.bfloat16, torch.float32]
 HALF = [torch.float16, torch.bfloat16]

@@ -15,7 +15,7 @@
 
 Parameters declared in the body (`A: T.Tensor(...)`, `n: T.int32`) or in the signature
 with a T.Tensor or a dtype are the kernel's parameters; every other argument is a
-compile-time constant. frontend/eager.py parses the body for one set of constants and
+compile-time constant. frontend/parse_eager.py parses the body for one set of constants and
 sizes (T.dynamic sizes stay symbolic, so one kernel serves all their values).
 
 A call that was seen before costs Python's own argument binding, one dict lookup keyed on
@@ -37,7 +37,7 @@ import inspect
 import torch
 
 from . import env, traced
-from .frontend.eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
+from .frontend.parse_eager import EagerArgumentError, _body_declarations, _signature_specs, is_eager, parse_eager
 from .frontend.prim_func import PrimFunc, _source_and_tree
 from .jit import _EAGER_FUNCTION, JITKernel, _freeze
 from .parallel_compile import par_compile_configs

@@ -46,7 +46,7 @@ KERNELS = {
     "gemm": ("matmul 1024^3 float16 (kernels/gemm.py)", _gemm),
     "attention": ("causal flash attention B1 H8 S1024 D128 float16 (kernels/flash_attention.py)", _attention),
     "rms_norm": ("RMSNorm of 1024-wide float16 rows (kernels/rmsnorm.py)", _rows("rmsnorm", "rms_norm_program")),
-    "softmax": ("softmax of 1024-wide float16 rows (kernels/softmax.py)", _rows("softmax", "softmax_program")),
+    "softmax": ("softmax of 1024-wide float16 rows (kernels/row_softmax.py)", _rows("row_softmax", "softmax_program")),
 }
 
 

@@ -1,4 +1,4 @@
-"""The body of an eager @tegula.jit function parsed into a PrimFunc (tegula/eager.py
+"""The body of an eager @tegula.jit function parsed into a PrimFunc (tegula/jit_eager.py
 caches and calls them).
 
     def matmul(A, B, block_M=128, dtype="float16"):
@@ -23,14 +23,14 @@ import builtins
 import inspect
 import numbers
 
-from ..language import eager_ops
-from ..language.types import StridedTensor, Tensor, TensorSpec, strided_spec
 from .builder import Builder, active
 from .dtypes import PACKED_STORAGE, DType, is_dtype, is_packed, normalize_dtype, to_torch
 from .errors import ArgError, TegulaCompileError
 from .evaluator import closure_of
+from .params import PointerSpec, TensorForm, TensorSpec, is_pointer_annotation, strided_spec
 from .parser import Parser
 from .prim_func import PrimFunc, _source_and_tree, finish, register_declared_parser
+from .requests import EmptyRequest
 from .values import BufferValue, PrimExpr, to_expr
 
 class EagerArgumentError(TegulaCompileError, ValueError):
@@ -74,8 +74,8 @@ def _signature_specs(fn) -> dict:
                 continue
         if name != "return" and isinstance(annotation, (TensorSpec, DType)):
             specs[name] = annotation
-        elif name != "return" and eager_ops.is_pointer_annotation(annotation):
-            specs[name] = annotation if isinstance(annotation, eager_ops.PointerSpec) else eager_ops.PointerSpec()
+        elif name != "return" and is_pointer_annotation(annotation):
+            specs[name] = annotation if isinstance(annotation, PointerSpec) else PointerSpec()
     return specs
 
 
@@ -83,6 +83,10 @@ def _body_declarations(fn_node: ast.FunctionDef, params: set) -> set:
     """Parameters the body declares with a bare annotation: `A: T.Tensor((M, K), dtype)`."""
     return {node.target.id for node in ast.walk(fn_node) if isinstance(node, ast.AnnAssign) and node.value is None
             and isinstance(node.target, ast.Name) and node.target.id in params}
+
+
+# The T.* calls only an eager body makes (language/eager_ops.py), by their intrinsic names.
+_DECLARATIONS = frozenset({"T.const", "T.empty"})
 
 
 def is_eager(fn) -> bool:
@@ -105,7 +109,7 @@ def is_eager(fn) -> bool:
             return False
         if isinstance(node, ast.Call):
             callee = _resolve(fn, node.func)
-            eager = eager or callee is eager_ops.const or callee is eager_ops.empty
+            eager = eager or getattr(callee, "__tegula_intrinsic__", None) in _DECLARATIONS
         eager = eager or isinstance(node, ast.With)
     return eager or bool(_body_declarations(fn_node, params)) or bool(_signature_specs(fn))
 
@@ -209,7 +213,7 @@ class _Session:
         self.source, self.fn_node = source, fn_node
         self.kernel_names = kernel_names
         # T.ptr() stands for a pointer argument ahead of a call: no tensor to read sizes off.
-        self.arguments = {k: None if isinstance(v, eager_ops.PointerSpec) else v for k, v in arguments.items()}
+        self.arguments = {k: None if isinstance(v, PointerSpec) else v for k, v in arguments.items()}
         self.parser = None  # set by _parse_eager
         self.sizes = sizes
         self.consts: dict = {}  # T.const name -> _Pending or int
@@ -344,8 +348,8 @@ class _Session:
             callee = {ast.Subscript: "value", ast.Call: "func"}.get(type(node))
             callee = getattr(node, callee) if callee else None
             callee = parser.eval(callee) if callee is not None else None
-            if any(callee is t for t in (Tensor, TensorSpec, StridedTensor)):
-                strided = callee is StridedTensor
+            if isinstance(callee, TensorForm) or callee is TensorSpec:
+                strided = getattr(callee, "strided", False)
                 shape_node, strides_node, dtype_node = self._tensor_parts(parser, node, strided)
                 shape = parser.eval(shape_node)
                 dtype = parser.eval(dtype_node) if dtype_node is not None else "float32"
@@ -547,7 +551,7 @@ class _EagerParser(Parser):
         return None
 
     def _assign_name(self, target, value):
-        if isinstance(value, eager_ops.EmptyRequest):
+        if isinstance(value, EmptyRequest):
             self.session.add_output(self, target.id, value, target)
             return []
         return super()._assign_name(target, value)
@@ -583,7 +587,7 @@ def _parse_eager(fn, kernel_names, signature_specs, constants, arguments, sizes)
         args = {a.arg: a for a in fn_node.args.args + fn_node.args.kwonlyargs}
         session.parser = parser
         for name in kernel_names:
-            if isinstance(signature_specs.get(name), eager_ops.PointerSpec):
+            if isinstance(signature_specs.get(name), PointerSpec):
                 parser.bind(name, _Pointer(name, signature_specs[name], args[name]))
             elif name in signature_specs:
                 session.declare(parser, name, signature_specs[name], args[name])

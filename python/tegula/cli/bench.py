@@ -126,7 +126,7 @@ def _transpose(shape, device):
     from tegula.kernels import transpose
 
     m, n = shape
-    kernel = _module("transpose").kernel_for(m, n, _half())
+    kernel = _module("matrix_transpose").kernel_for(m, n, _half())
     (x,) = _tensors(device, (m, n))
     if device is None:
         return None, [(kernel, (x, (n, m)))]
@@ -150,7 +150,7 @@ def _mnk(s):
 
 CASES = [
     Case("rms_norm", (32768, 4096), (4096, 4096), _row("rmsnorm", "rms_norm", 1, (1e-6,), (1e-6,)), _mnk),
-    Case("softmax", (32768, 4096), (4096, 4096), _row("softmax", "softmax", 0), _mnk),
+    Case("softmax", (32768, 4096), (4096, 4096), _row("row_softmax", "softmax", 0), _mnk),
     Case("layer_norm", (32768, 4096), (4096, 4096), _row("layernorm", "layer_norm", 2, (1e-5,), (1e-5,)), _mnk),
     Case("add", (32768, 4096), (4096, 4096), _row("elementwise", "add", 0, (False,), full_rows=1), _mnk),
     Case("row_sum", (32768, 4096), (4096, 4096), _row("reduce", "row_sum", 0, ("sum",), (), lambda m, n: (m,)),
@@ -188,7 +188,7 @@ class Row:
 
 def measure(case: Case, quick: bool, device, dry_run: bool, peaks=None, copy_bandwidth=None) -> Row:
     """One case: built, counted, and (unless dry_run) timed; an error is kept in the row."""
-    from .analyzer import AnalysisResult, Analyzer
+    from ..tools.analyzer import AnalysisResult, Analyzer
 
     shape = case.quick if quick else case.full
     row = Row(case.name, case.describe(shape))
@@ -263,7 +263,7 @@ def run(args) -> int:
               + ("roofline ms: the larger of the FLOPs at peak and the bytes at the memory roof" if args.dry_run
                  else "% of peak is of the binding roof"))
     if args.out and done:
-        from .roofline_plot import plot_roofline
+        from ..tools.roofline_plot import plot_roofline
 
         plot_roofline([r.result for r in done], out=args.out, labels=[r.case for r in done],
                       title=f"Roofline, {where.device.name} ({title})")
