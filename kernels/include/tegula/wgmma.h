@@ -133,7 +133,11 @@ struct BlockWgmma {
   // along K by constants (a handful of instructions per group, not per instruction).
   template <bool kRegsA>
   static TEGULA_DEVICE void run(const T* A, const U* B, float* C) {
-    const int group = int(threadIdx.x) / 128;
+    // The warpgroup index, read from lane 0 so the assembler knows it is the same in every
+    // thread of the warp: the tile offsets and descriptors below then live in uniform
+    // registers instead of being moved into them before every wgmma (wgmma is .aligned,
+    // so the whole warp is here).
+    const int group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
     const int m0 = (group % WGM) * TM, n0 = (group / WGM) * TN;
     const uint32_t a = kRegsA ? 0u : smem_addr(A), b = smem_addr(B);
     // A in registers: every 16-bit pair packed and pinned before the fence, so that no
