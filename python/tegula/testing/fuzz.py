@@ -227,8 +227,31 @@ def _check_written(program: Program, kernel) -> None:
                        f"{program.describe()}")
 
 
+def _check_counts(program: Program, kernel, seed: int) -> None:
+    """The compiler's work count of the program (tegula.tools.Analyzer, fed the call's
+    inputs, whose contents may decide bounds and branches) runs, and stores into no tensor
+    parameter but the program's outputs and in-out tensors (a view or a workspace counts
+    under its own name, which is not checked)."""
+    from ..tools import Analyzer
+
+    try:
+        result = Analyzer(kernel, *make_inputs(program, seed), compile=False).calculate()
+    except ValueError as err:
+        if "static count cannot follow" in str(err):  # a while loop, a break: refused by design
+            return
+        raise
+    params = {a.name for a in program.args if a.role != "scalar"}
+    writes = {a.name for a in program.args if a.role in ("out", "inout")}
+    for k in result.kernels:
+        stray = sorted((set(k.stores) & params) - writes)
+        if stray:
+            raise Mismatch(f"the work count stores into {stray}, which the program only reads "
+                           f"(stores: {k.stores})\n{program.describe()}")
+
+
 def check(program: Program, seed: int = 0, interpret: bool | None = None) -> str:
-    """Compile (lower + cubin); then, when the interpreters exist, reference vs simulate.
+    """Compile (lower + cubin); the tensors it writes (_check_written) and its work count
+    (_check_counts); then, when the interpreters exist, reference vs simulate.
     Raises Mismatch (with the program) on any failure; returns how far it went: "compiled"
     or "agreed" (reference and simulate compared)."""
     from . import SimulationError, simulate
@@ -239,6 +262,8 @@ def check(program: Program, seed: int = 0, interpret: bool | None = None) -> str
         kernel.cubin()
         stage = "written"
         _check_written(program, kernel)
+        stage = "counted"
+        _check_counts(program, kernel, seed)
         if interpret is None:
             interpret = interpreters_available()
         if not interpret:
