@@ -34,6 +34,10 @@ void init_compile(py::module_& m);
 py::list describe_layouts(const tegula::transform::Lowered& lowered);
 void init_layouts(py::module_& m);
 
+// The kernel after IR stage `stage` ("final": the last; compile.cc); an unknown name is a
+// ValueError listing the stages.
+const ir::Kernel& stage_kernel(const tegula::transform::Lowered& lowered, const std::string& stage);
+
 // Lowered.count_work (work_analysis.cc): the work one kernel does over its whole grid
 // (src/analysis/work_counts.h) at IR stage `stage`, as a dict. values: dynamic sizes and
 // scalar parameters by name; tensors: tensor parameter name -> a function giving its

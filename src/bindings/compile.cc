@@ -32,6 +32,16 @@
 
 namespace tegula::bindings {
 
+const ir::Kernel& stage_kernel(const transform::Lowered& lowered, const std::string& stage) {
+  if (stage == "final") return lowered.stages.back().second;
+  for (auto& [name, k] : lowered.stages) {
+    if (name == stage) return k;
+  }
+  std::string known;
+  for (auto& [name, k] : lowered.stages) known += " " + name;
+  throw py::value_error("unknown IR stage '" + stage + "'; stages are: final all" + known);
+}
+
 namespace {
 
 // TEGULA_LOG=compile (or a list holding it, or "all"): one line per compile stage on stderr.
@@ -170,12 +180,7 @@ struct LoweredKernel {
       for (auto& [name, k] : lowered.stages) all += "# ---- after " + name + "\n" + ir::to_string(k) + "\n";
       return all;
     }
-    for (auto& [name, k] : lowered.stages) {
-      if (name == stage) return ir::to_string(k);
-    }
-    std::string known;
-    for (auto& [name, k] : lowered.stages) known += " " + name;
-    throw py::value_error("unknown IR stage '" + stage + "'; stages are: final all" + known);
+    return ir::to_string(stage_kernel(lowered, stage));
   }
 
   runtime::CompileOptions compile_options() const {

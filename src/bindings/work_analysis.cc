@@ -16,14 +16,6 @@ namespace tegula::bindings {
 
 namespace {
 
-const ir::Kernel& stage_kernel(const transform::Lowered& lowered, const std::string& stage) {
-  if (stage == "final") return lowered.stages.back().second;
-  for (auto& [name, k] : lowered.stages) {
-    if (name == stage) return k;
-  }
-  throw py::value_error("unknown IR stage '" + stage + "'");
-}
-
 analysis::Number number(const std::string& name, const py::handle& v) {
   analysis::Number out;
   if (py::isinstance<py::bool_>(v) || !(py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v))) {
