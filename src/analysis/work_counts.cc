@@ -54,6 +54,48 @@ void items_of(const Stmt& s, std::vector<Stmt>& out) {
   }
 }
 
+// The same tree: kinds, dtypes, constants, ops, and the same variable and buffer nodes.
+bool same_expr(const Expr& a, const Expr& b);
+
+bool same_exprs(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!same_expr(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+bool same_expr(const Expr& a, const Expr& b) {
+  if (a.same_as(b)) return true;
+  if (!a || !b || a.kind() != b.kind() || a.dtype() != b.dtype()) return false;
+  switch (a.kind()) {
+    case ir::NodeKind::IntImm: return a.as<ir::IntImmNode>()->value == b.as<ir::IntImmNode>()->value;
+    case ir::NodeKind::FloatImm: {
+      double x = a.as<ir::FloatImmNode>()->value, y = b.as<ir::FloatImmNode>()->value;
+      return x == y || (x != x && y != y);
+    }
+    case ir::NodeKind::Binary: {
+      auto *x = a.as<ir::BinaryNode>(), *y = b.as<ir::BinaryNode>();
+      return x->op == y->op && same_expr(x->a, y->a) && same_expr(x->b, y->b);
+    }
+    case ir::NodeKind::Not: return same_expr(a.as<ir::NotNode>()->a, b.as<ir::NotNode>()->a);
+    case ir::NodeKind::Select: {
+      auto *x = a.as<ir::SelectNode>(), *y = b.as<ir::SelectNode>();
+      return same_expr(x->cond, y->cond) && same_expr(x->t, y->t) && same_expr(x->f, y->f);
+    }
+    case ir::NodeKind::Cast: return same_expr(a.as<ir::CastNode>()->value, b.as<ir::CastNode>()->value);
+    case ir::NodeKind::Call: {
+      auto *x = a.as<ir::CallNode>(), *y = b.as<ir::CallNode>();
+      return x->op == y->op && same_exprs(x->args, y->args);
+    }
+    case ir::NodeKind::BufferLoad: {
+      auto *x = a.as<ir::BufferLoadNode>(), *y = b.as<ir::BufferLoadNode>();
+      return x->buffer == y->buffer && same_exprs(x->indices, y->indices);
+    }
+    default: return false;  // two distinct variables
+  }
+}
+
 }  // namespace
 
 std::vector<Stmt> items(const Stmt& s) {
@@ -325,12 +367,13 @@ const Plan& Counter::plan(const Stmt& s, const std::vector<Expr>& exprs, const A
   Plan p;
   p.flops = atomic ? 1 : 0;
   for (const Expr& e : exprs) p.flops += flops(e);
-  std::unordered_set<std::string> seen;
   auto add = [&](const Access& a) {
     auto b = buffers_.find(a.buffer.get());
     if (b == buffers_.end() || !b->second.global) return;
-    std::string key = (a.store ? "store " : "load ") + printed_.expr(ir::make_load(a.buffer, a.indices, {}, a.lanes));
-    if (seen.insert(key).second) p.accesses.push_back(a);
+    bool again = std::any_of(p.accesses.begin(), p.accesses.end(), [&](const Access& o) {
+      return o.buffer == a.buffer && o.store == a.store && o.lanes == a.lanes && same_exprs(o.indices, a.indices);
+    });
+    if (!again) p.accesses.push_back(a);
   };
   std::function<void(const Expr&)> walk = [&](const Expr& e) {
     ir::post_order(ir::make_evaluate(e), nullptr, [&](const Expr& x) {
