@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace tegula::analysis {
 
@@ -45,20 +46,61 @@ namespace {
 
 size_t lanes_of(const Val& a, const Val& b) { return std::max(a.lanes(), b.lanes()); }
 
+// A value's entry in a lane, read as an integer or a double.
+template <typename T>
+T entry(const Val& v, size_t lane) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v.f(lane);
+  } else {
+    return v.i(lane);
+  }
+}
+
+template <typename T>
+Val held_once(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return Val::of_float(v);
+  } else {
+    return Val::of_int(v);
+  }
+}
+
+template <typename T>
+Val lane_values(std::vector<T> v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return Val::float_lanes(std::move(v));
+  } else {
+    return Val::int_lanes(std::move(v));
+  }
+}
+
+// f over the lanes of a and b, their entries read as In, its results kept as Out; held
+// once when both are.
+template <typename In, typename Out, typename F>
+Val map2(const Val& a, const Val& b, F f) {
+  if (!a.per_lane() && !b.per_lane()) return held_once<Out>(f(entry<In>(a, 0), entry<In>(b, 0)));
+  std::vector<Out> out(lanes_of(a, b));
+  for (size_t k = 0; k < out.size(); ++k) out[k] = f(entry<In>(a, k), entry<In>(b, k));
+  return lane_values(std::move(out));
+}
+
+// c ? a : b in every lane, the entries read as T.
+template <typename T>
+Val choose(const Val& c, const Val& a, const Val& b) {
+  if (!c.per_lane() && !a.per_lane() && !b.per_lane()) return held_once<T>(c.truth(0) ? entry<T>(a, 0) : entry<T>(b, 0));
+  std::vector<T> out(std::max({c.lanes(), a.lanes(), b.lanes()}));
+  for (size_t k = 0; k < out.size(); ++k) out[k] = c.truth(k) ? entry<T>(a, k) : entry<T>(b, k);
+  return lane_values(std::move(out));
+}
+
 template <typename F>
 Val map_int(const Val& a, const Val& b, F f) {
-  if (!a.per_lane() && !b.per_lane()) return Val::of_int(f(a.i(0), b.i(0)));
-  std::vector<int64_t> out(lanes_of(a, b));
-  for (size_t k = 0; k < out.size(); ++k) out[k] = f(a.i(k), b.i(k));
-  return Val::int_lanes(std::move(out));
+  return map2<int64_t, int64_t>(a, b, f);
 }
 
 template <typename F>
 Val map_float(const Val& a, const Val& b, F f) {
-  if (!a.per_lane() && !b.per_lane()) return Val::of_float(f(a.f(0), b.f(0)));
-  std::vector<double> out(lanes_of(a, b));
-  for (size_t k = 0; k < out.size(); ++k) out[k] = f(a.f(k), b.f(k));
-  return Val::float_lanes(std::move(out));
+  return map2<double, double>(a, b, f);
 }
 
 int64_t floor_div(int64_t a, int64_t b) {
@@ -148,13 +190,9 @@ Val call_named(const std::string& name, const std::vector<Val>& args) {
 Val apply_binary(BinaryOp op, const Val& a, const Val& b) {
   if (!a.known() || !b.known()) return Val();
   bool ints = a.is_int() && b.is_int();
+  // A comparison or a logical op: 0 or 1, read as doubles where either side is a float.
   auto test = [&](auto fi) -> Val {
-    if (!ints) {
-      if (!a.per_lane() && !b.per_lane()) return Val::of_int(fi(a.f(0), b.f(0)) ? 1 : 0);
-      std::vector<int64_t> out(lanes_of(a, b));
-      for (size_t k = 0; k < out.size(); ++k) out[k] = fi(a.f(k), b.f(k)) ? 1 : 0;
-      return Val::int_lanes(std::move(out));
-    }
+    if (!ints) return map2<double, int64_t>(a, b, [&](double x, double y) { return int64_t(fi(x, y) ? 1 : 0); });
     return map_int(a, b, [&](int64_t x, int64_t y) { return int64_t(fi(x, y) ? 1 : 0); });
   };
   switch (op) {
@@ -209,18 +247,7 @@ Val logical_not(const Val& a) {
 }
 
 Val where(const Val& c, const Val& a, const Val& b) {
-  size_t n = std::max({c.lanes(), a.lanes(), b.lanes()});
-  bool per_lane = c.per_lane() || a.per_lane() || b.per_lane();
-  if (a.is_int() && b.is_int()) {
-    if (!per_lane) return c.truth(0) ? a : b;
-    std::vector<int64_t> out(n);
-    for (size_t k = 0; k < n; ++k) out[k] = c.truth(k) ? a.i(k) : b.i(k);
-    return Val::int_lanes(std::move(out));
-  }
-  if (!per_lane) return Val::of_float(c.truth(0) ? a.f(0) : b.f(0));
-  std::vector<double> out(n);
-  for (size_t k = 0; k < n; ++k) out[k] = c.truth(k) ? a.f(k) : b.f(k);
-  return Val::float_lanes(std::move(out));
+  return a.is_int() && b.is_int() ? choose<int64_t>(c, a, b) : choose<double>(c, a, b);
 }
 
 int64_t count(const Mask& mask) {

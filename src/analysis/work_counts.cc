@@ -375,12 +375,11 @@ const Plan& Counter::plan(const Stmt& s, const std::vector<Expr>& exprs, const A
     });
     if (!again) p.accesses.push_back(a);
   };
-  std::function<void(const Expr&)> walk = [&](const Expr& e) {
+  for (const Expr& e : exprs) {
     ir::post_order(ir::make_evaluate(e), nullptr, [&](const Expr& x) {
       if (auto* l = x.as<ir::BufferLoadNode>()) add(Access{l->buffer, l->indices, l->dtype.lanes, false});
     });
-  };
-  for (const Expr& e : exprs) walk(e);
+  }
   if (target) add(*target);
   return plans_.emplace(s.get(), std::move(p)).first->second;
 }

@@ -161,7 +161,25 @@ class _Pending:
         return f"T.const '{self.name}' (no value yet)"
 
 
-class _Undeclared:
+class _Placeholder:
+    """A parameter name bound before the statement that makes it usable has run: indexing
+    it or reading an attribute raises the subclass's `_early` error."""
+
+    name: str
+
+    def _early(self, *args):
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        self._early()
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        self._early()
+
+
+class _Undeclared(_Placeholder):
     """A kernel parameter before its annotation in the body has run."""
 
     def __init__(self, name: str):
@@ -171,18 +189,11 @@ class _Undeclared:
         raise ArgError(None, f"parameter '{self.name}' is used before its declaration "
                        f"(`{self.name}: T.Tensor(shape, dtype)`): declare it first")
 
-    __getitem__ = _early
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        self._early()
-
     def __repr__(self):
         return f"parameter '{self.name}' (not declared yet)"
 
 
-class _Pointer:
+class _Pointer(_Placeholder):
     """A `T.ptr` parameter before `T.make_tensor` gives it a shape and dtype."""
 
     def __init__(self, name: str, spec, node):
@@ -192,11 +203,7 @@ class _Pointer:
         raise ArgError(None, f"parameter '{self.name}' is a T.ptr: make it a tensor first "
                        f"(`{self.name} = T.make_tensor({self.name}, shape, dtype)`)")
 
-    __getitem__ = __setitem__ = _early
-
-    def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
+    def __setitem__(self, index, value):
         self._early()
 
     def __repr__(self):
