@@ -17,17 +17,20 @@ bool wide_panels(const Kernel& k, const Buffer& b) {
 namespace {
 
 // The struct that issues wgmma m64nNk16 (A from shared memory or registers) for
-// element types a and b with float accumulators, m64nNk32 for 8-bit ones: its asm names
-// all N / 2 accumulator registers, so it is written per N. Returns its name; the
-// definition goes ahead of the kernel. TA / TB (transposed, i.e. MN-major, operands) are
-// template immediates; 8-bit operands have none (K-major only, which ss asserts).
+// element types a and b with float accumulators, m64nNk32 for 8-bit ones (8-bit integers
+// into int32 accumulators, .s32.s8.u8 ...): its asm names all N / 2 accumulator registers,
+// so it is written per N. Returns its name; the definition goes ahead of the kernel. TA /
+// TB (transposed, i.e. MN-major, operands) are template immediates; 8-bit operands have
+// none (K-major only, which ss asserts), and integer ones no operand scales either.
 std::string wgmma_instruction(bool rs, int n, DataType a, DataType b,
                               std::map<std::string, std::string>& instructions) {
   auto type_name = [](DataType t) {
+    if (t.is_int()) return t.code == DataType::Int ? "s8" : "u8";
     return t == DataType::bf16() ? "bf16" : t == DataType::f16() ? "f16" : t.code == DataType::Float8E4M3 ? "e4m3" : "e5m2";
   };
   std::string ty = type_name(a), tyb = type_name(b);
-  bool f8 = a.is_float8();
+  bool i8 = a.is_int(), f8 = a.is_float8() || i8;
+  const char* acc = i8 ? "int" : "float";
   std::string nm = std::string("wgmma_") + (rs ? "rs" : "ss") + "_n" + std::to_string(n) + "_" + ty +
                    (tyb != ty ? "_" + tyb : "");
   if (instructions.count(nm)) return nm;
@@ -36,15 +39,15 @@ std::string wgmma_instruction(bool rs, int n, DataType a, DataType b,
   os << "struct " << nm << " {\n  static constexpr int N = " << n << ";\n";
   int pa = regs, pb = rs ? regs + 4 : regs + 1, ps = pb + 1;
   if (rs) {
-    os << "  template <int TB>\n  static __device__ __forceinline__ void rs(float* d, const uint32_t (&a)[4], "
+    os << "  template <int TB>\n  static __device__ __forceinline__ void rs(" << acc << "* d, const uint32_t (&a)[4], "
           "uint64_t b, int scale_d) {\n";
   } else {
-    os << "  template <int TA, int TB>\n  static __device__ __forceinline__ void ss(float* d, uint64_t a, "
+    os << "  template <int TA, int TB>\n  static __device__ __forceinline__ void ss(" << acc << "* d, uint64_t a, "
           "uint64_t b, int scale_d) {\n";
     if (f8) os << "    static_assert(!TA && !TB, \"8-bit wgmma reads K-major operands\");\n";
   }
   os << "    asm volatile(\n        \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << ps << ", 0;\\n\"\n";
-  os << "        \"wgmma.mma_async.sync.aligned.m64n" << n << (f8 ? "k32" : "k16") << ".f32." << ty << "." << tyb
+  os << "        \"wgmma.mma_async.sync.aligned.m64n" << n << (f8 ? "k32" : "k16") << (i8 ? ".s32." : ".f32.") << ty << "." << tyb
      << " {\"\n";
   for (int i = 0; i < regs; i += 16) {
     os << "        \"";
@@ -54,6 +57,8 @@ std::string wgmma_instruction(bool rs, int n, DataType a, DataType b,
   if (rs) {
     os << "        \"}, {%" << pa << ", %" << pa + 1 << ", %" << pa + 2 << ", %" << pa + 3 << "}, %" << pb
        << ", p, 1, 1, %" << ps + 1 << ";\\n}\\n\"\n";
+  } else if (i8) {
+    os << "        \"}, %" << pa << ", %" << pb << ", p;\\n}\\n\"\n";
   } else if (f8) {
     os << "        \"}, %" << pa << ", %" << pb << ", p, 1, 1;\\n}\\n\"\n";
   } else {
@@ -61,7 +66,7 @@ std::string wgmma_instruction(bool rs, int n, DataType a, DataType b,
        << ";\\n}\\n\"\n";
   }
   os << "        :";
-  for (int j = 0; j < regs; ++j) os << (j ? "," : "") << (j % 8 == 0 ? "\n          " : " ") << "\"+f\"(d[" << j << "])";
+  for (int j = 0; j < regs; ++j) os << (j ? "," : "") << (j % 8 == 0 ? "\n          " : " ") << (i8 ? "\"+r\"(d[" : "\"+f\"(d[") << j << "])";
   if (rs) {
     os << "\n        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(scale_d), \"n\"(TB));\n";
   } else if (f8) {

@@ -9,7 +9,8 @@
 //   reduce      dst (read row-major, the reduced dimension left out) = the reduction of
 //               src along dim, combined with dst's old value when clear=0.
 //   gemm        C (+)= op(A) @ op(B) on the regions' last two dimensions, in double
-//               (32-bit operands rounded to tfloat32 first, as the tf32 tensor cores take them).
+//               (32-bit operands rounded to tfloat32 first, as the tf32 tensor cores take them;
+//               integer ones summed exactly in 64 bits, then wrapped to C's type).
 //   gemm_sp     the same with A decompressed first from its kept elements and metadata.
 //   atomic_add  an element (scalar value) or a region added elementwise.
 //   cumsum      dst = the inclusive prefix sum of src along dim (suffix sum with reverse),
@@ -332,7 +333,8 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
   DataType t = op->regions[2].buffer->dtype;
   // 32-bit operands run on the tf32 tensor cores: each is rounded to tfloat32 first.
   bool tf32 = op->regions[0].buffer->dtype.is_tf32_operand() && op->regions[1].buffer->dtype.is_tf32_operand();
-  return [a, b, cc, ta, tb, clear_always, clear_if, t, tf32, loc](Frame& f) {
+  bool ints = op->regions[0].buffer->dtype.is_int() && op->regions[1].buffer->dtype.is_int();
+  return [a, b, cc, ta, tb, clear_always, clear_if, t, tf32, ints, loc](Frame& f) {
     const bool clear = clear_always || (clear_if && clear_if(f) != 0);
     Matrix A = matrix(a, f, "A", loc), B = matrix(b, f, "B", loc), C = matrix(cc, f, "C", loc);
     int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
@@ -357,10 +359,20 @@ StmtFn gemm(const TileOpNode* op, Compiler& c) {
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += av[size_t(i * K + k)] * bv[size_t(j * K + k)];
         idx[C.r.rank - 2] = C.r.min[C.r.rank - 2] + i;
         idx[C.r.rank - 1] = C.r.min[C.r.rank - 1] + j;
         double* p = element(*C.r.b, idx, loc);
+        if (ints) {
+          // Unsigned 64-bit sums wrap as the tensor cores' int32 adds do, once cut to 32 bits.
+          uint64_t si = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            si += uint64_t(int64_t(av[size_t(i * K + k)]) * int64_t(bv[size_t(j * K + k)]));
+          }
+          if (p && !clear) si += uint64_t(int64_t(*p));
+          if (p) *p = t.is_int() && t.bits == 32 ? double(int32_t(uint32_t(si))) : round_to_dtype(t, double(int64_t(si)));
+          continue;
+        }
+        for (int64_t k = 0; k < K; ++k) s += av[size_t(i * K + k)] * bv[size_t(j * K + k)];
         if (p) *p = round_to_dtype(t, clear ? s : *p + s);
       }
     }

@@ -10,8 +10,10 @@
 // passes gave the fragment the registers replaced (else the rest of the kernel reads other
 // elements than the instruction wrote: reported). D = C + A B is computed in double and
 // rounded to C's type; 32-bit operands are rounded to tfloat32 first (m16n8k8 tf32). 8-bit
-// operands (m16n8k32, m64nNk32) are K-major shared tiles, checked here: the instructions
-// have no other form for them. mma.sync is synchronous; a wgmma reads its operands at issue
+// operands (m16n8k32, m64nNk32) and packed 4-bit integer ones (m16n8k64, a byte each in
+// shared memory) are K-major shared tiles, checked here: the instructions have no other
+// form for them. Integer operands sum their products exactly in 64 bits, wrapped to C's
+// int32 as the instructions (without .satfinite) wrap. mma.sync is synchronous; a wgmma reads its operands at issue
 // and writes C at the wgmma_wait that retires its group (one group per call).
 //
 // gemm_sp_{ss,rs}(M, N, K, WM, WN, TA, TB, TE, CLEAR; A, E, B, C, tid) (mma.sp): A is the
@@ -192,14 +194,22 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
   MmaCall c = parse_mma(m, op);
   // 8-bit operands (m16n8k32, m64nNk32): K-major from shared memory, whole 32-element steps.
   DataType at = c.a->buffer->dtype.element(), bt = c.b->buffer->dtype.element();
-  if (at.is_float8() != bt.is_float8() || at.bytes() != bt.bytes()) {
+  const bool ints = at.is_int() && bt.is_int();
+  if (at.is_float8() != bt.is_float8() || at.is_int() != bt.is_int() || at.bits != bt.bits) {
     m.error(op->op + " multiplies " + at.name() + " by " + bt.name() + ": A and B of one width");
     return;
   }
-  if (at.is_float8() && (c.ta || !c.tb || c.regs_a || c.k % 32 != 0)) {
-    m.error(op->op + " on 8-bit operands reads A (M x K) and B (N x K) K-major from shared memory in steps of 32 "
-            "(got transpose_A=" + std::to_string(c.ta) + ", transpose_B=" + std::to_string(c.tb) +
-            (c.regs_a ? ", A in registers" : "") + ", K=" + std::to_string(c.k) + ")");
+  if (ints && (at.bits > 8 || c.c->buffer->dtype.element() != DataType::i32() || (at.bits == 4 && c.wgmma))) {
+    m.error(op->op + " multiplies " + at.name() + " by " + bt.name() + " into " + c.c->buffer->dtype.name() +
+            ": the integer instructions take 8-bit (or, on mma.sync, 4-bit) operands into int32");
+    return;
+  }
+  const int64_t step = at.bits == 4 ? 64 : 32;
+  if ((at.is_float8() || ints) && (c.ta || !c.tb || c.regs_a || c.k % step != 0)) {
+    m.error(op->op + " on " + std::to_string(at.bits) + "-bit operands reads A (M x K) and B (N x K) K-major from "
+            "shared memory in steps of " + std::to_string(step) + " (got transpose_A=" + std::to_string(c.ta) +
+            ", transpose_B=" + std::to_string(c.tb) + (c.regs_a ? ", A in registers" : "") + ", K=" +
+            std::to_string(c.k) + ")");
     return;
   }
   int first = 0;
@@ -263,7 +273,14 @@ static void tensor_core(Machine& m, const CallNode* op, const Threads& ts) {
     C = chained ? chained->result : register_tile(m, acc, cbase, *lc, first);
   }
   DataType ct = c.c->buffer->dtype.element();
-  for (int64_t i = 0; i < c.m; ++i) {
+  for (int64_t i = 0; i < c.m && ints; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      uint64_t s = uint64_t(int64_t(C[i * c.n + j]));  // unsigned: wraps as the hardware's adds
+      for (int64_t k = 0; k < c.k; ++k) s += uint64_t(int64_t(A[i * c.k + k]) * int64_t(B[k * c.n + j]));
+      C[i * c.n + j] = double(int32_t(uint32_t(s)));
+    }
+  }
+  for (int64_t i = 0; i < c.m && !ints; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
       double s = C[i * c.n + j];
       for (int64_t k = 0; k < c.k; ++k) s += A[i * c.k + k] * B[k * c.n + j];

@@ -30,6 +30,14 @@
 // and descriptors are the 16-bit ones counted in bytes. The tensor cores read 8-bit
 // operands K-major only, so A is M x K in shared memory and B is N x K (transpose_B).
 //
+// Integer operands into an int32 C, products summed exactly and wrapping as int32 does:
+// 8-bit ones (int8 / uint8, either of each) take the 8-bit floats' paths and forms
+// (mma.sync m16n8k32 .s32 on sm_80 on, wgmma m64nNk32 .s32 on sm_90a where the warpgroup
+// tile's N is one the integer instruction has: 8, 16, 24 or a multiple of 16). Packed
+// 4-bit ones (int4 / uint4, a byte each in shared memory) run mma.sync m16n8k64 on every
+// target (wgmma has no 4-bit integer form): a k-step is 64 elements, two 8-bit k-steps
+// whose registers the device code packs into nibbles (gemm.h).
+//
 // 32-bit float operands (float32 or tfloat32, either of each, float32 C) run mma.sync
 // m16n8k8 tf32, TileLang's meaning of a float32 gemm: a float32 operand is rounded to tf32
 // (to nearest, ties away, as a conversion to tfloat32 is) on its way into a register. Every
@@ -146,11 +154,19 @@ Placement placement(const BufferRegion& r, const SourceLoc& loc) {
 
 bool is_half(DataType t) { return t == DataType::f16() || t == DataType::bf16(); }
 
-// Elements of K one instruction takes: 32 bytes of a row.
-int64_t k_step(DataType t) { return 32 / t.bytes(); }
+// Elements of K one instruction takes: 32 bytes of a row; 64 packed 4-bit elements (64
+// bytes of a row in shared memory, a byte each).
+int64_t k_step(DataType t) { return t.is_int() && t.bits == 4 ? 64 : 32 / t.bytes(); }
 
-// The operand types T.gemm multiplies: 16-bit floats of one type, or 8-bit floats (e4m3
-// and e5m2 mix), these read K-major from shared memory into float32 on sm_89 on.
+// Integer operands the tensor cores multiply into int32: 8-bit (int8, uint8) or packed
+// 4-bit (int4, uint4), A and B of one width.
+bool is_int8_operand(DataType t) { return t.is_int() && t.bits == 8 && t.lanes == 1; }
+bool is_int4_operand(DataType t) { return t.is_int() && t.bits == 4 && t.lanes == 1; }
+
+// The operand types T.gemm multiplies: 16-bit floats of one type; 8-bit floats (e4m3
+// and e5m2 mix), these read K-major from shared memory into float32 on sm_89 on; 32-bit
+// floats (tf32); 8-bit or packed 4-bit integers (signed and unsigned mix), read K-major
+// from shared memory into int32 on sm_80 on.
 void check_operands(const TileOpNode* op, const GemmShape& g, const transform::Target& target) {
   const SourceLoc& loc = op->loc;
   const Buffer& A = op->regions[0].buffer;
@@ -158,10 +174,34 @@ void check_operands(const TileOpNode* op, const GemmShape& g, const transform::T
   const Buffer& C = op->regions[2].buffer;
   bool f8 = A->dtype.is_float8() && B->dtype.is_float8();
   bool tf32 = A->dtype.is_tf32_operand() && B->dtype.is_tf32_operand();
-  user_assert((A->dtype == B->dtype && is_half(A->dtype)) || f8 || tf32, loc)
+  bool i8 = is_int8_operand(A->dtype) && is_int8_operand(B->dtype);
+  bool i4 = is_int4_operand(A->dtype) && is_int4_operand(B->dtype);
+  user_assert((A->dtype == B->dtype && is_half(A->dtype)) || f8 || tf32 || i8 || i4, loc)
       << "T.gemm takes float16 or bfloat16 A and B of one type, 8-bit float A and B (float8_e4m3fn, "
-         "float8_e5m2), or float32 / tfloat32 A and B (tf32 tensor cores) (got "
+         "float8_e5m2), float32 / tfloat32 A and B (tf32 tensor cores), 8-bit integer A and B (int8, uint8) "
+         "or packed 4-bit integer A and B (int4, uint4) (got "
       << A->dtype.name() << " and " << B->dtype.name() << ")";
+  if (i8 || i4) {
+    const char* what = i8 ? "8-bit integers" : "4-bit integers";
+    user_assert(target.sm >= 80, loc) << "T.gemm on " << what << " needs sm_80 or newer: target " << target.arch
+                                      << " has no integer tensor-core instruction";
+    user_assert(C->dtype == DataType::i32(), loc) << "T.gemm on " << what << " accumulates in int32 ('" << C->name
+                                                  << "' is " << C->dtype.name() << ")";
+    user_assert(A->scope == Scope::Shared, loc) << "T.gemm on " << what << " reads A from shared memory ('"
+                                                << A->name << "' is " << scope_name(A->scope) << ")";
+    user_assert(!g.ta && g.tb, loc) << "T.gemm on " << what << " takes A as M x K and B as N x K (transpose_A=False, "
+                                       "transpose_B=True; got transpose_A="
+                                    << (g.ta ? "True" : "False") << ", transpose_B=" << (g.tb ? "True" : "False")
+                                    << "): the tensor cores read integer operands K-major only; store the operand "
+                                       "transposed instead";
+    int64_t step = k_step(A->dtype);
+    user_assert(g.k % step == 0, loc) << "T.gemm on " << what << " needs K a multiple of " << step << " (got "
+                                      << g.k << ")";
+    return;
+  }
+  user_assert(C->dtype != DataType::i32(), loc) << "T.gemm accumulates in int32 only for integer A and B ('"
+                                                << C->name << "' is int32, A and B are " << A->dtype.name()
+                                                << " and " << B->dtype.name() << ")";
   if (tf32) {
     user_assert(C->dtype == DataType::f32(), loc) << "T.gemm on float32 / tfloat32 accumulates in float32 ('"
                                                   << C->name << "' is " << C->dtype.name() << ")";
@@ -232,14 +272,19 @@ bool wgmma_fits(const TileOpNode* op, const Kernel& k) {
   const Buffer& B = op->regions.at(1).buffer;
   const Buffer& C = op->regions.at(2).buffer;
   bool half = is_half(A->dtype) && A->dtype == B->dtype;
-  bool f8 = A->dtype.is_float8() && B->dtype.is_float8();
-  if (!(half || f8) || C->dtype != DataType::f32() || C->scope != Scope::Fragment) return false;
+  bool i8 = is_int8_operand(A->dtype) && is_int8_operand(B->dtype);
+  bool f8 = (A->dtype.is_float8() && B->dtype.is_float8()) || i8;
+  if (!(half || f8) || C->dtype != (i8 ? DataType::i32() : DataType::f32()) || C->scope != Scope::Fragment) {
+    return false;
+  }
   if (B->scope != Scope::Shared || (A->scope != Scope::Shared && A->scope != Scope::Fragment)) return false;
   GemmShape g = shape_of(op, k);
   if (g.wgm == 0 || g.k % k_step(A->dtype) != 0) return false;
   if (f8 && (A->scope != Scope::Shared || g.ta || !g.tb)) return false;
   const int e = A->dtype.bytes();
   int64_t tn = g.n / g.wgn;
+  // The integer instruction's N: 8, 16, 24, then multiples of 16.
+  if (i8 && tn != 8 && tn != 24 && tn % 16 != 0) return false;
   // A region of a buffer: the descriptors name the buffer's layout, starting a K-major
   // operand at a K step inside a swizzle row, an MN-major one at a panel.
   auto region_fits = [&](const BufferRegion& r, bool k_major, int64_t inst_width) {
@@ -372,9 +417,11 @@ class Gemm : public TileOp {
         << "T.gemm reads A and B from shared memory or fragments ('" << A->name << "' is "
         << scope_name(A->scope) << ", '" << B->name << "' is " << scope_name(B->scope) << ")";
     check_operands(op, g, ctx.target);
-    user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()), loc)
-        << "T.gemm accumulates in float32, or in float16 for float16 operands ('" << C->name << "' is "
-        << C->dtype.name() << ", A is " << A->dtype.name() << ")";
+    user_assert(C->dtype == DataType::f32() || (C->dtype == DataType::f16() && A->dtype == DataType::f16()) ||
+                    (C->dtype == DataType::i32() && A->dtype.is_int()),
+                loc)
+        << "T.gemm accumulates in float32, in float16 for float16 operands, or in int32 for integer ones ('"
+        << C->name << "' is " << C->dtype.name() << ", A is " << A->dtype.name() << ")";
     user_assert(g.k % 16 == 0 || A->dtype.is_tf32_operand(), loc) << "T.gemm needs K a multiple of 16 (got " << g.k << ")";
     user_assert(ctx.target.sm >= 80, loc) << "T.gemm needs sm_80 or newer (target " << ctx.target.arch << ")";
     // Operand tiles whose rows are whole 16-byte chunks, a power of two of them, are

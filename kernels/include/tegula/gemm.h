@@ -11,7 +11,7 @@
 // A is M x K row-major (K x M when TA), B is K x N row-major (N x K when TB), both in
 // shared memory with K (and N) multiples of 8 elements so every ldmatrix row is 16-byte
 // aligned; or A is in registers, laid out as an accumulator (see gemm_rs). C accumulates
-// in float32, or in float16 for float16 operands.
+// in float32, in float16 for float16 operands, or in int32 for integer ones.
 //
 // A shared operand may be a region of a larger buffer (T.gemm(Q_shared[:, :D], ...)): LDA /
 // LDB are the buffers' stored row lengths (0: the operand's own width), OA / OB the
@@ -24,6 +24,15 @@
 // (sm_89+): their registers hold the same bytes of a row as 16-bit m16n8k16 ones, so a
 // k-step is 32 bytes of K either way and the ldmatrix addresses are the same in bytes.
 // 8-bit operands are read K-major only: A as M x K, B as N x K (TB), both in shared memory.
+//
+// Integer operands (int8 / uint8, either of each) run m16n8k32 .s32 into int32 accumulators
+// on sm_80 on, with the 8-bit floats' registers and addresses. Packed 4-bit ones (int4 /
+// uint4, a byte each in shared memory as on chip everywhere) run m16n8k64: a k-step of 64
+// elements is 64 bytes of a row, read as two 8-bit k-steps (the same ldmatrix addresses),
+// whose registers pair up into the instruction's, a byte's low nibble each
+// (pack_nibbles). The instruction names elements 8t .. 8t + 7 of a k half where a lane then
+// holds elements 4t + j and 16 + 4t + j of it: a permutation of K, the same for A and B,
+// so the products summed are the same.
 //
 // 32-bit operands (float32, rounded to tf32 on the way into a register, or tfloat32, already
 // rounded) run m16n8k8 tf32, one element a register. A lane's registers hold the columns
@@ -156,6 +165,49 @@ TEGULA_DEVICE void mma_f32(float (&d)[4], const uint32_t (&a)[4], const uint32_t
 #endif
   }
 }
+// Integer operands into int32: m16n8k32 for 8-bit ones, m16n8k64 for packed 4-bit ones.
+template <typename T, typename U>
+TEGULA_DEVICE void mma_s32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const int (&c)[4]) {
+  constexpr bool as = detail::is_same<T, signed char> || detail::is_same<T, int4b_t>;
+  constexpr bool bs = detail::is_same<U, signed char> || detail::is_same<U, int4b_t>;
+  static_assert(detail::is_int4<T> == detail::is_int4<U>, "integer A and B of one width");
+  if constexpr (detail::is_int4<T>) {
+    if constexpr (as && bs) {
+      mma_m16n8k64_s4s32(d, a, b, c);
+    } else if constexpr (as) {
+      mma_m16n8k64_s4u4s32(d, a, b, c);
+    } else if constexpr (bs) {
+      mma_m16n8k64_u4s4s32(d, a, b, c);
+    } else {
+      mma_m16n8k64_u4s32(d, a, b, c);
+    }
+  } else if constexpr (as && bs) {
+    mma_m16n8k32_s8s32(d, a, b, c);
+  } else if constexpr (as) {
+    mma_m16n8k32_s8u8s32(d, a, b, c);
+  } else if constexpr (bs) {
+    mma_m16n8k32_u8s8s32(d, a, b, c);
+  } else {
+    mma_m16n8k32_u8s32(d, a, b, c);
+  }
+}
+template <bool kZero, typename T, typename U>
+TEGULA_DEVICE void mma_tile(int* c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  int(&d)[4] = *reinterpret_cast<int(*)[4]>(c);
+  if constexpr (kZero) {
+    const int zero[4] = {0, 0, 0, 0};
+    mma_s32<T, U>(d, a, b, zero);
+  } else {
+    mma_s32<T, U>(d, a, b, d);
+  }
+}
+
+// Eight 4-bit elements in one register from two registers of four bytes each: byte j's low
+// nibble of lo goes to nibble 2j, of hi to nibble 2j + 1.
+TEGULA_DEVICE uint32_t pack_nibbles(uint32_t lo, uint32_t hi) {
+  return (lo & 0x0F0F0F0Fu) | ((hi & 0x0F0F0F0Fu) << 4);
+}
+
 template <bool kZero, typename T, typename U>
 TEGULA_DEVICE void mma_tile(float* c, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   float(&d)[4] = *reinterpret_cast<float(*)[4]>(c);
@@ -181,8 +233,10 @@ TEGULA_DEVICE void mma_tile(half_t* c, const uint32_t (&a)[4], const uint32_t (&
 template <int M, int N, int K, int WM, int WN, bool TA, bool TB, bool SA, bool SB, bool RA, bool CLEAR,
           typename T, typename U, int LDA_ = 0, int OA = 0, int LDB_ = 0, int OB = 0, int PA = 0, int PB = 0>
 struct BlockGemm {
-  // KS: elements of K per instruction (32 bytes of a row); CH: elements per 16-byte chunk.
-  static constexpr int E = int(sizeof(T)), KS = 32 / E, CH = 16 / E;
+  // KS: elements of K per instruction (32 bytes of a row; 64 packed 4-bit ones, two 8-bit
+  // loads, LS apart); CH: elements per 16-byte chunk.
+  static constexpr bool I4 = detail::is_int4<T>;
+  static constexpr int E = int(sizeof(T)), LS = 32 / E, KS = I4 ? 2 * LS : LS, CH = 16 / E;
   // Stored row lengths of A's and B's buffers.
   static constexpr int LDA = LDA_ ? LDA_ : (TA ? M : K), LDB = LDB_ ? LDB_ : (TB ? K : N);
   static_assert(OA % (TA ? CH : KS) == 0 && OB % (TB ? KS : CH) == 0,
@@ -194,8 +248,26 @@ struct BlockGemm {
   static_assert(M % (WM * 16) == 0 && N % (WN * 8) == 0 && K % KS == 0, "tile does not fit the mma shape");
   static constexpr int TM = M / WM, TN = N / WN, MT = TM / 16, NT = TN / 8;
 
-  // A fragments of k-step k0 for the warp's MT row tiles.
+  // A fragments of k-step k0 for the warp's MT row tiles. Packed 4-bit: two 8-bit k-steps,
+  // rows g and g + 8 of each paired (see the top of this file).
   static TEGULA_DEVICE void load_a(uint32_t (&a)[MT][4], const T* A, int row0, int k0, int lane) {
+    if constexpr (I4) {
+      uint32_t lo[MT][4], hi[MT][4];
+      load_a8(lo, A, row0, k0, lane);
+      load_a8(hi, A, row0, k0 + LS, lane);
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        a[mi][0] = pack_nibbles(lo[mi][0], lo[mi][2]);
+        a[mi][1] = pack_nibbles(lo[mi][1], lo[mi][3]);
+        a[mi][2] = pack_nibbles(hi[mi][0], hi[mi][2]);
+        a[mi][3] = pack_nibbles(hi[mi][1], hi[mi][3]);
+      }
+    } else {
+      load_a8(a, A, row0, k0, lane);
+    }
+  }
+
+  static TEGULA_DEVICE void load_a8(uint32_t (&a)[MT][4], const T* A, int row0, int k0, int lane) {
     if constexpr (E == 4) {
       load_a_tf32(a, A, row0, k0, lane);
     } else {
@@ -269,6 +341,21 @@ struct BlockGemm {
 
   // B fragments of k-step k0 for the warp's NT column tiles: two tiles per ldmatrix.x4.
   static TEGULA_DEVICE void load_b(uint32_t (&b)[NT][2], const U* B, int col0, int k0, int lane) {
+    if constexpr (I4) {
+      uint32_t lo[NT][2], hi[NT][2];
+      load_b8(lo, B, col0, k0, lane);
+      load_b8(hi, B, col0, k0 + LS, lane);
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) {
+        b[ni][0] = pack_nibbles(lo[ni][0], lo[ni][1]);
+        b[ni][1] = pack_nibbles(hi[ni][0], hi[ni][1]);
+      }
+    } else {
+      load_b8(b, B, col0, k0, lane);
+    }
+  }
+
+  static TEGULA_DEVICE void load_b8(uint32_t (&b)[NT][2], const U* B, int col0, int k0, int lane) {
     if constexpr (E == 4) {
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni) load_b_tf32(b[ni], B, col0, ni, k0, lane);
@@ -367,6 +454,15 @@ struct BlockGemm {
     if constexpr (E == 4) {
       load_b_tf32(b[0], B, col0, n0, k0, lane);
       if (two) load_b_tf32(b[1], B, col0, n0 + 1, k0, lane);
+    } else if constexpr (I4) {
+      uint32_t lo[2][2], hi[2][2];
+      load_b_pair16(lo, B, col0, n0, k0, lane, two);
+      load_b_pair16(hi, B, col0, n0, k0 + LS, lane, two);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        b[i][0] = pack_nibbles(lo[i][0], lo[i][1]);
+        b[i][1] = pack_nibbles(hi[i][0], hi[i][1]);
+      }
     } else {
       load_b_pair16(b, B, col0, n0, k0, lane, two);
     }

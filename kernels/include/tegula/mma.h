@@ -115,15 +115,27 @@ TEGULA_DEVICE void mma_sp_m16n8k32_f16f16(uint32_t (&d)[2], const uint32_t (&a)[
 }
 #undef TEGULA_MMA_SP
 
-// int8 x int8 -> int32, wrapping on overflow (no .satfinite), as torch's int matmul does.
-TEGULA_DEVICE void mma_m16n8k32_s8s32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
-                                      const int (&c)[4]) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]),
-        "r"(c[2]), "r"(c[3]));
-}
+// Integer operands into int32, wrapping on overflow (no .satfinite), as torch's int
+// matmul does; A's and B's types either, signed or unsigned. 8-bit (m16n8k32): each
+// register holds four elements, in the places 8-bit floats take. Packed 4-bit
+// (m16n8k64): each register holds eight, a nibble each (gemm.h says which of K).
+#define TEGULA_MMA_S32_ACC(name, shape, a_type, b_type)                                         \
+  TEGULA_DEVICE void name(int(&d)[4], const uint32_t(&a)[4], const uint32_t(&b)[2], const int(&c)[4]) { \
+    asm("mma.sync.aligned." shape ".row.col.s32." a_type "." b_type ".s32 "                     \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"               \
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])                                      \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]), \
+          "r"(c[2]), "r"(c[3]));                                                              \
+  }
+TEGULA_MMA_S32_ACC(mma_m16n8k32_s8s32, "m16n8k32", "s8", "s8")
+TEGULA_MMA_S32_ACC(mma_m16n8k32_u8s32, "m16n8k32", "u8", "u8")
+TEGULA_MMA_S32_ACC(mma_m16n8k32_s8u8s32, "m16n8k32", "s8", "u8")
+TEGULA_MMA_S32_ACC(mma_m16n8k32_u8s8s32, "m16n8k32", "u8", "s8")
+TEGULA_MMA_S32_ACC(mma_m16n8k64_s4s32, "m16n8k64", "s4", "s4")
+TEGULA_MMA_S32_ACC(mma_m16n8k64_u4s32, "m16n8k64", "u4", "u4")
+TEGULA_MMA_S32_ACC(mma_m16n8k64_s4u4s32, "m16n8k64", "s4", "u4")
+TEGULA_MMA_S32_ACC(mma_m16n8k64_u4s4s32, "m16n8k64", "u4", "s4")
+#undef TEGULA_MMA_S32_ACC
 
 // Two floats rounded into one register, `lo` in bits 0..15: how an f32 accumulator
 // becomes the 16-bit A operand of the next mma (the P @ V step of attention).

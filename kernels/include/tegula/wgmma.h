@@ -30,7 +30,9 @@
 // 8-bit float operands (A of type T, B of type U, e4m3 or e5m2 each) run m64nNk32: a
 // k-step is 32 bytes of a row, as for 16-bit m64nNk16, so the layouts and descriptors are
 // the same in bytes. The instruction has no transpose for them: A is K-major in shared
-// memory and B is N x K (TB).
+// memory and B is N x K (TB). 8-bit integer operands (int8 / uint8, either of each) run
+// m64nNk32 .s32 the same way, into int32 accumulators (the instruction struct then names
+// integer registers); the instruction has no packed 4-bit form.
 #pragma once
 #include "tegula/gemm.h"
 
@@ -59,6 +61,11 @@ template <int N>
 TEGULA_DEVICE void fence_registers(float* d) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N>
+TEGULA_DEVICE void fence_registers(int* d) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
 // Byte offset of the unswizzled position (r, c) in a panel_offset<C, E, R> tile: what a
@@ -131,8 +138,8 @@ struct BlockWgmma {
   // Issues C (+)= A B over the whole K as one wgmma group. Until wgmma_wait_regs returns,
   // neither C nor the operands may be touched. The descriptors are made once and stepped
   // along K by constants (a handful of instructions per group, not per instruction).
-  template <bool kRegsA>
-  static TEGULA_DEVICE void run(const T* A, const U* B, float* C) {
+  template <bool kRegsA, typename Acc>
+  static TEGULA_DEVICE void run(const T* A, const U* B, Acc* C) {
     // The warpgroup index, read from lane 0 so the assembler knows it is the same in every
     // thread of the warp: the tile offsets and descriptors below then live in uniform
     // registers instead of being moved into them before every wgmma (wgmma is .aligned,
@@ -173,7 +180,7 @@ struct BlockWgmma {
       const int scale = (CLEAR && ks == 0) ? 0 : 1;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
-        float* d = C + mi * (TN / 2);
+        Acc* d = C + mi * (TN / 2);
         if constexpr (kRegsA) {
           Inst::template rs<!TB>(d, ra[mi][ks], db, scale);
         } else {
@@ -187,8 +194,8 @@ struct BlockWgmma {
 
 // Waits until at most `Pending` of the wgmma groups this thread issued are still running
 // (0: all have landed); C's N registers are their accumulators.
-template <int Pending, int N>
-TEGULA_DEVICE void wgmma_wait_regs(float* C) {
+template <int Pending, int N, typename Acc>
+TEGULA_DEVICE void wgmma_wait_regs(Acc* C) {
   wgmma_wait<Pending>();
   fence_registers<N>(C);
 }
@@ -196,8 +203,8 @@ TEGULA_DEVICE void wgmma_wait_regs(float* C) {
 // T.gemm(A_shared, B_shared, C) on wgmma, issued (wgmma_wait_regs completes it). RA, RB:
 // rows of A's and B's buffers as stored; LDA, OA, LDB, OB: operands that are regions.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
-          int LDA = 0, int OA = 0, int LDB = 0, int OB = 0, typename T, typename U>
-TEGULA_DEVICE void wgmma_ss(const T* A, const U* B, float* C) {
+          int LDA = 0, int OA = 0, int LDB = 0, int OB = 0, typename T, typename U, typename Acc>
+TEGULA_DEVICE void wgmma_ss(const T* A, const U* B, Acc* C) {
   BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, U, Inst, LDA, OA, LDB, OB>::template run<false>(A, B, C);
 }
 

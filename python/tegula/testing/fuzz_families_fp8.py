@@ -4,7 +4,12 @@ examples write it: 64..128 blocks, K tiles of 32/64/128 (32-, 64- and 128-byte r
 or 8 warps under every policy, ragged sizes, clear or clear_accum, T.Pipelined or
 T.serial, sometimes their "2xAcc" (each K block's product added into a second
 accumulator), a per-column scale and relu, a float32 or bfloat16 output. The target is
-sm_89 (mma.sync m16n8k32) or sm_90a (wgmma m64nNk32 where the tile fits a warpgroup)."""
+sm_89 (mma.sync m16n8k32) or sm_90a (wgmma m64nNk32 where the tile fits a warpgroup).
+
+Also T.gemm on 8-bit integers (gen_gemm_int): C = A Bᵀ with A and B of int8 / uint8 (any
+mix) into int32, the same K-major form and block shapes, on sm_80 (mma.sync m16n8k32 .s32)
+or sm_90a (wgmma m64nNk32 .s32 where the warpgroup tile's N is one the integer instruction
+has); an int32 output compared exactly, or a float32 one dequantised by per-column scales."""
 from __future__ import annotations
 
 from .fuzz_families_tc import _policies, _ragged
@@ -74,4 +79,62 @@ def gen_gemm_fp8(k: Kernel) -> None:
     k.features.add(f"fp8_{at}_{bt}_{k.target}_{policy}_{threads // 32}warps_{bm}x{bn}x{bk}")
 
 
-FAMILIES: list = [(gen_gemm_fp8, 2)]
+INT8 = ("int8", "uint8")
+
+
+def gen_gemm_int(k: Kernel) -> None:
+    c = k.c
+    k.target = c.choice(["sm_80", "sm_90a"])
+    at, bt = c.choice(INT8), c.choice(INT8)
+    k.dtypes.add("int32")  # exact: integer sums (the inputs' range keeps them far from wrapping)
+    threads = c.choice([128, 256])
+    bm, bn = c.choice([(64, 64), (128, 64), (64, 128), (32, 64), (64, 32), (64, 48)])
+    bk = c.choice([32, 64, 128])
+    pols = _policies(bm, bn, threads // 32)
+    if not pols:
+        threads = 128
+        pols = _policies(bm, bn, 4)
+    policy = c.choice(pols)
+    M, N, K = _ragged(c, bm, 2), _ragged(c, bn, 2), _ragged(c, bk, 3)
+    k.tensor("A", [str(M), str(K)], [M, K], at)
+    k.tensor("B", [str(N), str(K)], [N, K], bt)
+    k.header = f"with T.Kernel(T.ceildiv({N}, {bn}), T.ceildiv({M}, {bm}), threads={threads}) as (bx, by):"
+    As = k.alloc("shared", (bm, bk), at, "A_shared")
+    Bs = k.alloc("shared", (bn, bk), bt, "B_shared")
+    Cf = k.alloc("fragment", (bm, bn), "int32", "C_local")
+    b = k.body
+    clear_accum = c.flip(0.2)
+    Tf = k.alloc("fragment", (bm, bn), "int32", "C_total") if clear_accum else None
+    b.emit(f"T.clear({Tf or Cf})")
+    trips = f"T.ceildiv({K}, {bk})"
+    if c.flip(0.75):
+        b.open(f"for ko in T.Pipelined({trips}, num_stages={c.int(1, 3)}):")
+    else:
+        b.open(f"for ko in T.serial({trips}):")
+    b.emit(f"T.copy(A[by * {bm}, ko * {bk}], {As})")
+    b.emit(f"T.copy(B[bx * {bn}, ko * {bk}], {Bs})")
+    flags = ", clear_accum=True" if clear_accum else ""
+    b.emit(f"T.gemm({As}, {Bs}, {Cf}, transpose_B=True{flags}, policy=T.GemmWarpPolicy.{policy})")
+    if Tf:
+        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
+        b.emit(f"{Tf}[i, j] += {Cf}[i, j]")
+        b.close()
+        k.features.add("int8_gemm_two_accumulators")
+    b.close()
+    out = Tf or Cf
+    if c.flip(0.3):  # dequantised by per-column scales into float32
+        k.dtypes.add("float32")
+        k.tensor("Scale", [str(N)], [N], "float32", values="positive")
+        k.tensor("C", [str(M), str(N)], [M, N], "float32", role="out")
+        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
+        b.emit(f"C[by * {bm} + i, bx * {bn} + j] = T.cast({out}[i, j], \"float32\") * "
+               f"T.if_then_else(bx * {bn} + j < {N}, Scale[bx * {bn} + j], 1.0)")
+        b.close()
+        k.features.add("int8_gemm_dequantised")
+    else:
+        k.tensor("C", [str(M), str(N)], [M, N], "int32", role="out")
+        b.emit(f"T.copy({out}, C[by * {bm}, bx * {bn}])")
+    k.features.add(f"int8_gemm_{at}_{bt}_{k.target}_{policy}_{threads // 32}warps_{bm}x{bn}x{bk}")
+
+
+FAMILIES: list = [(gen_gemm_fp8, 2), (gen_gemm_int, 1)]
