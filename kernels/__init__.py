@@ -18,6 +18,11 @@ gate/up GEMM), `add_rms_norm` (residual add + RMSNorm), `grouped_gemm` (one GEMM
 over rows sorted by expert) and the mixture-of-experts routing around it,
 `moe_align_block_size`, `moe_permute` and `moe_combine`.
 
+The low-precision kernels: `fp8_gemm` (8-bit float operands with per-tensor, per-row or
+DeepSeek-V3's blockwise scales), `quantize_fp8` and `rms_norm_quantize_fp8` (activations to
+8-bit floats per token or per group, alone or fused into the norm before them) and
+`w4a16_gemm` (4-bit INT4 or FP4 weights with group scales times 16-bit activations).
+
 Every entry point checks its arguments (CUDA tensors of float16, bfloat16 or float32;
 shapes; a ValueError or TypeError naming the argument otherwise), copies a view the kernel
 cannot read in place (strided, or not starting on a 16-byte boundary) as torch's ops would
@@ -48,6 +53,9 @@ the module that holds its kernel.
     fused_norm          add_rms_norm
     expert_gemm         grouped_gemm
     moe                 moe_align_block_size, moe_permute, moe_combine
+    scaled_gemm         fp8_gemm
+    fp8_quantization    quantize_fp8, rms_norm_quantize_fp8
+    dequant_gemm        w4a16_gemm
 
 `DEMO_KERNELS` lists, for the demo command line, one `DemoKernel(name, make_inputs, run,
 reference)` per kernel: `make_inputs(device, shape)` builds float16 inputs for a 2-D
@@ -71,9 +79,10 @@ if __name__ != "tegula.kernels":
 import torch
 import torch.nn.functional as F
 
-from ._ops import (add, add_rms_norm, flash_decode, grouped_gemm, layer_norm, matmul, matmul_tuned,
-                   moe_align_block_size, moe_combine, moe_permute, rms_norm, rms_norm_silu, rope, row_max, row_min,
-                   row_sum, softmax, swiglu, swiglu_linear, transpose)
+from ._ops import (add, add_rms_norm, flash_decode, fp8_gemm, grouped_gemm, layer_norm, matmul, matmul_tuned,
+                   moe_align_block_size, moe_combine, moe_permute, quantize_fp8, rms_norm, rms_norm_quantize_fp8,
+                   rms_norm_silu, rope, row_max, row_min, row_sum, softmax, swiglu, swiglu_linear, transpose,
+                   w4a16_gemm)
 from .rotary_embedding import rope_cache
 
 __all__ = [
@@ -81,6 +90,7 @@ __all__ = [
     "transpose", "matmul", "matmul_tuned", "flash_decode",
     "rope", "rope_cache", "swiglu", "swiglu_linear", "add_rms_norm", "grouped_gemm",
     "moe_align_block_size", "moe_permute", "moe_combine",
+    "fp8_gemm", "quantize_fp8", "rms_norm_quantize_fp8", "w4a16_gemm",
     "DemoKernel", "DEMO_KERNELS",
 ]
 

@@ -71,6 +71,24 @@ def check_sm_scale(op, sm_scale):
         raise ValueError(f"{op}: sm_scale must be None or a positive finite number, got {sm_scale!r}")
 
 
+def check_kv_scale(op, kv_scale, fp8_cache):
+    """The dequantization scale of an FP8 KV cache: None (1.0) or a positive finite Python
+    number (a float, so the op's schema and the kernel's scalar parameter take it as it
+    is; a tensor would cost a device-to-host read each call). A 16-bit cache takes none:
+    ignoring a scale the caller means to apply would be silently wrong."""
+    if kv_scale is None:
+        return
+    if not fp8_cache:
+        raise ValueError(f"{op}: kv_scale applies to a float8_e4m3fn kv_cache only; pass None with a 16-bit "
+                         f"cache, got {kv_scale!r}")
+    if isinstance(kv_scale, bool) or not isinstance(kv_scale, (int, float)):
+        raise TypeError(f"{op}: kv_scale must be None or a Python float, got {type(kv_scale).__name__} "
+                        f"{kv_scale!r}" + (" (pass float(t) for a one-element tensor)"
+                                           if isinstance(kv_scale, torch.Tensor) else ""))
+    if not 0 < kv_scale < math.inf:
+        raise ValueError(f"{op}: kv_scale must be a positive finite number, got {kv_scale!r}")
+
+
 def check_num_split(op, num_split):
     if num_split is not None and (isinstance(num_split, bool) or not isinstance(num_split, int) or num_split < 1):
         raise ValueError(f"{op}: num_split must be None or a positive int, got {num_split!r}")

@@ -30,7 +30,9 @@ def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, sm_scale, num_split, 
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_split, check_indices=None):
-    _mla.check_mla_decode_args("mla_decode", q, kv_cache, cache_seqlens, block_table, sm_scale, num_split)
+def _mla_decode_fake(q, kv_cache, cache_seqlens, block_table, sm_scale, num_split, check_indices=None,
+                     kv_scale=None):
+    _mla.check_mla_decode_args("mla_decode", q, kv_cache, cache_seqlens, block_table, sm_scale, num_split,
+                               kv_scale)
     B, H = q.shape[0], q.shape[1]
     return q.new_empty((B, H, _mla.DIM)), q.new_empty((B, H), dtype=torch.float32)

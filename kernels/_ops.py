@@ -41,7 +41,9 @@ row_max, row_min, flash_decode, mla_decode and matmul_tuned have none: called on
 that requires grad (with grad recording on) they raise an error naming the op, before
 anything runs. Neither have the model kernels (rope, swiglu, swiglu_linear, add_rms_norm,
 grouped_gemm, moe_align_block_size, moe_permute, moe_combine), whose operators, fakes and
-public functions are kernels/_model_ops.py's, registered here with the rest; rope and
+public functions are kernels/_model_ops.py's, registered here with the rest, nor the
+low-precision kernels (fp8_gemm, quantize_fp8, rms_norm_quantize_fp8, w4a16_gemm:
+kernels/_quant_ops.py's); rope and
 add_rms_norm with inplace=True call operators of their own, `rope_` and `add_rms_norm_`,
 whose schemas name the inputs they write.
 """
@@ -52,16 +54,17 @@ from typing import Optional
 import torch
 
 from . import _index_checks as index_checks
-from . import _model_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
+from . import _model_ops, _quant_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
 from . import matrix_transpose as _transpose_mod, row_softmax as _softmax_mod
-from ._attention import check_flag, check_num_split, check_sm_scale
+from ._attention import check_flag, check_kv_scale, check_num_split, check_sm_scale
 from ._attention_fakes import (_flash_attention_backward_fake, _flash_attention_fake, _flash_decode_fake,
                               _mla_decode_fake)
 from ._calls import EAGER, NS, _FUNCTIONS, _IMPLS, _call, _eager, _op, _refuse_all, _tensor, _with_out  # noqa: F401
 from ._common import check_eps, refuse_grad
 from ._model_ops import (INPLACE_OPS, add_rms_norm, grouped_gemm, moe_align_block_size,  # noqa: F401 (_publish)
                          moe_combine, moe_permute, rope, swiglu, swiglu_linear)
+from ._quant_ops import fp8_gemm, quantize_fp8, rms_norm_quantize_fp8, w4a16_gemm  # noqa: F401 (_publish)
 
 # The eager entry points, taken before `publish` rebinds the modules' public names to the
 # functions below.
@@ -69,7 +72,7 @@ _PUBLIC = {
     _rms: ("rms_norm", "rms_norm_silu"), _ln: ("layer_norm",), _softmax_mod: ("softmax",),
     elementwise: ("add",), _reduce: ("row_sum", "row_max", "row_min"), _transpose_mod: ("transpose",),
     _gemm: ("matmul", "matmul_tuned"), _fa: ("flash_attention",), _fd: ("flash_decode",), _mla: ("mla_decode",),
-    **_model_ops.PUBLIC,
+    **_model_ops.PUBLIC, **_quant_ops.PUBLIC,
 }
 EAGER.update({name: getattr(module, name) for module, names in _PUBLIC.items() for name in names})
 
@@ -357,9 +360,11 @@ def _flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 def _mla_decode(q: torch.Tensor, kv_cache: torch.Tensor, cache_seqlens: torch.Tensor,
                 block_table: Optional[torch.Tensor], sm_scale: Optional[float],
-                num_split: Optional[int], check_indices: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                num_split: Optional[int], check_indices: Optional[bool] = None,
+                kv_scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
     return EAGER["mla_decode"](q, kv_cache, cache_seqlens, block_table=block_table, sm_scale=sm_scale,
-                               num_split=num_split, return_lse=True, check_indices=check_indices)
+                               num_split=num_split, return_lse=True, check_indices=check_indices,
+                               kv_scale=kv_scale)
 
 
 
@@ -388,6 +393,7 @@ _OPS = [
     ("flash_decode", _flash_decode, _flash_decode_fake, None, None),
     ("mla_decode", _mla_decode, _mla_decode_fake, None, None),
     *_model_ops.OPS,
+    *_quant_ops.OPS,
 ]
 
 def _function(name, impl, backward, setup):
@@ -567,9 +573,10 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, sm_scale=None, num_split=No
 
 
 def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_split=None, return_lse=False,
-               check_indices=None):
+               check_indices=None, kv_scale=None):
     """One decode step of multi-head latent attention: see `tegula.kernels.mla_decode.mla_decode`
-    (no backward). check_indices: see kernels/_index_checks.py."""
+    (no backward; kv_scale: the float8_e4m3fn cache's scale). check_indices: see
+    kernels/_index_checks.py."""
     op = "mla_decode"
     q, kv_cache = _tensor(op, "q", q), _tensor(op, "kv_cache", kv_cache)
     cache_seqlens = _tensor(op, "cache_seqlens", cache_seqlens)
@@ -580,8 +587,10 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
     index_checks.check_switch(op, check_indices)
     check_sm_scale(op, sm_scale)
     check_num_split(op, num_split)
+    check_kv_scale(op, kv_scale, kv_cache.dtype == torch.float8_e4m3fn)
     out, lse = _call("mla_decode", q, kv_cache, cache_seqlens, block_table,
-                     None if sm_scale is None else float(sm_scale), num_split, check_indices)
+                     None if sm_scale is None else float(sm_scale), num_split, check_indices,
+                     None if kv_scale is None else float(kv_scale))
     return (out, lse) if return_lse else out
 
 

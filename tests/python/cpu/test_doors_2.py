@@ -233,6 +233,7 @@ def ids(*shape):
 
 
 OP = torch.ops.tegula
+F8 = torch.float8_e4m3fn
 # (call on meta tensors, pattern): every operator, called as torch.compile calls it, names
 # the argument at fault. One case or more per operator.
 TRACED = {
@@ -305,6 +306,19 @@ TRACED = {
                         r"^moe_permute: sorted_token_ids must be 1-D"),
     "moe_combine-positions": (lambda: OP.moe_combine(m(130, 72), m(5, 2, dtype=torch.float32), ids(5, 3)),
                               r"^moe_combine: token_positions must have the shape \(5, 2\) of topk_weights"),
+    "fp8_gemm-b": (lambda: OP.fp8_gemm(m(40, 64, dtype=F8), m(56, 48, dtype=F8), m(1, dtype=torch.float32),
+                                       m(1, dtype=torch.float32), None, "bfloat16"),
+                   r"^fp8_gemm: b must have shape \(N, 64\)"),
+    "fp8_gemm-scale_b": (lambda: OP.fp8_gemm(m(40, 64, dtype=F8), m(56, 64, dtype=F8), m(40, 1, dtype=torch.float32),
+                                             m(1, dtype=torch.float32), None, "bfloat16"),
+                         r"^fp8_gemm: scale_b must have shape \(56,\) or \(1, 56\)"),
+    "quantize_fp8-dtype": (lambda: OP.quantize_fp8(m(4, 64), None, "float8_e3m4", False),
+                           r"^quantize_fp8: dtype must be one of"),
+    "rms_norm_quantize_fp8-weight": (lambda: OP.rms_norm_quantize_fp8(m(4, 64), m(63), 1e-6, None, "float8_e4m3fn",
+                                                                      False),
+                                     r"^rms_norm_quantize_fp8: weight must have shape \(64,\)"),
+    "w4a16_gemm-qweight": (lambda: OP.w4a16_gemm(m(2, 64), m(8, 30, dtype=torch.uint8), m(8, 1), None, 64, "int4"),
+                           r"^w4a16_gemm: qweight must have shape \(N, 32\)"),
 }
 
 

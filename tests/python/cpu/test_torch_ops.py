@@ -23,8 +23,9 @@ MLA = importlib.import_module("tegula.kernels.mla_decode")
 
 MODEL = {"rope", "swiglu", "swiglu_linear", "add_rms_norm", "grouped_gemm", "moe_align_block_size", "moe_permute",
          "moe_combine"}
+QUANT = {"fp8_gemm", "quantize_fp8", "rms_norm_quantize_fp8", "w4a16_gemm"}
 FORWARD = {"rms_norm", "rms_norm_silu", "layer_norm", "softmax", "add", "row_sum", "row_max", "row_min",
-           "transpose", "matmul", "matmul_tuned", "flash_attention", "flash_decode", "mla_decode"} | MODEL
+           "transpose", "matmul", "matmul_tuned", "flash_attention", "flash_decode", "mla_decode"} | MODEL | QUANT
 INPLACE = {"rope_": "rope", "add_rms_norm_": "add_rms_norm"}
 BACKWARD_HALVES = {"rms_norm_backward", "layer_norm_backward", "softmax_backward", "matmul_backward",
                    "flash_attention_backward", "column_sum"}
@@ -32,6 +33,7 @@ DIFFERENTIABLE = {"rms_norm", "rms_norm_silu", "layer_norm", "softmax", "add", "
                   "flash_attention"}
 
 H = torch.float16
+E4M3 = torch.float8_e4m3fn
 
 
 def _inputs(device, requires_grad=False):
@@ -75,6 +77,12 @@ def _inputs(device, requires_grad=False):
                                  [(130,), (9,), (1,), (9,), (5, 2)]),
         "moe_permute": (lambda x, ids: K.moe_permute(x, ids, 2), (t(5, 72), lens(130)), [(130, 72)]),
         "moe_combine": (K.moe_combine, (t(130, 72), t(5, 2, dtype=torch.float32), lens(5, 2)), [(5, 72)]),
+        "fp8_gemm": (K.fp8_gemm, (t(40, 48, dtype=E4M3), t(56, 48, dtype=E4M3), t(1, dtype=torch.float32),
+                                  t(1, dtype=torch.float32)), [(40, 56)]),
+        "quantize_fp8": (lambda x: K.quantize_fp8(x, 32), (t(3, 5, 72),), [(3, 5, 72), (3, 5, 3)]),
+        "rms_norm_quantize_fp8": (K.rms_norm_quantize_fp8, (t(7, 72), t(72)), [(7, 72), (7, 1)]),
+        "w4a16_gemm": (lambda x, q, s: K.w4a16_gemm(x, q, s, group_size=128),
+                       (t(5, 256), t(72, 128, dtype=torch.uint8), t(72, 2)), [(5, 72)]),
     }
 
 

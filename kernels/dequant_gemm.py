@@ -1,0 +1,803 @@
+"""Weight-only 4-bit GEMM (W4A16): y = x @ Wᵀ with W stored as 4-bit codes and group scales,
+dequantized in registers on the way into the tensor cores:
+
+    x (M, K) fp16/bf16,  qweight (N, K/2) uint8 / int8 / float4_e2m1fn_x2 (two codes a byte,
+                         element 2i in the low nibble),
+    scales (N, G), G = ceil(K / group_size)      ->   y (M, N) in x's dtype
+
+Weight formats (`weight_format`):
+
+    "int4"   signed int4 codes q in -8..7 (two's complement nibbles):   w = q * s
+             with `zeros` (N, G) (AWQ/GPTQ-style asymmetric; codes read as uint4 0..15):
+                                                                       w = (q - z) * s
+             scales in x's dtype or float32; zeros integer zero points 0..15 in uint8,
+             int32 or x's dtype. group_size 32, 64, 128 (any even divisor-friendly size
+             works), or -1 for one scale a row (per-channel).
+    "fp4"    e2m1 codes (torch.float4_e2m1fn_x2's packing, low nibble first): w = fp4 * s
+             with scales either e8m0 exponents (torch.float8_e8m0fnu, or uint8 holding its
+             bits; MXFP4, group 32) or float8_e4m3fn (NVFP4's block scales, group 16; its
+             per-tensor second-level scale is the caller's, applied to y). fp4 does not take
+             zeros.
+
+`pack_int4`, `quantize_int4` and `quantize_fp4` build these tensors from a float weight.
+
+Why two programs. A decode step (M <= 16 tokens) reads every weight byte once and does two
+FLOPs a weight, so its time is the weight stream: 14336 x 4096 is 29 MiB packed against 117
+MiB in bf16, the whole of the 4x. `decode_program` therefore makes the weight rows the
+tensor-core M dimension, Yᵀ = W Xᵀ: a block owns `block_N` weight rows, streams their packed
+bytes through a pipelined ring of shared tiles (TMA on sm_90a, cp.async in 16-byte vectors
+elsewhere), and every thread dequantizes the bytes of its own A-operand registers (the
+fragment layout of mma m16n8k16 / wgmma m64nNk16 with A in registers), so no dequantized
+copy of W exists anywhere; the tokens, padded to 8 or 16, are the n of the instruction and
+sit in shared memory. N / block_N blocks are too few for a machine of 132 SMs when N is
+4096, so K is cut into slices (`decode_splits`), each block writing its fp32 partial
+product to a workspace that a second kernel sums in slice order (deterministic, no atomics).
+
+A decode stage is big and its work is split in chunks. The first version loaded 128
+columns a stage (64 bytes of each of 64 weight rows, 4 KiB) and ran every stage as
+wait, reorder X, barrier, dequantize 64 weights a thread, barrier, mma, wait: about 430
+instructions a thread for 4 KiB, two block-wide barriers and an mma round trip each, at
+most about 16 KiB of weights in flight a block, and each weight row read 64 bytes at a
+time from rows 2 KiB apart (a DRAM page opened for 64 bytes). It streamed about 0.9
+TB/s whatever the split and pipeline. Now a stage loads block_K = 256 columns (128
+contiguous bytes a row, 8 KiB a stage, six stages: 48 KiB in flight a block, two
+blocks an SM) and runs them as block_K / chunk_K dequantize-and-mma passes with one
+pair of barriers a stage. With int4 weights and whole chunks in a scale group
+(`post_scale`), the registers get the exact integer weight q (or q - z) and the group's
+scale multiplies a second fp32 accumulator after the mma, a few FMAs a chunk instead of
+a 16-bit multiply every two weights. The sm_90a loop then runs about 5.2 instructions a
+weight a thread (3.1 of them the decode: shift, logic op, byte permute, subtract; the
+rest X's reorder, addresses, barriers, mma), against 6.7 before. That is still near
+the issue rate a full-bandwidth stream allows (about 4.5 on 132 SMs at 4.2 TB/s): fewer
+would need a 32-bit view of the A fragment, so that one mask-and-XOR builds a register's
+two weights (the CUDA compiler narrows the engine's element-wise decode to 16-bit
+halves and repacks them with PRMT).
+
+`prefill_program` (M > 16) is an ordinary tiled GEMM whose B tile is dequantized from its
+packed shared tile into a second shared tile each k step, then T.gemm(X_tile, W_tileᵀ);
+it too splits K when its output tiles are fewer than the SMs (`prefill_splits`). Its
+dequantization sits between the tensor-core steps (no overlap), so by default
+(`PREFILL_MODE` "dequant") a prefill call instead dequantizes W once into x's dtype
+(`dequant_program`: 2.5 bytes a weight, memory-bound) and runs tegula.kernels.gemm's
+matmul(x, Wᵀ), which reads the transposed temporary in place: at M = 512 the GEMM is
+compute-bound and the extra pass costs what streaming 2.5 bytes a weight costs.
+
+The dequantization is integer and bit work, no int-to-float conversion: a code n is put
+into the mantissa of a 16-bit float whose exponent makes the ulp 1 (0x6400 = 1024 in fp16,
+0x4300 = 128 in bf16), giving base + n exactly (a signed code has bit 3 flipped on the way,
+making it n + 8); subtracting base + 8 (or base + z) gives the integer weight exactly, and
+one multiply by the scale rounds it once. That is a shift, one three-input logic op (mask
+and XOR, with the magic word a launch argument so that the compiler keeps it in a register,
+see `magic_value`), and, two weights at a time, a half2 subtract and multiply. An e2m1
+code's three magnitude bits, shifted to bits 11..9 of an fp16 (8..6 of a bf16) with the
+sign at bit 15, are the fp4 value times 2^-14 (2^-126), its subnormal e = 0 included, so
+fp4 costs shifts, an exact multiply by that power of two and the scale's multiply, which
+rounds once (the scale converted to x's dtype: an fp8 e4m3 scale exactly; an e8m0 one
+must lie within the dtype's range, which bf16's always does). The decode program reads its k steps in the order
+`k_slot` gives (both operands, so the product is the same), which makes a thread's packed
+bytes contiguous; its scales and zeros for the block's whole K slice are copied to shared
+memory before the loop.
+
+Rounding: W is rounded once to x's dtype (the scale multiply; not at all with
+post_scale, where the scale multiplies fp32 partial sums), the products accumulate in
+fp32 on tensor cores and y is rounded once to x's dtype; tests compare with torch computing
+x @ Wᵀ in float32 from the exactly dequantized W. Weights must be representable in x's
+dtype (an e8m0 scale of 2^20 overflows fp16 weights, not bf16 ones).
+"""
+import functools
+import re
+
+import torch
+
+import tegula
+import tegula.language as T
+
+from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, next_pow2, sm_count
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+FORMATS = ("int4", "fp4")
+DECODE_MAX_M = 16            # the largest M w4a16_gemm sends to the decode program by default
+DECODE_PROGRAM_MAX_M = 64    # the largest the decode program takes (path="decode")
+SLICE_SCALE_BYTES = 24576   # shared memory a decode block may give its slice's scales and zeros
+DTYPE_BYTES = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "uint8": 1, "float8_e8m0fnu": 1,
+               "float8_e4m3fn": 1}
+# A 16-bit float whose ulp is 1: OR-ing a 4-bit code into its mantissa adds the code exactly.
+MAGIC = {"float16": (0x6400, 1024.0), "bfloat16": (0x4300, 128.0)}
+# An e2m1 code's magnitude bits placed at bits 11..9 of an fp16 (FP4_BITS) are its value
+# times 2^-14; at bits 8..6 of a bf16, times 2^-126 (FP4_SHIFT), subnormal codes included.
+FP4_BITS = {"float16": 9, "bfloat16": 6}
+FP4_SHIFT = {"float16": 14, "bfloat16": 126}
+E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", None)
+E4M3_DTYPE = torch.float8_e4m3fn
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+PACKED = "uint8"         # how the kernels take qweight: bytes of two codes
+# qweight may come as any byte type of two codes (torch's fp4 pairs included): read as uint8.
+QWEIGHT_DTYPES = tuple(d for d in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if d is not None)
+
+
+def scale_kind(scales: torch.Tensor, weight_format: str, dtype: torch.dtype) -> str:
+    """The kernel's name for how scales are stored: "dtype" (x's dtype), "float32",
+    "e8m0" or "e4m3"."""
+    if weight_format == "int4":
+        return "float32" if scales.dtype == torch.float32 else "dtype"
+    if scales.dtype == torch.float8_e4m3fn:
+        return "e4m3"
+    return "e8m0"
+
+
+SCALE_TENSOR_DTYPE = {"float32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
+
+
+def k_slot(j, block_K):
+    """Where the tensor cores' k index j of a decode chunk of block_K columns reads its
+    weight: (w, b, e), the packed 32-bit word w of the chunk's row, its byte b and e which
+    nibble of it (low first), standing for K column 8 w + 2 b + e of the chunk
+    (`k_column`). Both operands are read in this order, so the product is unchanged.
+
+    Why this order: in mma m16n8k16's A layout (wgmma's, with A in registers, is the same
+    per warp) lane l holds, of each 16 k, the pairs (2 q, 2 q + 1) and (2 q + 8, 2 q + 9),
+    q = l % 4, each pair one 32-bit register of two 16-bit weights. Pair p = 2 c + h of
+    lane q (j = 16 c + 8 h + 2 q + e) stands for columns q (block_K / 4) + 2 p + e: a lane's
+    weights of a row are then block_K / 32 consecutive words (16 bytes for block_K = 128,
+    one shared load instead of sixteen strided byte loads), the two weights of a register
+    one byte, and their two X values adjacent (X is reordered a 32-bit pair at a time).
+    Worked example, block_K = 128: lane q = 1 reads bytes 16..31 of the row's chunk; its
+    k indices j = 2, 3 are columns 32, 33 (byte 16), j = 10, 11 columns 34, 35 (byte 17),
+    j = 18, 19 columns 36, 37.
+
+    (Placing a register's two codes 16 bits apart instead, so that one mask and XOR of
+    the word built both halves, does not pay in the engine's element-wise code: the CUDA
+    compiler narrows each half to its own 16 bits and repacks them, no fewer instructions,
+    and X's gather becomes 16-bit.)"""
+    c, r = j // 16, j % 16
+    q, h, e = (r % 8) // 2, r // 8, r % 2
+    p = 2 * c + h
+    return q * (block_K // 32) + p // 4, p % 4, e
+
+
+def k_column(j, block_K):
+    w, b, e = k_slot(j, block_K)
+    return 8 * w + 2 * b + e
+
+
+def group_column(column, block_K, group_size):
+    """A column of a decode chunk that lies in the same scale group as `column`: the first
+    of its lane's block_K / 4 columns when groups are whole multiples of that span, so that a
+    lane's weights share one scale expression (one load, one conversion) for the compiler."""
+    span = block_K // 4
+    return column // span * span if group_size % span == 0 else column
+
+
+def magic_value(weight_format, has_zeros, dtype):
+    """The programs' `Magic` argument: what code_bits XORs into a code, the
+    exponent that makes the 16-bit float's ulp 1 (and for signed codes the flip of bit 3
+    that turns a two's complement nibble into its value + 8). It is passed at launch rather
+    than written as a constant so that the compiler keeps it in a register and fuses the
+    mask and the XOR into one three-input logic instruction (LOP3) instead of two."""
+    if weight_format == "fp4":
+        return 0
+    return MAGIC[dtype][0] | (0 if has_zeros else 8)
+
+
+def code_bits(x, weight_format, magic, dtype):
+    """The 16-bit float (as a uint32) that the code in the low nibble of x decodes to before
+    the scale: for int4, base + the code (base + 8 + the signed code without zeros); for
+    fp4, the e2m1 value times 2^-FP4_SHIFT[dtype] as `dtype` bits (the three magnitude
+    bits at the bottom of the exponent, the sign bit at the top). magic: magic_value's, at
+    run time."""
+    if weight_format == "fp4":
+        return T.shift_left(x & 7, FP4_BITS[dtype]) | T.shift_left(x & 8, 12)
+    return (x & 15) ^ magic
+
+
+def decode_half(bits, s, z, weight_format, kind, has_zeros, dtype):
+    """code_bits' value as the weight, scaled (and shifted by the zero)."""
+    half = T.cast(bits, "uint16")
+    if weight_format == "fp4":
+        # (value * 2^-shift) * 2^shift is exact; the multiply by the scale rounds once.
+        return (T.reinterpret(half, dtype) * T.cast(2.0 ** FP4_SHIFT[dtype], dtype)) * T.cast(s, dtype)
+    base = MAGIC[dtype][1]
+    h = T.reinterpret(half, dtype)
+    offset = T.cast(T.cast(z, "float32") + base, dtype) if has_zeros else T.cast(base + 8.0, dtype)
+    if kind == "unscaled":          # the integer weight alone (exact), scaled after the mma
+        return h - offset
+    if kind == "dtype":
+        return (h - offset) * s
+    return T.cast(T.cast(h - offset, "float32") * s, dtype)
+
+
+def async_proxy_target(target=None):
+    """Whether `target` (None: the one tegula.compile picks, the GPU's or TEGULA_TARGET's)
+    is sm_90 or newer, where T.gemm may read shared memory through the async proxy."""
+    arch = tegula.env.resolve_target(target)[0]
+    return int(re.match(r"sm_(\d+)", arch).group(1)) >= 90
+
+
+def _param_dtypes(dtype, kind, zero_dtype):
+    return SCALE_TENSOR_DTYPE.get(kind, dtype), zero_dtype or "uint8"
+
+
+def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="dtype", zero_dtype=None,
+                   block_N=64, block_K=512, num_stages=3, threads=128, dtype="float16", combine_N=256,
+                   combine_threads=128, target=None, chunk_K=128, post_scale=None):
+    """Y (M, N) = X (M, K) @ Wᵀ for M <= 64 (w4a16_gemm sends M <= 16 here), weight rows as
+    the tensor-core M dimension and the tokens, padded to 8, 16 or a multiple of 16, as its
+    n (see the module notes). Block (n tile, slice) runs the block_K steps of its K slice;
+    with splits > 1 the fp32 partials go to a workspace (splits, M, N) summed by a second
+    kernel in slice order. zero_dtype: the zeros' dtype name, None for no zeros (the Z
+    parameter is then a 1-element placeholder). block_K: the columns a pipeline stage
+    loads (block_N x block_K / 2 bytes), a multiple of chunk_K, the columns one dequantize
+    and tensor-core pass takes (its W_f fragment is block_N x chunk_K; a multiple of 32:
+    k_slot gives each lane whole 32-bit words); big stages keep many bytes in flight and
+    read block_K / 2 contiguous bytes of each weight row; block_N: a multiple of 16 (the
+    mma's M). post_scale: multiply by the scales after the tensor cores instead of before
+    (int4 only, and only when a chunk lies in one scale group, group_size % chunk_K == 0;
+    None: wherever it can): the chunk's integer weights q (exact in x's dtype) go through
+    the mma into a second accumulator that is added to the first times the group's scale
+    in fp32, a few FMAs a chunk instead of a 16-bit multiply every two weights, and W is
+    never rounded (y is more accurate, not less). target: the
+    target the program will be compiled for (None: the one tegula picks by itself), which
+    decides the proxy fence of sm_90 and newer."""
+    if M > DECODE_PROGRAM_MAX_M:
+        raise ValueError(f"decode_program: M must be at most {DECODE_PROGRAM_MAX_M}, got {M}")
+    if threads != 128:
+        # Two or more warpgroups (block_N=128, threads=256 tried) compile but stopped an H200
+        # with an illegal instruction: refused until that is understood.
+        raise ValueError(f"decode_program: threads must be 128 (one warpgroup), got {threads}")
+    if chunk_K % 32 or block_K % chunk_K or block_N % 16:
+        raise ValueError(f"decode_program: chunk_K must be a multiple of 32, block_K a multiple of chunk_K and "
+                         f"block_N of 16, got chunk_K={chunk_K}, block_K={block_K}, block_N={block_N}")
+    tokens = max(8, next_pow2(M)) if M <= 16 else -(-M // 16) * 16
+    G = -(-K // group_size)
+    k_steps = -(-K // block_K)
+    per_slice = -(-k_steps // splits) if splits >= 1 else 0
+    if splits < 1 or (splits - 1) * per_slice >= k_steps:
+        raise ValueError(f"decode_program: splits must leave every slice at least one of the {k_steps} "
+                         f"block_K={block_K} steps of K={K}, got splits={splits}")
+    has_zeros = zero_dtype is not None
+    s_dtype, z_dtype = _param_dtypes(dtype, scale, zero_dtype)
+    z_shape = (N, G) if has_zeros else (1,)
+    half_k = block_K // 2
+    # The scales (and zeros) of a block's whole K slice are copied to shared memory once,
+    # before the loop, when they fit SLICE_SCALE_BYTES: none of the loop's loads then waits
+    # on global memory outside the pipeline. A slice of per_slice steps spans at most this
+    # many groups wherever it starts.
+    slice_groups = min(G, per_slice * block_K // group_size + 2)
+    # fp4's fp8 scales are converted to x's dtype on the way in (decode_half multiplies in it).
+    blk_dtype = dtype if weight_format == "fp4" else s_dtype
+    group_bytes = DTYPE_BYTES[blk_dtype] + (DTYPE_BYTES[z_dtype] if has_zeros else 0)
+    preload = block_N * slice_groups * group_bytes <= SLICE_SCALE_BYTES
+    fence = async_proxy_target(target)
+    can_post_scale = weight_format == "int4" and group_size % chunk_K == 0
+    if post_scale and not can_post_scale:
+        raise ValueError(f"decode_program: post_scale needs int4 weights and group_size a multiple of chunk_K, got "
+                         f"{weight_format}, group_size={group_size}, chunk_K={chunk_K}")
+    post_scale = can_post_scale if post_scale is None else bool(post_scale)
+
+    @T.prim_func
+    def w4a16_decode(X: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), PACKED), S: T.Tensor((N, G), s_dtype),
+                     Z: T.Tensor(z_shape, z_dtype), Magic: T.uint32, Y: T.Tensor((M, N), dtype)):
+        Partial = T.alloc_global((splits, M, N), "float32")
+        with T.Kernel(T.ceildiv(N, block_N), splits, threads=threads) as (bx, bz):
+            Q_s = T.alloc_shared((block_N, half_k), "uint8")
+            Q_words = T.view(Q_s, shape=[block_N, block_K // 8], dtype="uint32")
+            X_in = T.alloc_shared((tokens, block_K), dtype)
+            X_s = T.alloc_shared((tokens, block_K), dtype)
+            X_in_pairs = T.view(X_in, shape=[tokens, block_K // 2], dtype="uint32")
+            X_s_pairs = T.view(X_s, shape=[tokens, block_K // 2], dtype="uint32")
+            W_f = T.alloc_fragment((block_N, chunk_K), dtype)
+            acc = T.alloc_fragment((block_N, tokens), "float32")
+            part = T.alloc_fragment((block_N, tokens) if post_scale else (1, 1), "float32")
+            S_blk = T.alloc_shared((block_N, slice_groups) if preload else (1, 1), blk_dtype)
+            Z_blk = T.alloc_shared((block_N, slice_groups) if preload and has_zeros else (1, 1), z_dtype)
+            T.clear(acc)
+            first = bz * per_slice
+            g_first = (first * block_K) // group_size
+            if preload:
+                T.copy(S[bx * block_N, g_first], S_blk)
+                if has_zeros:
+                    T.copy(Z[bx * block_N, g_first], Z_blk)
+            for k in T.Pipelined(T.min(per_slice, k_steps - first), num_stages=num_stages):
+                k0 = (first + k) * block_K
+                T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                T.copy(X[0, k0], X_in)
+                # X into the tensor cores' k order chunk by chunk, a pair of columns (one
+                # 32-bit word) at a time
+                for t, jp in T.Parallel(tokens, block_K // 2):
+                    X_s_pairs[t, jp] = X_in_pairs[t, jp // (chunk_K // 2) * (chunk_K // 2)
+                                                  + k_column(2 * jp % chunk_K, chunk_K) // 2]
+                if fence:
+                    # wgmma reads X_s through the async proxy; the engine fences ordinary
+                    # stores before it, but not stores made through a view, so this does.
+                    T.fence_proxy_async()
+                for c in T.unroll(block_K // chunk_K):
+                    for i, j in T.Parallel(block_N, chunk_K):
+                        w, b, e = k_slot(j, chunk_K)
+                        n = T.min(bx * block_N + i, N - 1)
+                        col = c * chunk_K + group_column(8 * w + 2 * b + e, chunk_K, group_size)
+                        g = T.min((k0 + col) // group_size, G - 1)
+                        word = Q_words[i, c * (chunk_K // 8) + w]
+                        bits = code_bits(T.shift_right(word, 8 * b + 4 * e), weight_format, Magic, dtype)
+                        z = (Z_blk[i, g - g_first] if preload else Z[n, g]) if has_zeros else 0
+                        if post_scale:
+                            W_f[i, j] = decode_half(bits, 1.0, z, weight_format, "unscaled", has_zeros, dtype)
+                        elif preload:
+                            W_f[i, j] = decode_half(bits, S_blk[i, g - g_first], z, weight_format, scale, has_zeros,
+                                                    dtype)
+                        else:
+                            W_f[i, j] = decode_half(bits, S[n, g], z, weight_format, scale, has_zeros, dtype)
+                    if post_scale:
+                        T.gemm(W_f, X_s[:, c * chunk_K:(c + 1) * chunk_K], part, transpose_B=True, clear_accum=True)
+                        for i, t in T.Parallel(block_N, tokens):
+                            n = T.min(bx * block_N + i, N - 1)
+                            g = T.min((k0 + c * chunk_K) // group_size, G - 1)
+                            acc[i, t] += part[i, t] * T.cast(S_blk[i, g - g_first] if preload else S[n, g], "float32")
+                    else:
+                        T.gemm(W_f, X_s[:, c * chunk_K:(c + 1) * chunk_K], acc, transpose_B=True)
+            for i, j in T.Parallel(block_N, tokens):
+                if j < M and bx * block_N + i < N:
+                    if splits == 1:
+                        Y[j, bx * block_N + i] = T.cast(acc[i, j], dtype)
+                    else:
+                        Partial[bz, j, bx * block_N + i] = acc[i, j]
+
+        if splits > 1:
+            combine_slices(Partial, Y, M, N, splits, combine_N, combine_threads)
+
+    return w4a16_decode
+
+
+def prefill_program(M, N, K, group_size, weight_format="int4", scale="dtype", zero_dtype=None, block_M=128,
+                    block_N=128, block_K=64, num_stages=3, threads=128, dtype="float16", panel_size=4, splits=1,
+                    combine_N=256, combine_threads=128):
+    """Y (M, N) = X (M, K) @ Wᵀ for any M: each k step the packed (block_N, block_K / 2)
+    tile is dequantized into a (block_N, block_K) shared tile that T.gemm reads as Bᵀ.
+    splits > 1 cuts K into slices as the decode program does (for outputs of too few
+    tiles to fill the GPU), the fp32 partials summed in slice order by a second kernel."""
+    G = -(-K // group_size)
+    has_zeros = zero_dtype is not None
+    s_dtype, z_dtype = _param_dtypes(dtype, scale, zero_dtype)
+    z_shape = (N, G) if has_zeros else (1,)
+    k_steps = -(-K // block_K)
+    per_slice = -(-k_steps // splits) if splits >= 1 else 0
+    if splits < 1 or (splits - 1) * per_slice >= k_steps:
+        raise ValueError(f"prefill_program: splits must leave every slice at least one of the {k_steps} "
+                         f"block_K={block_K} steps of K={K}, got splits={splits}")
+
+    @T.prim_func
+    def w4a16_prefill(X: T.Tensor((M, K), dtype), Q: T.Tensor((N, K // 2), PACKED), S: T.Tensor((N, G), s_dtype),
+                      Z: T.Tensor(z_shape, z_dtype), Magic: T.uint32, Y: T.Tensor((M, N), dtype)):
+        Partial = T.alloc_global((splits, M, N), "float32")
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
+            X_s = T.alloc_shared((block_M, block_K), dtype)
+            Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
+            W_s = T.alloc_shared((block_N, block_K), dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            if splits == 1:
+                T.use_swizzle(panel_size=panel_size)
+            T.clear(acc)
+            first = bz * per_slice
+            for k in T.Pipelined(T.min(per_slice, k_steps - first), num_stages=num_stages):
+                k0 = (first + k) * block_K
+                T.copy(X[by * block_M, k0], X_s)
+                T.copy(Q[bx * block_N, k0 // 2], Q_s)
+                for i, j in T.Parallel(block_N, block_K):
+                    n = T.min(bx * block_N + i, N - 1)
+                    g = T.min((k0 + j) // group_size, G - 1)
+                    bits = code_bits(T.shift_right(T.cast(Q_s[i, j // 2], "uint32"), (j % 2) * 4), weight_format, Magic,
+                                     dtype)
+                    W_s[i, j] = decode_half(bits, S[n, g], Z[n, g] if has_zeros else 0, weight_format, scale,
+                                            has_zeros, dtype)
+                T.gemm(X_s, W_s, acc, transpose_B=True)
+            if splits == 1:
+                T.copy(acc, Y[by * block_M, bx * block_N])
+            else:
+                T.copy(acc, Partial[bz, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N])
+
+        if splits > 1:
+            combine_slices(Partial, Y, M, N, splits, combine_N, combine_threads)
+
+    return w4a16_prefill
+
+
+def dequant_program(N, K, group_size, weight_format="int4", scale="dtype", zero_dtype=None, block_N=32, block_K=256,
+                    threads=256, dtype="float16"):
+    """W (N, K) in x's dtype from the packed weight, scales and zeros: the first half of
+    the prefill fallback (PREFILL_MODE "dequant"), whose second half is
+    tegula.kernels.gemm's matmul(x, Wᵀ). A block turns a (block_N, block_K) tile: its
+    packed bytes are copied to shared memory (16-byte vectors), each thread decodes its
+    fragment elements as the fused programs do (code_bits, decode_half) and the fragment
+    is stored with vector stores; memory-bound, 2.5 bytes a weight."""
+    G = -(-K // group_size)
+    has_zeros = zero_dtype is not None
+    s_dtype, z_dtype = _param_dtypes(dtype, scale, zero_dtype)
+    z_shape = (N, G) if has_zeros else (1,)
+    span = next(v for v in (16, 8, 4, 2) if group_size % v == 0 and block_K % v == 0)
+
+    @T.prim_func
+    def w4a16_dequant(Q: T.Tensor((N, K // 2), PACKED), S: T.Tensor((N, G), s_dtype), Z: T.Tensor(z_shape, z_dtype),
+                      Magic: T.uint32, W: T.Tensor((N, K), dtype)):
+        with T.Kernel(T.ceildiv(K, block_K), T.ceildiv(N, block_N), threads=threads) as (bx, by):
+            Q_s = T.alloc_shared((block_N, block_K // 2), "uint8")
+            W_f = T.alloc_fragment((block_N, block_K), dtype)
+            T.copy(Q[by * block_N, bx * (block_K // 2)], Q_s)
+            for i, j in T.Parallel(block_N, block_K):
+                n = T.min(by * block_N + i, N - 1)
+                # the same group for each aligned run of `span` columns (groups start at
+                # multiples of group_size), so a thread's run shares one scale load
+                g = T.min((bx * block_K + j // span * span) // group_size, G - 1)
+                bits = code_bits(T.shift_right(T.cast(Q_s[i, j // 2], "uint32"), (j % 2) * 4), weight_format, Magic,
+                                 dtype)
+                W_f[i, j] = decode_half(bits, S[n, g], Z[n, g] if has_zeros else 0, weight_format, scale, has_zeros,
+                                        dtype)
+            T.copy(W_f, W[by * block_N, bx * block_K])
+
+    return w4a16_dequant
+
+
+@T.macro
+def combine_slices(Partial, Y, M, N, splits, combine_N, combine_threads):
+    """Y = the sum over slices of Partial (splits, M, N), in slice order: one block per
+    (combine_N columns, row)."""
+    with T.Kernel(T.ceildiv(N, combine_N), M, threads=combine_threads) as (bx, by):
+        part = T.alloc_fragment((combine_N,), "float32")
+        total = T.alloc_fragment((combine_N,), "float32")
+        T.clear(total)
+        for s in T.unroll(splits):
+            T.copy(Partial[s, by, bx * combine_N:(bx + 1) * combine_N], part)
+            for j in T.Parallel(combine_N):
+                total[j] += part[j]
+        T.copy(total, Y[by, bx * combine_N:(bx + 1) * combine_N])
+
+
+decode_kernel = tegula.jit(out_idx=[-1])(decode_program)
+prefill_kernel = tegula.jit(out_idx=[-1])(prefill_program)
+# The decode program on the cp.async pipeline every thread of the block both loads and
+# computes in (no TMA, no producer warpgroup): about 100 registers a thread instead of the
+# warp-specialised kernel's 128-thread producer beside its consumers, so twice the blocks
+# fit an SM. Which streams faster is the GPU's to say (benchmarks/bench_w4a16.py --sweep).
+LEGACY = {tegula.PassConfigKey.TL_DISABLE_TMA_LOWER: True, tegula.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
+decode_kernel_legacy = tegula.jit(out_idx=[-1], pass_configs=LEGACY)(decode_program)
+dequant_kernel = tegula.jit(out_idx=[-1])(dequant_program)
+PIPELINES = ("auto", "legacy")
+
+# 128 contiguous bytes of each weight row a stage (64 rows: 8 KiB, TMA boxes within their
+# 256-element limit), six stages: 48 KiB of weights in flight a block, two blocks an SM.
+DECODE_CONFIG = dict(block_N=64, block_K=256, chunk_K=128, num_stages=6, threads=128)
+DECODE_PIPELINE = "auto"    # or "legacy" (see LEGACY); kernel_for's `pipeline` overrides it
+PREFILL_CONFIG = dict(block_M=128, block_N=128, block_K=64, num_stages=3, threads=128)
+# How M > DECODE_MAX_M runs: "dequant", W dequantized to x's dtype by dequant_program and
+# multiplied by tegula.kernels.gemm's matmul (two kernels and a 2-byte-a-weight temporary,
+# but the GEMM at its own speed), or "fused", prefill_program (one kernel; its per-step
+# dequantization into shared memory sits between the tensor-core steps). config key
+# `prefill_mode` overrides it.
+PREFILL_MODE = "dequant"
+PREFILL_MODES = ("dequant", "fused")
+DEQUANT_CONFIG = dict(block_N=32, block_K=256, threads=256)
+# Decode blocks an SM aims for: what fits at once. The warp-specialised kernel's launch
+# bounds hold two (256 threads of up to 128 registers); the cp.async one's registers
+# would allow four, but DECODE_CONFIG's six 8 KiB stages (and X's) leave room for two.
+DECODE_BLOCKS_PER_SM = {"auto": 2, "legacy": 2}
+DECODE_MIN_STEPS = 4        # block_K steps a K slice keeps at least, so that its pipeline fills
+
+
+def decode_splits(N, K, sms, block_N=64, block_K=256, blocks_per_sm=DECODE_BLOCKS_PER_SM["auto"]):
+    """K slices of the decode program: the count bringing (N / block_N) x slices nearest to
+    blocks_per_sm blocks an SM, each slice at least DECODE_MIN_STEPS steps, lowered to the
+    least count of the same slice length. On 132 SMs with 64-row, 256-wide steps, two
+    blocks an SM: N=14336, K=4096: 224 tiles already near 264 -> 1; N=4096, K=14336: 64
+    tiles, 56 steps -> 4 slices of 14; at four blocks an SM 2 and 8 (slices of 7); N=64,
+    K=256: 1 step -> 1."""
+    tiles = -(-N // block_N)
+    k_steps = -(-K // block_K)
+    splits = min((blocks_per_sm * sms + tiles // 2) // tiles, k_steps // DECODE_MIN_STEPS)
+    if splits < 2:
+        return 1
+    per_slice = -(-k_steps // splits)
+    return -(-k_steps // per_slice)
+
+
+def prefill_splits(M, N, K, sms, block_M=128, block_N=128, block_K=64):
+    """K slices of the prefill program: 1 unless its output tiles would leave SMs idle, then
+    the count bringing tiles x slices nearest to one block an SM (at least DECODE_MIN_STEPS
+    steps a slice). On 132 SMs: M=64 (64-row tiles), N=4096: 32 tiles -> 4 slices; M=512,
+    N=4096: 128 tiles -> 1."""
+    tiles = -(-M // block_M) * -(-N // block_N)
+    k_steps = -(-K // block_K)
+    splits = min((sms + tiles // 2) // tiles, k_steps // DECODE_MIN_STEPS)
+    if splits < 2:
+        return 1
+    per_slice = -(-k_steps // splits)
+    return -(-k_steps // per_slice)
+
+
+def _default_sms():
+    if torch.cuda.is_available():
+        return sm_count(torch.device("cuda", torch.cuda.current_device()))
+    return 132
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_for(M, N, K, dtype: torch.dtype, group_size, weight_format="int4", scale="dtype", zero_dtype=None,
+               sms=None, path=None, **config):
+    """The jit kernel for this call: the decode program for M <= 16 (K slices by
+    decode_splits on `sms` SMs, or config's `splits`), else the prefill program. path:
+    "decode" / "prefill" forces one (the decode program takes M <= 64); config overrides
+    the tile (DECODE_CONFIG / PREFILL_CONFIG keys, `splits` (prefill_splits' rule by
+    default), and for decode `post_scale` and `pipeline`, "auto" or "legacy"). The
+    prefill path's "dequant" mode does not come here (see _product)."""
+    path = path or ("decode" if M <= DECODE_MAX_M else "prefill")
+    common = dict(weight_format=weight_format, scale=scale, zero_dtype=zero_dtype, dtype=dtype_name(dtype))
+    if path == "decode":
+        cfg = dict(DECODE_CONFIG, **config)
+        splits = cfg.pop("splits", None)
+        pipeline = cfg.pop("pipeline", DECODE_PIPELINE)
+        if pipeline not in PIPELINES:
+            raise ValueError(f"kernel_for: pipeline must be one of {PIPELINES}, got {pipeline!r}")
+        if splits is None:
+            splits = decode_splits(N, K, _default_sms() if sms is None else sms, cfg["block_N"], cfg["block_K"],
+                                   DECODE_BLOCKS_PER_SM[pipeline])
+        if "num_stages" not in config:
+            cfg["num_stages"] = decode_stages(M, cfg, dtype)
+        jit = decode_kernel if pipeline == "auto" else decode_kernel_legacy
+        return jit(M, N, K, group_size, splits, **common, **cfg)
+    if path != "prefill":
+        raise ValueError(f"kernel_for: path must be 'decode' or 'prefill', got {path!r}")
+    cfg = dict(prefill_config(M), **config)
+    if cfg.get("splits") is None:
+        cfg["splits"] = prefill_splits(M, N, K, _default_sms() if sms is None else sms, cfg["block_M"], cfg["block_N"],
+                                       cfg["block_K"])
+    return prefill_kernel(M, N, K, group_size, **common, **cfg)
+
+
+# The shared memory one decode block may take (sm_90a's 227 KiB, less room for the scale
+# tiles and barriers).
+DECODE_SMEM_BUDGET = 200 * 1024
+
+
+def decode_stages(M, cfg, dtype):
+    """cfg's pipeline depth, lowered until a stage of packed weights and of the token tile
+    (tokens x block_K of x, which grows with a forced M up to 64) fits DECODE_SMEM_BUDGET
+    beside the reordered token chunk."""
+    tokens = max(8, next_pow2(M)) if M <= 16 else -(-M // 16) * 16
+    esize = torch.empty((), dtype=dtype).element_size()
+    stage = cfg["block_N"] * cfg["block_K"] // 2 + tokens * cfg["block_K"] * esize
+    fixed = tokens * cfg["block_K"] * esize
+    return max(2, min(cfg["num_stages"], (DECODE_SMEM_BUDGET - fixed) // stage))
+
+
+def prefill_config(M):
+    """PREFILL_CONFIG, with 64-row tiles for M <= 64 (wgmma's smallest M), which halve the
+    wasted rows of a short M."""
+    return dict(PREFILL_CONFIG, block_M=64) if M <= 64 else dict(PREFILL_CONFIG)
+
+
+# ---- arguments ----
+
+OP = "w4a16_gemm"
+
+
+def _group(op, group_size, K):
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"{op}: group_size must be an int, got {group_size!r}")
+    if group_size == -1:
+        return max(K, 1)
+    if group_size <= 0 or group_size % 2:
+        raise ValueError(f"{op}: group_size must be a positive even number of weights or -1 (one scale a "
+                         f"row), got {group_size}")
+    return group_size
+
+
+def check_w4a16_gemm_args(x, qweight, scales, zeros=None, group_size=128, weight_format="int4", op=OP):
+    """Every argument check of w4a16_gemm (its fake runs them too); returns
+    (M, N, K, group, scale_kind)."""
+    check_tensor(op, "x", x, dtypes=HALF_DTYPES)
+    check_tensor(op, "qweight", qweight, dtypes=QWEIGHT_DTYPES)
+    if not isinstance(weight_format, str) or weight_format not in FORMATS:
+        raise ValueError(f"{op}: weight_format must be one of {FORMATS}, got {weight_format!r}")
+    check_rank(op, "x", x, 2, "M, K")
+    check_rank(op, "qweight", qweight, 2, "N, K / 2: two 4-bit codes a byte")
+    M, K = x.shape
+    N = qweight.shape[0]
+    if K % 2 or qweight.shape[1] != K // 2:
+        raise ValueError(f"{op}: qweight must have shape (N, {K // 2}) for x of K={K} (two codes a byte; K even), "
+                         f"got {describe(qweight)}")
+    group = _group(op, group_size, K)
+    G = -(-K // group)
+    if weight_format == "int4":
+        scale_dtypes = (x.dtype, torch.float32)
+    else:
+        scale_dtypes = tuple(d for d in (E8M0_DTYPE, torch.uint8, E4M3_DTYPE) if d is not None)
+    if not isinstance(scales, torch.Tensor):
+        raise TypeError(f"{op}: scales must be a torch.Tensor, got {describe(scales)}")
+    check_tensor(op, "scales", scales, dtypes=scale_dtypes)
+    if tuple(scales.shape) != (N, G):
+        raise ValueError(f"{op}: scales must have shape ({N}, {G}) (N, ceil(K / group_size)), got {describe(scales)}")
+    named = [("x", x), ("qweight", qweight), ("scales", scales)]
+    if zeros is not None:
+        if weight_format != "int4":
+            raise ValueError(f"{op}: zeros are for weight_format 'int4' (asymmetric uint4 codes); {weight_format!r} "
+                             f"takes none, got {describe(zeros)}")
+        check_tensor(op, "zeros", zeros, dtypes=(torch.uint8, torch.int32, x.dtype))
+        if tuple(zeros.shape) != (N, G):
+            raise ValueError(f"{op}: zeros must have shape ({N}, {G}) like scales, got {describe(zeros)}")
+        named.append(("zeros", zeros))
+    check_devices(op, *named)
+    return M, N, K, group, scale_kind(scales, weight_format, x.dtype)
+
+
+def w4a16_gemm_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+                    group_size: int = 128, weight_format: str = "int4") -> torch.Tensor:
+    """The output's shape and dtype from the arguments' (after every check)."""
+    M, N, _, _, _ = check_w4a16_gemm_args(x, qweight, scales, zeros, group_size, weight_format)
+    return x.new_empty((M, N))
+
+
+_PLACEHOLDERS = {}
+
+
+def _placeholder(device):
+    if device not in _PLACEHOLDERS:
+        _PLACEHOLDERS[device] = torch.zeros(1, dtype=torch.uint8, device=device)
+    return _PLACEHOLDERS[device]
+
+
+def launch_args(x, qweight, scales, zeros, kind, weight_format):
+    """The arguments as the kernels take them: launchable tensors, qweight as uint8, e8m0
+    scales as torch.float8_e8m0fnu, a placeholder for absent zeros, and `magic_value`."""
+    q = launchable(qweight).view(torch.uint8)
+    s = launchable(scales)
+    if kind == "e8m0" and s.dtype == torch.uint8:
+        s = s.view(E8M0_DTYPE)
+    z = launchable(zeros) if zeros is not None else _placeholder(x.device)
+    return launchable(x), q, s, z, magic_value(weight_format, zeros is not None, dtype_name(x.dtype))
+
+
+def w4a16_gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None,
+               group_size: int = 128, weight_format: str = "int4", **config) -> torch.Tensor:
+    """y (M, N) = x @ Wᵀ in x's dtype, W dequantized from qweight and scales (and zeros)
+    as the module notes define. config: overrides for sweeping: `path=` "decode" /
+    "prefill", `prefill_mode=` "dequant" / "fused" (PREFILL_MODE), `splits=`, the chosen
+    program's block sizes, chunk_K, num_stages, threads, `pipeline=` (decode), and
+    `dequant_block_N=` / `dequant_block_K=` / `dequant_threads=` (DEQUANT_CONFIG)."""
+    M, N, K, group, kind = check_w4a16_gemm_args(x, qweight, scales, zeros, group_size, weight_format)
+    return _product(x, qweight, scales, zeros, group, weight_format, kind, sm_count(x.device), **config)
+
+
+# The entry point with its tile overrides, for sweeps: `w4a16_gemm` itself becomes the
+# operator's caller (kernels/_ops.py), whose schema has no room for them.
+w4a16_gemm_with_config = w4a16_gemm
+
+
+def _product(x, qweight, scales, zeros, group, weight_format, kind, sms, **config):
+    """w4a16_gemm past its checks, on a GPU of `sms` SMs."""
+    M, K = x.shape
+    N = qweight.shape[0]
+    if M == 0 or N == 0 or K == 0:
+        return torch.zeros((M, N), dtype=x.dtype, device=x.device)
+    zero_dtype = None if zeros is None else str(zeros.dtype).replace("torch.", "")
+    mode = config.pop("prefill_mode", None) or PREFILL_MODE
+    if mode not in PREFILL_MODES:
+        raise ValueError(f"w4a16_gemm: prefill_mode must be one of {PREFILL_MODES}, got {mode!r}")
+    path = config.get("path") or ("decode" if M <= DECODE_MAX_M else "prefill")
+    args = launch_args(x, qweight, scales, zeros, kind, weight_format)
+    dequant = {k[len("dequant_"):]: config.pop(k) for k in list(config) if k.startswith("dequant_")}
+    if path == "prefill" and mode == "dequant":
+        kernel = dequant_kernel_for(N, K, x.dtype, group, weight_format, kind, zero_dtype, **dequant)
+        w = kernel(*args[1:])
+        return _gemm().matmul(args[0], w.t())
+    kernel = kernel_for(M, N, K, x.dtype, group, weight_format, kind, zero_dtype, sms, **config)
+    return kernel(*args)
+
+
+def _gemm():
+    from . import gemm
+    return gemm
+
+
+@functools.lru_cache(maxsize=None)
+def dequant_kernel_for(N, K, dtype: torch.dtype, group_size, weight_format="int4", scale="dtype", zero_dtype=None,
+                       **config):
+    """The jit kernel of dequant_program (DEQUANT_CONFIG, config overriding it)."""
+    return dequant_kernel(N, K, group_size, weight_format=weight_format, scale=scale, zero_dtype=zero_dtype,
+                          dtype=dtype_name(dtype), **dict(DEQUANT_CONFIG, **config))
+
+
+# ---- building packed weights ----
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """(N, K) integer codes (-8..7 or 0..15; only the low 4 bits are kept) -> (N, K / 2)
+    uint8, element 2i in the low nibble."""
+    if q.dim() < 1 or q.shape[-1] % 2:
+        raise ValueError(f"pack_int4: q's last dimension must be even, got {describe(q)}")
+    nib = q.to(torch.int32) & 15
+    return (nib[..., 0::2] | (nib[..., 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_4bit(qweight: torch.Tensor) -> torch.Tensor:
+    """(N, K / 2) bytes -> (N, K) int64 nibbles 0..15, element 2i from the low nibble."""
+    b = qweight.view(torch.uint8).to(torch.int64)
+    return torch.stack([b & 15, b >> 4], dim=-1).flatten(-2)
+
+
+def _groups(w, group_size):
+    N, K = w.shape
+    group = K if group_size == -1 else group_size
+    G = -(-K // group)
+    pad = G * group - K
+    wp = torch.nn.functional.pad(w.float(), (0, pad))
+    return wp.reshape(N, G, group), group, K
+
+
+def quantize_int4(w: torch.Tensor, group_size: int = 128, symmetric: bool = True, scale_dtype=None):
+    """Round-to-nearest int4 quantization of a float weight (N, K), per group of
+    group_size columns (-1: per row). Returns (qweight (N, K/2) uint8, scales (N, G) in
+    scale_dtype (default w's dtype when fp16/bf16, else float32), zeros (N, G) uint8 or
+    None). symmetric: q = round(w / s) in -8..7 with s = absmax / 7 (max(|w|) maps to +-7);
+    else q in 0..15 with s = (max - min) / 15, z = round(-min / s)."""
+    if w.dim() != 2 or w.shape[1] % 2:
+        raise ValueError(f"quantize_int4: w must be (N, K) with K even, got {describe(w)}")
+    if scale_dtype is None:
+        scale_dtype = w.dtype if w.dtype in HALF_DTYPES else torch.float32
+    wg, group, K = _groups(w, group_size)
+    if symmetric:
+        s = (wg.abs().amax(-1) / 7).to(scale_dtype)
+        sf = s.float().clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)
+        q = torch.round(wg / sf).clamp(-8, 7)
+        z = None
+    else:
+        lo, hi = wg.amin(-1).clamp_max(0), wg.amax(-1).clamp_min(0)
+        s = ((hi - lo) / 15).to(scale_dtype)
+        sf = s.float().clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)
+        z = torch.round(-lo.unsqueeze(-1) / sf).clamp(0, 15)
+        q = torch.round(wg / sf + z).clamp(0, 15)
+        z = z.squeeze(-1).to(torch.uint8)
+    q = q.reshape(w.shape[0], -1)[:, :K]
+    return pack_int4(q), s, z
+
+
+def quantize_fp4(w: torch.Tensor, group_size: int = 32, scale_format: str = "e8m0"):
+    """e2m1 quantization of a float weight (N, K) per group of group_size columns.
+    scale_format "e8m0" (MXFP4: group 32, scales torch.float8_e8m0fnu, the power of two
+    2^(floor(log2(absmax)) - 2) as OCP's MX conversion picks, values past 6 saturating) or
+    "e4m3" (NVFP4-like: group 16, scales float8_e4m3fn = absmax / 6). Returns
+    (qweight (N, K/2) uint8, scales (N, G))."""
+    if w.dim() != 2 or w.shape[1] % 2:
+        raise ValueError(f"quantize_fp4: w must be (N, K) with K even, got {describe(w)}")
+    if scale_format not in ("e8m0", "e4m3"):
+        raise ValueError(f"quantize_fp4: scale_format must be 'e8m0' or 'e4m3', got {scale_format!r}")
+    wg, group, K = _groups(w, group_size)
+    amax = wg.abs().amax(-1)
+    if scale_format == "e8m0":
+        exp = torch.floor(torch.log2(amax.clamp_min(2.0 ** -125))) - 2
+        bits = (exp + 127).clamp(0, 254).to(torch.uint8)
+        s = bits.view(E8M0_DTYPE) if E8M0_DTYPE is not None else bits
+        sf = torch.exp2(bits.float() - 127)
+    else:
+        s = (amax / 6).clamp(max=448.0).to(E4M3_DTYPE)
+        sf = s.float()
+    v = wg / sf.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)
+    table = torch.tensor(E2M1_VALUES, device=w.device)
+    code = (v.abs().unsqueeze(-1) - table).abs().argmin(-1)      # nearest magnitude (ties to the lower)
+    code = code | (torch.signbit(v).to(torch.int64) << 3)
+    code = code.reshape(w.shape[0], -1)[:, :K]
+    return pack_int4(code), s
+
+
+def dequantize(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None = None, group_size: int = 128,
+               weight_format: str = "int4") -> torch.Tensor:
+    """W (N, K) in float32, exactly as the kernel's definition reads it (for references)."""
+    nib = unpack_4bit(qweight)
+    N, K = nib.shape
+    group = K if group_size == -1 else group_size
+    if weight_format == "int4":
+        q = (nib - zeros.to(torch.int64).repeat_interleave(group, 1)[:, :K]) if zeros is not None else (nib ^ 8) - 8
+        vals = q.float()
+    else:
+        mag = torch.tensor(E2M1_VALUES, device=qweight.device)[nib & 7]
+        vals = torch.where(nib >= 8, -mag, mag)
+    if scales.dtype == torch.uint8:
+        sf = torch.exp2(scales.float() - 127)
+    else:
+        sf = scales.float()
+    return vals * sf.repeat_interleave(group, 1)[:, :K]
