@@ -210,6 +210,38 @@ class Reduce : public TileOp {
         group_mask |= t ^ first_holder[flat];
       }
     }
+    // A source element several threads hold (a replicated source: the result of an earlier
+    // reduction, a broadcast) must enter a sum or an xor once, not once per copy: only the
+    // copy whose thread has the replica bits clear folds it in (max, min, and, or are
+    // idempotent and fold every copy). The copies must be a power-of-two group of threads
+    // differing only in those bits, or the op is refused.
+    int replica_mask = 0;
+    bool idempotent = comb.op == BinaryOp::Max || comb.op == BinaryOp::Min || comb.op == BinaryOp::BitAnd ||
+                      comb.op == BinaryOp::BitOr;
+    if (!idempotent) {
+      std::vector<int> src_first(size_t(ls->num_elements()), -1);
+      std::vector<std::vector<int>> holders(size_t(ls->num_elements()));
+      for (int t = 0; t < ls->threads(); ++t) {
+        for (int s = 0; s < ls->slots(); ++s) {
+          if (!ls->coords(t, s, c.data())) continue;
+          int64_t flat = ls->flatten(c.data());
+          if (src_first[size_t(flat)] < 0) src_first[size_t(flat)] = t;
+          if (holders[size_t(flat)].empty() || holders[size_t(flat)].back() != t) holders[size_t(flat)].push_back(t);
+          replica_mask |= t ^ src_first[size_t(flat)];
+        }
+      }
+      if (replica_mask) {
+        for (size_t e = 0; e < holders.size(); ++e) {
+          bool group = !holders[e].empty() && (holders[e][0] & replica_mask) == 0 &&
+                       int64_t(holders[e].size()) == (int64_t(1) << __builtin_popcount(unsigned(replica_mask)));
+          for (int t : holders[e]) group = group && (t & ~replica_mask) == (holders[e][0] & ~replica_mask);
+          user_assert(group, loc) << "T.reduce_" << kind << " over '" << src->name << "' (layout " << ls->describe()
+                                  << "): its elements are held by several threads each, and not as a power-of-two "
+                                     "group the reduction can count once; copy it to a fragment of its own layout "
+                                     "first";
+        }
+      }
+    }
     user_assert(ld->xor_groups_consistent(group_mask, false), loc)
         << "T.reduce over dimension " << dim << " of '" << src->name << "' (layout " << ls->describe()
         << ") is not supported: the threads sharing one result are not a power-of-two group of threads; "
@@ -238,6 +270,11 @@ class Reduce : public TileOp {
         Expr valid;
         ls->coords_expr(k.thread_var, s, &valid);
         if (valid) st = make_if(valid, st, {}, loc);
+      }
+      if (replica_mask) {
+        Expr owner = make_binary(BinaryOp::EQ, make_binary(BinaryOp::BitAnd, k.thread_var, make_int(replica_mask), loc),
+                                 make_int(0), loc);
+        st = make_if(owner, st, {}, loc);
       }
       body.push_back(st);
     }
@@ -291,7 +328,18 @@ class Reduce : public TileOp {
         // Every subset of the warp bits names one warp of the group.
         for (int sub = high;; sub = (sub - 1) & high) {
           Expr t = make_binary(BinaryOp::BitOr, base, make_int(sub), loc);
-          Expr v = make_load(scratch, {slot_index(t) + int64_t(p) * per_slot}, loc);
+          Expr v;
+          if (!(T & (T - 1))) {
+            v = make_load(scratch, {slot_index(t) + int64_t(p) * per_slot}, loc);
+          } else {
+            // A block of a thread count that is not a power of two: the group's bits can
+            // name warps past the last one, which hold nothing (their slot would be past
+            // the scratch); they add the identity.
+            Expr in = make_binary(BinaryOp::LT, t, make_int(T), loc);
+            Expr safe = make_binary(BinaryOp::Min, t, make_int(T - 1), loc);
+            v = make_select(in, make_load(scratch, {slot_index(safe) + int64_t(p) * per_slot}, loc),
+                            identity(kind, acc_t), loc);
+          }
           acc = acc ? combine(acc, v) : v;
           if (sub == 0) break;
         }

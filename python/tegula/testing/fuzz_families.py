@@ -98,6 +98,14 @@ def reduce_stage(k: Kernel, tiling: Tiling, z: str, dz: str, is_int: bool) -> st
     dim_text = str(dim) if c.flip(0.7) else str(dim - rank)
     k.body.emit(f"T.reduce_{kind}({z}, {r}, dim={dim_text}{'' if clear else ', clear=False'})")
     k.features.add(f"reduce_{kind}_{'clear' if clear else 'accumulate'}_dim{dim}_of{rank}")
+    chained = ""
+    if len(kept) == 1 and c.flip(0.3):
+        # Reduce the replicated result again (each of its elements counts once, however
+        # many threads hold it), and fold that into the read-back below.
+        r2 = k.alloc("fragment", (1,), acc_t, "red2")
+        k.body.emit(f"T.reduce_{c.choice(['sum', 'max', 'abssum'])}({r}, {r2}, dim=0)")
+        k.features.add("reduce_of_replicated")
+        chained = f" + {r2}[0]"
     if c.flip(0.4):  # write the replicated fragment in a later loop
         var = ", ".join(d[4] for d in kept) if kept else "q"
         k.body.open(f"for {var} in T.Parallel({', '.join(str(s) for s in rshape)}):")
@@ -108,7 +116,7 @@ def reduce_stage(k: Kernel, tiling: Tiling, z: str, dz: str, is_int: bool) -> st
     k.body.open(tiling.parallel())
     op = c.choice(['-', '+'] if is_int else ['-', '+', '*'])
     k.body.emit(f"{z}[{tiling.vars()}] = {z}[{tiling.vars()}] {op} "
-                f"{r}[{ridx}]")
+                f"({r}[{ridx}]{chained})")
     k.body.close()
     k.features.add("read_replicated")
     # the reduction itself goes out too

@@ -47,7 +47,7 @@ def test_generator_covers_the_language():
     for seed in range(2000):  # cheap (generation only); more families share the seeds
         features |= fuzz.program_from_seed(seed).features
     wanted = ["alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "copy_tile_tile", "parallel_math",
-              "read_replicated", "write_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
+              "read_replicated", "write_replicated", "reduce_of_replicated", "reduce_accumulate_in_loop", "loop_pipelined", "loop_serial",
               "loop_range", "atomic_element", "atomic_tile", "atomic_tile_half", "gemm_a_registers", "gemm_b_registers", "scalar_int32", "scalar_float32",
               "dynamic", "grid1d", "grid2d", "bitwise", "int_floordiv", "int_floormod", "select", "div",
               "select_and", "select_or"]
