@@ -552,7 +552,12 @@ class Printer {
       case NodeKind::Seq:
         for (auto& x : s.as<SeqNode>()->seq) stmt(x);
         break;
-      case NodeKind::Evaluate: line() << expr(s.as<EvaluateNode>()->value) << ";\n"; break;
+      case NodeKind::Evaluate:
+        // An explicit-width store into an operand buffer (T.sts*, or a store through a view
+        // of another dtype) dirties it for the wgmma reads as an element store does.
+        proxy_dirty_ |= stores_operand(s);
+        line() << expr(s.as<EvaluateNode>()->value) << ";\n";
+        break;
       case NodeKind::LoopJump: line() << (s.as<LoopJumpNode>()->is_continue ? "continue;\n" : "break;\n"); break;
       case NodeKind::Sync:
         // In a wgmma kernel, a barrier after ordinary stores into an operand buffer also
@@ -575,7 +580,7 @@ class Printer {
         break;
       case NodeKind::BufferStore: {
         auto* st = s.as<BufferStoreNode>();
-        proxy_dirty_ |= k_.uses_wgmma && k_.smem_panelled.count(st->buffer.get());
+        proxy_dirty_ |= stores_operand(s);
         int lanes = st->value.dtype().lanes;
         if (std::string pair = pair_conversion_text(st); !pair.empty()) {
           line() << pair << ";\n";
@@ -675,12 +680,22 @@ class Printer {
   bool proxy_dirty_ = false;  // an ordinary store into a wgmma operand since the last barrier
   int proxy_loops_ = 0;       // enclosing loops whose bodies make such stores
 
+  // Whether statement x writes a wgmma operand buffer with an ordinary (generic-proxy)
+  // store: an element store, or an explicit-width store call whose address is in one.
+  bool stores_operand(const Stmt& x) const {
+    if (!k_.uses_wgmma) return false;
+    if (auto* st = x.as<BufferStoreNode>()) return k_.smem_panelled.count(st->buffer.get()) > 0;
+    auto* ev = x.as<EvaluateNode>();
+    auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+    if (!c) return false;
+    std::optional<WideAccess> w = ir::wide_access(c);
+    return w && w->store && w->addr && k_.smem_panelled.count(w->addr->buffer.get()) > 0;
+  }
+
   bool stores_to_operands(const Stmt& body) const {
     if (!k_.uses_wgmma) return false;
     bool found = false;
-    post_order(body, [&](const Stmt& x) {
-      if (auto* st = x.as<BufferStoreNode>()) found |= k_.smem_panelled.count(st->buffer.get()) > 0;
-    }, nullptr);
+    post_order(body, [&](const Stmt& x) { found |= stores_operand(x); }, nullptr);
     return found;
   }
 };
