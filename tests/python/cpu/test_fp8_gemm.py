@@ -56,7 +56,7 @@ def torch_reference(a, b, sa, sb, kind, bias=None):
     return c if bias is None else c + bias.float()
 
 
-def check(kernel, M, N, K, kind, seed, a_dtype=E4, b_dtype=E4, runs=(tt.reference, tt.simulate)):
+def assert_matches_torch(kernel, M, N, K, kind, seed, a_dtype=E4, b_dtype=E4, runs=(tt.reference, tt.simulate)):
     a, b, sa, sb, bias = operands(M, N, K, kind, seed, a_dtype, b_dtype)
     want = torch_reference(a, b, sa, sb, kind, bias)
     for run in runs:
@@ -73,7 +73,7 @@ def test_wgmma_each_kind_ragged(kind):
                        target="sm_90a")
     src = k.get_kernel_source()
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2" in src
-    check(k, 72, 136, 272, kind, seed=len(kind), b_dtype=E5)
+    assert_matches_torch(k, 72, 136, 272, kind, seed=len(kind), b_dtype=E5)
     assert k.cubin()
 
 
@@ -83,7 +83,8 @@ def test_wgmma_block_pairs(K):
     # its promotion skipped), K = 400 is 4.
     k = tegula.compile(sg.fp8_gemm_program(72, 136, K, "block", out_dtype="float32", has_bias=True, pair=1,
                                            **SMALL), out_idx=[-1], target="sm_90a")
-    check(k, 72, 136, K, "block", seed=K)
+    assert_matches_torch(k, 72, 136, K, "block", seed=K)
+    assert k.cubin()
 
 
 def consumer_lines(k):
@@ -118,7 +119,8 @@ def test_pair_split_k_odd_slices(K):
     # block, which only that slice may add).
     k = tegula.compile(sg.fp8_gemm_splitk_program(40, 100, K, 3, "block", out_dtype="float32", has_bias=True,
                                                   pair=1, **SMALL_SPLIT), out_idx=[-1], target="sm_90a")
-    check(k, 40, 100, K, "block", seed=13)
+    assert_matches_torch(k, 40, 100, K, "block", seed=13)
+    assert k.cubin()
 
 
 def test_pair_is_for_the_block_kind():
@@ -132,7 +134,7 @@ def test_mma_sync_sm89(kind):
                        out_idx=[-1], target="sm_89")
     src = k.get_kernel_source()
     assert "wgmma" not in src and "tegula::gemm_ss<" in src
-    check(k, 80, 70, 144, kind, seed=5)
+    assert_matches_torch(k, 80, 70, 144, kind, seed=5)
 
 
 @pytest.mark.parametrize("kind", ["tensor", "block"])
@@ -141,7 +143,7 @@ def test_split_k(kind):
     k = tegula.compile(sg.fp8_gemm_splitk_program(40, 100, 592, 3, kind, out_dtype="float32", has_bias=True,
                                                   **SMALL_SPLIT), out_idx=[-1], target="sm_90a")
     assert k.num_kernels == 2
-    check(k, 40, 100, 592, kind, seed=9)
+    assert_matches_torch(k, 40, 100, 592, kind, seed=9)
 
 
 def test_promote_every_two_steps():
@@ -149,7 +151,8 @@ def test_promote_every_two_steps():
     k = tegula.compile(sg.fp8_gemm_program(64, 64, 592, "row", out_dtype="float32", has_bias=True, promote=2,
                                            **SMALL),
                        out_idx=[-1], target="sm_90a")
-    check(k, 64, 64, 592, "row", seed=11, runs=(tt.simulate,))
+    assert_matches_torch(k, 64, 64, 592, "row", seed=11, runs=(tt.simulate,))
+    assert k.cubin()
 
 
 def test_bf16_output_rounds_once():

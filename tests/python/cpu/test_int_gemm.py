@@ -32,7 +32,7 @@ def gemm_line():
     return first + next(i for i, line in enumerate(lines) if "# MARK-gemm" in line)
 
 
-def check(kernel, M, N, K, a_dtype, b_dtype, seed):
+def assert_matches_torch(kernel, M, N, K, a_dtype, b_dtype, seed):
     a, b, want = ip.operands(M, N, K, a_dtype, b_dtype, torch.Generator().manual_seed(seed))
     for run in (tt.reference, tt.simulate):
         got = run(kernel, a, b)
@@ -97,7 +97,7 @@ def test_int8_wgmma(a_dtype, b_dtype, M, N, K):
                        out_idx=[2], target="sm_90a")
     src = k.get_kernel_source()
     assert f"wgmma.mma_async.sync.aligned.m64n64k32.s32.{SUFFIX[a_dtype]}.{SUFFIX[b_dtype]}" in src
-    check(k, M, N, K, a_dtype, b_dtype, seed=M + K)
+    assert_matches_torch(k, M, N, K, a_dtype, b_dtype, seed=M + K)
     assert k.cubin()
 
 
@@ -108,7 +108,7 @@ def test_int8_mma_sync(a_dtype, b_dtype, target):
     k = tegula.compile(ip.gemm_program(45, 70, 96, a_dtype, b_dtype, block_M=32, block_N=64, block_K=32),
                        out_idx=[2], target=target)
     assert "tegula::gemm_ss<" in k.get_kernel_source() and "wgmma" not in k.get_kernel_source()
-    check(k, 45, 70, 96, a_dtype, b_dtype, seed=7)
+    assert_matches_torch(k, 45, 70, 96, a_dtype, b_dtype, seed=7)
     arch = target[3:5]
     assert f"mma.sync.aligned.m16n8k32.row.col.s32.{SUFFIX[a_dtype]}.{SUFFIX[b_dtype]}.s32" in ptx(k, arch)
     assert k.cubin()
@@ -119,12 +119,12 @@ def test_int8_wgmma_widths_the_integer_instruction_lacks_run_on_mma_sync():
     k = tegula.compile(ip.gemm_program(64, 40, 64, "int8", block_M=64, block_N=40, block_K=64),
                        out_idx=[2], target="sm_90a")
     assert "wgmma" not in k.get_kernel_source()
-    check(k, 64, 40, 64, "int8", "int8", seed=5)
+    assert_matches_torch(k, 64, 40, 64, "int8", "int8", seed=5)
     # 24 is one.
     k = tegula.compile(ip.gemm_program(64, 24, 64, "int8", block_M=64, block_N=24, block_K=64),
                        out_idx=[2], target="sm_90a")
     assert "m64n24k32.s32.s8.s8" in k.get_kernel_source()
-    check(k, 64, 24, 64, "int8", "int8", seed=6)
+    assert_matches_torch(k, 64, 24, 64, "int8", "int8", seed=6)
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", INT4_TYPES, ids=INT4_IDS)
@@ -134,7 +134,7 @@ def test_int4_mma_sync(a_dtype, b_dtype, target):
                        out_idx=[2], target=target)
     src = k.get_kernel_source()
     assert "tegula::gemm_ss<" in src and "wgmma" not in src
-    check(k, 45, 70, 130, a_dtype, b_dtype, seed=11)
+    assert_matches_torch(k, 45, 70, 130, a_dtype, b_dtype, seed=11)
     assert f"mma.sync.aligned.m16n8k64.row.col.s32.{SUFFIX[a_dtype]}.{SUFFIX[b_dtype]}.s32" in ptx(k, target[3:5])
     assert k.cubin()
 
@@ -146,14 +146,14 @@ def test_int4_row_widths_and_double_buffered_fragments(block_K):
     # 128 x 128 block streams them.
     k = tegula.compile(ip.gemm_program(64, 64, 256, "int4", block_M=64, block_N=64, block_K=block_K),
                        out_idx=[2], target="sm_90a")
-    check(k, 64, 64, 256, "int4", "int4", seed=block_K)
+    assert_matches_torch(k, 64, 64, 256, "int4", "int4", seed=block_K)
     assert k.cubin()
 
 
 def test_tilelang_int4_example():
     # The example's program at a size the simulator runs quickly; its GPU test runs 1024^3.
     k = tegula.compile(ip.tilelang_int4_program(128, 128, 128, 128, 128, 64), out_idx=-1, target="sm_80")
-    check(k, 128, 128, 128, "int4", "int4", seed=3)
+    assert_matches_torch(k, 128, 128, 128, "int4", "int4", seed=3)
     assert k.cubin()
     assert tegula.compile(ip.tilelang_int4_program(1024, 1024, 1024, 128, 128, 64), out_idx=-1,
                           target="sm_90a").cubin()
@@ -171,7 +171,8 @@ def test_int32_wraps_as_the_tensor_cores_do():
 def test_clear_accum_every_step():
     k = tegula.compile(ip.gemm_program(64, 64, 192, "uint8", "int8", block_M=64, block_N=64, block_K=64,
                                        clear_accum=True), out_idx=[2], target="sm_90a")
-    check(k, 64, 64, 192, "uint8", "int8", seed=9)
+    assert_matches_torch(k, 64, 64, 192, "uint8", "int8", seed=9)
+    assert k.cubin()
 
 
 REFUSALS = [

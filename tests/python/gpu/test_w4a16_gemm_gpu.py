@@ -44,7 +44,7 @@ def weights(N, K, fmt, dtype, gen, group_size):
     return q, s, None, "fp4"
 
 
-def check(M, N, K, fmt, dtype, group_size, **config):
+def assert_matches_torch(M, N, K, fmt, dtype, group_size, **config):
     gen = torch.Generator(device="cuda").manual_seed(M * 7 + N + K)
     x = torch.randn((M, K), generator=gen, device="cuda").to(dtype)
     q, s, z, weight_format = weights(N, K, fmt, dtype, gen, group_size)
@@ -65,36 +65,36 @@ def check(M, N, K, fmt, dtype, group_size, **config):
 @pytest.mark.parametrize("N,K", [(14336, 4096), (4096, 14336)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_decode_llama_mlp(M, N, K, dtype):
-    check(M, N, K, "int4", dtype, 128)
+    assert assert_matches_torch(M, N, K, "int4", dtype, 128).isfinite().all()
 
 
 @pytest.mark.parametrize("fmt,group_size", [("int4_zeros", 128), ("int4", 32), ("int4", 64), ("int4", -1),
                                             ("int4_f32", 128), ("fp4_e8m0", 32), ("fp4_e4m3", 16)])
 @pytest.mark.parametrize("M", [3, 16, 100])
 def test_formats_both_paths(fmt, group_size, M):
-    check(M, 4096, 4096, fmt, torch.bfloat16, group_size)
+    assert assert_matches_torch(M, 4096, 4096, fmt, torch.bfloat16, group_size).isfinite().all()
 
 
 @pytest.mark.parametrize("M", [17, 64, 333, 2048])
 def test_prefill(M):
-    check(M, 4096, 4096, "int4", torch.float16, 128)
+    assert assert_matches_torch(M, 4096, 4096, "int4", torch.float16, 128).isfinite().all()
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 72, 200), (5, 1000, 1032), (40, 72, 264), (16, 136, 4104)])
 def test_ragged(M, N, K):
-    check(M, N, K, "int4_zeros", torch.float16, 8 if K % 32 else 32)
+    assert assert_matches_torch(M, N, K, "int4_zeros", torch.float16, 8 if K % 32 else 32).isfinite().all()
 
 
 def test_forced_paths_and_splits_agree():
     """Both programs and several split counts give results within the same bound, and the
     split-K sum is deterministic (identical across runs)."""
-    a = check(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=7)
-    b = check(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=7)
+    a = assert_matches_torch(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=7)
+    b = assert_matches_torch(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=7)
     assert torch.equal(a, b)
-    check(8, 4096, 14336, "int4", torch.bfloat16, 128, path="prefill")
-    check(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=1)
-    check(33, 4096, 14336, "int4_zeros", torch.bfloat16, 128, path="decode")
-    check(64, 4096, 4096, "fp4_e8m0", torch.bfloat16, 32, path="decode")
+    assert_matches_torch(8, 4096, 14336, "int4", torch.bfloat16, 128, path="prefill")
+    assert_matches_torch(8, 4096, 14336, "int4", torch.bfloat16, 128, path="decode", splits=1)
+    assert_matches_torch(33, 4096, 14336, "int4_zeros", torch.bfloat16, 128, path="decode")
+    assert_matches_torch(64, 4096, 4096, "fp4_e8m0", torch.bfloat16, 32, path="decode")
 
 
 @pytest.mark.parametrize("config", [dict(post_scale=False), dict(pipeline="legacy"),
@@ -105,20 +105,20 @@ def test_forced_paths_and_splits_agree():
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 14336), (16, 14336, 4096), (5, 1000, 1032)])
 def test_decode_tiles(config, M, N, K):
     """The tiles bench_w4a16.py --sweep times, within the same bound (ragged N and K too)."""
-    check(M, N, K, "int4_zeros" if M == 5 else "int4", torch.bfloat16, 8 if K % 32 else 128, path="decode", **config)
+    assert assert_matches_torch(M, N, K, "int4_zeros" if M == 5 else "int4", torch.bfloat16, 8 if K % 32 else 128, path="decode", **config).isfinite().all()
 
 
 @pytest.mark.parametrize("fmt,group_size", [("int4", 128), ("int4_zeros", 64), ("fp4_e8m0", 32), ("int4_f32", 128)])
 @pytest.mark.parametrize("mode", ["dequant", "fused"])
 @pytest.mark.parametrize("M", [17, 512])
 def test_prefill_modes(fmt, group_size, mode, M):
-    check(M, 4096, 4104 if fmt == "int4_zeros" else 4096, fmt, torch.bfloat16, group_size, prefill_mode=mode)
+    assert assert_matches_torch(M, 4096, 4104 if fmt == "int4_zeros" else 4096, fmt, torch.bfloat16, group_size, prefill_mode=mode).isfinite().all()
 
 
 def test_prefill_dequant_tiles():
     for cfg in [dict(dequant_block_N=64, dequant_block_K=256), dict(dequant_block_N=16, dequant_block_K=512),
                 dict(dequant_block_N=32, dequant_block_K=512, dequant_threads=128)]:
-        check(100, 1000, 1032, "int4_zeros", torch.float16, 8, prefill_mode="dequant", **cfg)
+        assert_matches_torch(100, 1000, 1032, "int4_zeros", torch.float16, 8, prefill_mode="dequant", **cfg)
 
 
 @pytest.mark.parametrize("exp", [-20, 20])
