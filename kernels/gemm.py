@@ -239,10 +239,15 @@ def split_k_slices(M, N, K, sms, block_M=64, block_N=128, block_K=64):
     64 x 32768 x 4096: 256 tiles already cover the SMs twice -> 1."""
     if M > SPLIT_K_MAX_M:
         return 1
-    tiles = -(-M // block_M) * -(-N // block_N)
-    k_steps = -(-K // block_K)
-    target = SPLIT_K_BLOCKS_PER_SM * sms
-    splits = min((target + tiles // 2) // tiles, k_steps // SPLIT_K_MIN_STEPS)
+    return k_slices(-(-M // block_M) * -(-N // block_N), -(-K // block_K), SPLIT_K_BLOCKS_PER_SM * sms,
+                    SPLIT_K_MIN_STEPS)
+
+
+def k_slices(tiles, k_steps, target_blocks, min_steps):
+    """The K slice count bringing tiles x slices nearest to target_blocks, each slice at
+    least min_steps k steps, lowered to the least count of the same slice length (no slice
+    empty); 1 where fewer than two slices come out. The split-K rule of every GEMM here."""
+    splits = min((target_blocks + tiles // 2) // tiles, k_steps // min_steps)
     if splits < 2:
         return 1
     per_slice = -(-k_steps // splits)

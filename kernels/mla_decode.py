@@ -150,31 +150,7 @@ def _program_16(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm_
                     L_part[bz, hb * block_H + i, bs] = T.if_then_else(
                         logsum[i] == 0, -T.infinity(accum), T.log2(logsum[i]) + scores_max[i] * scale)
 
-        # One warp per (head, sequence, 128 output columns): many small blocks, each split's
-        # weight computed once, the loops over the splits unrolled so that their loads are
-        # in flight together.
-        with T.Kernel(heads, batch, DIM // 128, threads=32) as (bh, bz, bc):
-            o = T.alloc_fragment((128,), accum)
-            lse_max = T.alloc_var(accum)
-            total = T.alloc_var(accum)
-            lse_max = -T.infinity(accum)
-            for s in T.unroll(num_split):
-                lse_max = T.max(lse_max, L_part[bz, bh, s])
-            total = 0.0
-            for s in T.unroll(num_split):
-                total += T.exp2(L_part[bz, bh, s] - lse_max)
-            T.clear(o)
-            # A sequence of length 0 has every split at -inf: output 0, log-sum-exp -inf.
-            if lse_max != -T.infinity(accum):
-                inv_total = 1.0 / total
-                for s in T.unroll(num_split):
-                    weight = T.exp2(L_part[bz, bh, s] - lse_max) * inv_total
-                    for j in T.Parallel(128):
-                        o[j] += O_part[bz, bh, s, bc * 128 + j] * weight
-            T.copy(o, Output[bz, bh, bc * 128:(bc + 1) * 128])
-            if bc == 0:
-                Lse[bz, bh] = T.if_then_else(lse_max == -T.infinity(accum), lse_max,
-                                             (T.log2(total) + lse_max) * (1 / LOG2E))
+        combine(O_part, L_part, Output, Lse, batch, heads, num_split)
 
     return mla_decode
 
@@ -336,7 +312,10 @@ def _program_fp8(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm
 
 @T.macro
 def combine(O_part, L_part, Output, Lse, batch, heads, num_split):
-    """The 16-bit program's second kernel (see there), for the FP8 one."""
+    """Both programs' second kernel: one warp per (head, sequence, 128 output columns), many
+    small blocks, each split's weight computed once, the loops over the splits unrolled so
+    that their loads are in flight together. A sequence of length 0 has every split at
+    -inf: output 0, log-sum-exp -inf."""
     accum = "float32"
     with T.Kernel(heads, batch, DIM // 128, threads=32) as (bh, bz, bc):
         o = T.alloc_fragment((128,), accum)

@@ -555,7 +555,7 @@ class Printer {
       case NodeKind::Evaluate:
         // An explicit-width store into an operand buffer (T.sts*, or a store through a view
         // of another dtype) dirties it for the wgmma reads as an element store does.
-        proxy_dirty_ |= stores_operand(s);
+        proxy_dirty_ |= stores_operand(k_, s);
         line() << expr(s.as<EvaluateNode>()->value) << ";\n";
         break;
       case NodeKind::LoopJump: line() << (s.as<LoopJumpNode>()->is_continue ? "continue;\n" : "break;\n"); break;
@@ -580,7 +580,7 @@ class Printer {
         break;
       case NodeKind::BufferStore: {
         auto* st = s.as<BufferStoreNode>();
-        proxy_dirty_ |= stores_operand(s);
+        proxy_dirty_ |= stores_operand(k_, s);
         int lanes = st->value.dtype().lanes;
         if (std::string pair = pair_conversion_text(st); !pair.empty()) {
           line() << pair << ";\n";
@@ -634,7 +634,7 @@ class Printer {
         std::string v = name(f->var), t = cuda_type(f->var.dtype());
         line() << "for (" << t << " " << v << " = " << expr(f->min) << "; " << v << " < " << expr(f->min) << " + "
                << expr(f->extent) << "; ++" << v << ") {\n";
-        bool stores = stores_to_operands(f->body);
+        bool stores = stores_to_operands(k_, f->body);
         proxy_loops_ += stores;
         block(f->body);
         proxy_loops_ -= stores;
@@ -644,7 +644,7 @@ class Printer {
       case NodeKind::While: {
         auto* w = s.as<WhileNode>();
         line() << "while (" << expr(w->cond) << ") {\n";
-        bool stores = stores_to_operands(w->body);
+        bool stores = stores_to_operands(k_, w->body);
         proxy_loops_ += stores;
         block(w->body);
         proxy_loops_ -= stores;
@@ -679,25 +679,6 @@ class Printer {
   std::map<int64_t, std::string> events_;  // iket event id -> its phase and name
   bool proxy_dirty_ = false;  // an ordinary store into a wgmma operand since the last barrier
   int proxy_loops_ = 0;       // enclosing loops whose bodies make such stores
-
-  // Whether statement x writes a wgmma operand buffer with an ordinary (generic-proxy)
-  // store: an element store, or an explicit-width store call whose address is in one.
-  bool stores_operand(const Stmt& x) const {
-    if (!k_.uses_wgmma) return false;
-    if (auto* st = x.as<BufferStoreNode>()) return k_.smem_panelled.count(st->buffer.get()) > 0;
-    auto* ev = x.as<EvaluateNode>();
-    auto* c = ev ? ev->value.as<CallNode>() : nullptr;
-    if (!c) return false;
-    std::optional<WideAccess> w = ir::wide_access(c);
-    return w && w->store && w->addr && k_.smem_panelled.count(w->addr->buffer.get()) > 0;
-  }
-
-  bool stores_to_operands(const Stmt& body) const {
-    if (!k_.uses_wgmma) return false;
-    bool found = false;
-    post_order(body, [&](const Stmt& x) { found |= stores_operand(x); }, nullptr);
-    return found;
-  }
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ir/functor.h"
+#include "ir/wide_access.h"
 #include "support/text.h"
 
 namespace tegula::codegen {
@@ -12,6 +14,23 @@ using namespace ir;
 bool wide_panels(const Kernel& k, const Buffer& b) {
   return b->scope == Scope::Shared && k.smem_panelled.count(b.get()) &&
          *as_const_int(b->shape[1]) * b->dtype.bytes() > 128;
+}
+
+bool stores_operand(const Kernel& k, const Stmt& x) {
+  if (!k.uses_wgmma) return false;
+  if (auto* st = x.as<BufferStoreNode>()) return k.smem_panelled.count(st->buffer.get()) > 0;
+  auto* ev = x.as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c) return false;
+  std::optional<WideAccess> w = wide_access(c);
+  return w && w->store && w->addr && k.smem_panelled.count(w->addr->buffer.get()) > 0;
+}
+
+bool stores_to_operands(const Kernel& k, const Stmt& body) {
+  if (!k.uses_wgmma) return false;
+  bool found = false;
+  post_order(body, [&](const Stmt& x) { found |= stores_operand(k, x); }, nullptr);
+  return found;
 }
 
 namespace {

@@ -25,5 +25,12 @@ std::string tensor_core_call(const ir::CallNode* c, const TensorCorePrinter& p);
 
 // Whether b is stored in wgmma's panels with more than one panel to a row.
 bool wide_panels(const ir::Kernel& k, const ir::Buffer& b);
+// Whether statement x writes a wgmma operand buffer of a wgmma kernel with an ordinary
+// (generic-proxy) store: an element store, or an explicit-width store call (T.sts*, a
+// store through a view of another dtype) whose address is in one. Such a store must be
+// fenced from the wgmma reads (the printer's barriers do it).
+bool stores_operand(const ir::Kernel& k, const ir::Stmt& x);
+// Whether any statement of body does.
+bool stores_to_operands(const ir::Kernel& k, const ir::Stmt& body);
 
 }  // namespace tegula::codegen

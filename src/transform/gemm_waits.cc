@@ -1,0 +1,169 @@
+// Asynchronous gemm units and the sinking of their waits (gemm_waits.h), for
+// pipeline_loops.cc.
+#include "transform/gemm_waits.h"
+
+#include "ir/functor.h"
+#include "ir/thread_guard.h"
+
+namespace tegula::transform {
+
+using namespace ir;
+
+// A unit that starts with the issue of an asynchronous gemm (a wgmma_ss / wgmma_rs call,
+// its wait later in the unit): that issue, and the unit without it.
+bool split_async_issue(const Stmt& unit, Stmt* issue, Stmt* rest) {
+  auto* br = unit.as<IfThenElseNode>();
+  if (br && br->else_case) return false;
+  auto* seq = (br ? br->then_case : unit).as<SeqNode>();
+  if (!seq || seq->seq.size() < 2) return false;
+  auto* ev = seq->seq[0].as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c || (c->op != "wgmma_ss" && c->op != "wgmma_rs")) return false;
+  *issue = seq->seq[0];
+  Stmt tail = make_seq(std::vector<Stmt>(seq->seq.begin() + 1, seq->seq.end()), unit->loc);
+  *rest = br ? make_if(br->cond, tail, {}, unit->loc) : tail;
+  return true;
+}
+
+// A unit that is only an asynchronous gemm's wait: that wait statement.
+bool only_wait(const Stmt& unit, Stmt* wait) {
+  const Stmt* s = &unit;
+  if (auto* br = unit.as<IfThenElseNode>()) s = &br->then_case;
+  if (auto* seq = s->as<SeqNode>()) {
+    if (seq->seq.size() != 1) return false;
+    s = &seq->seq[0];
+  }
+  auto* ev = s->as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c || c->op != "wgmma_wait") return false;
+  *wait = *s;
+  return true;
+}
+
+// The wait, letting `pending` of the latest groups still run.
+Stmt with_pending(const Stmt& wait, int pending) {
+  auto* c = wait.as<EvaluateNode>()->value.as<CallNode>();
+  return make_evaluate(make_call(c->op, {c->args[0], make_int(pending)}, c->dtype, c->loc), wait->loc);
+}
+
+// ---- sinking a wgmma wait past work that does not need it ----
+//
+// In an iteration's compute (the warp-specialised consumer's, or the cp.async form's when
+// it is not a lone gemm kept in flight) every T.gemm is issued and waited for at once
+// (wgmma_ss; wgmma_wait(acc, 0)). Statements after it that neither touch acc nor shared
+// memory (a previous gemm's promotion into a second accumulator, scale arithmetic) may run
+// while the tensor cores work, so the wait moves down to just before the first statement
+// that does need it, together with the "empty" arrivals that release the gemm's stages
+// (the gemm reads them until its wait: they may come later, never earlier; every wait of
+// the iteration depends only on arrivals of earlier iterations, so a later arrival within
+// the iteration cannot deadlock). Passed over, conservatively:
+//   - mbar_wait (a stage's "full" barrier: waits for loads only);
+//   - the issue of another shared-operand gemm on another accumulator (a wait already sunk
+//     below it): one more group then runs after ours, and the wait lets it (pending + 1;
+//     groups retire in issue order, so our group has retired when at most `pending` of the
+//     newest are left);
+//   - plain register work: stores to fragments and locals only, pure calls only (math,
+//     min / max, select), loads of anything but acc; no Evaluate, barrier, tile op, while
+//     or jump.
+// Anything else stops it. Waits are sunk from the last gemm up, so a gemm's wait meets the
+// later gemm's issue alone. Only gemms with both operands in shared memory move (a
+// register A is pinned in registers the compiler may reuse after the issue returns).
+bool is_call_stmt(const Stmt& s, const char* op) {
+  auto* ev = s.as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  return c && c->op == op;
+}
+
+namespace {
+
+bool touches_buffer(const Stmt& s, const BufferNode* b) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) {
+    if (auto* st = x.as<BufferStoreNode>()) found |= st->buffer.get() == b;
+  }, [&](const Expr& e) {
+    if (auto* ld = e.as<BufferLoadNode>()) found |= ld->buffer.get() == b;
+  });
+  return found;
+}
+
+bool plain_register_work(const Stmt& s) {
+  bool plain = true;
+  post_order(s, [&](const Stmt& x) {
+    switch (x.kind()) {
+      case NodeKind::BufferStore: {
+        Scope sc = x.as<BufferStoreNode>()->buffer->scope;
+        plain &= sc == Scope::Fragment || sc == Scope::Local;
+        break;
+      }
+      case NodeKind::Seq:
+      case NodeKind::IfThenElse:
+      case NodeKind::LetStmt:
+        break;
+      case NodeKind::For:
+        plain &= x.as<ForNode>()->for_kind != ForKind::Pipelined;
+        break;
+      default:
+        plain = false;  // Evaluate, Sync, TileOp, While, LoopJump
+    }
+  }, [&](const Expr& e) {
+    if (auto* c = e.as<CallNode>()) plain &= pure_call(c->op);
+  });
+  return plain;
+}
+
+// A unit { wgmma_ss(...); wgmma_wait(acc, p) } (in an `if True` or bare): its issue and wait.
+bool gemm_unit(const Stmt& unit, Stmt* issue, Stmt* wait) {
+  if (auto* br = unit.as<IfThenElseNode>()) {
+    const int64_t* v = as_const_int(br->cond);
+    if (!v || *v == 0) return false;
+  }
+  Stmt rest;
+  if (!split_async_issue(unit, issue, &rest) || !only_wait(rest, wait) || !is_call_stmt(*issue, "wgmma_ss")) {
+    return false;
+  }
+  auto* w = wait->as<EvaluateNode>()->value.as<CallNode>();
+  return w->args.size() == 2 && as_const_int(w->args[1]) && w->args[0].as<BufferLoadNode>();
+}
+
+}  // namespace
+
+// `issued_first`: body[0] may be the lone wait of a shared-operand gemm issued before the
+// body (the cp.async form issues a leading gemm ahead of the next stage's copies).
+void sink_gemm_waits(std::vector<Stmt>& body, bool issued_first) {
+  for (size_t i = body.size(); i-- > 0;) {
+    Stmt issue, wait;
+    bool lone = false;
+    if (!gemm_unit(body[i], &issue, &wait)) {
+      if (i != 0 || !issued_first || !only_wait(body[i], &wait)) continue;
+      lone = true;
+    }
+    auto* w = wait.as<EvaluateNode>()->value.as<CallNode>();
+    if (lone && (w->args.size() != 2 || !as_const_int(w->args[1]) || !w->args[0].as<BufferLoadNode>())) continue;
+    const BufferNode* acc = w->args[0].as<BufferLoadNode>()->buffer.get();
+    int pending = int(*as_const_int(w->args[1]));
+    size_t j = i + 1;
+    while (j < body.size() && is_call_stmt(body[j], "mbar_arrive")) ++j;
+    size_t stop = j;
+    int passed_issues = 0;
+    while (stop < body.size()) {
+      const Stmt& x = body[stop];
+      if (touches_buffer(x, acc)) break;
+      if (is_call_stmt(x, "wgmma_ss")) {
+        ++passed_issues;
+      } else if (!is_call_stmt(x, "mbar_wait") && !plain_register_work(x)) {
+        break;
+      }
+      ++stop;
+    }
+    if (stop == j) continue;  // the next statement needs the result: nothing to overlap
+    std::vector<Stmt> out(body.begin(), body.begin() + i);
+    if (!lone) out.push_back(issue);
+    out.insert(out.end(), body.begin() + j, body.begin() + stop);
+    out.push_back(with_pending(wait, pending + passed_issues));
+    out.insert(out.end(), body.begin() + i + 1, body.begin() + j);  // the stage releases
+    out.insert(out.end(), body.begin() + stop, body.end());
+    body = std::move(out);
+  }
+}
+
+}  // namespace tegula::transform
