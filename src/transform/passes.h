@@ -67,5 +67,8 @@ ir::Stmt with_barrier(const ir::Stmt& copy, ir::Expr bar);
 // then lowers it again without (transform/pipeline.cc).
 struct WarpSpecializationRefused {};
 void warp_specialize(ir::Kernel& k, PassContext& ctx);
+// A kernel with a thread's array past the register file: its repeating straight-line runs
+// over that array rolled into loops (roll_loops.cc).
+void roll_loops(ir::Kernel& k, PassContext& ctx);
 
 }  // namespace tegula::transform

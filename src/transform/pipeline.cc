@@ -43,6 +43,7 @@ const Step kPipeline[] = {
     {"plan_storage", plan_storage},
     {"insert_barriers", insert_barriers},
     {"final_simplify", simplify},
+    {"roll_loops", roll_loops},
 };
 }  // namespace
 

@@ -117,6 +117,7 @@ const Stage kStages[] = {
     {"plan_storage", transform::plan_storage},
     {"insert_barriers", transform::insert_barriers},
     {"final_simplify", transform::simplify},
+    {"roll_loops", transform::roll_loops},
 };
 
 // The passes' shared scratch lives in the context until lower_tile_ops declares it.

@@ -403,6 +403,7 @@ FAMILY_MODULES = (
     "fuzz_families_iket",      # programs instrumented with tegula.tools.cuda.iket's marks and ranges
     "fuzz_families_ws",        # warp-group scopes (T.ws) and run-time clear_accum
     "fuzz_families_sparse",    # T.gemm_sp: 2:4 sparse A
+    "fuzz_families_wide",      # rows too wide for the registers (roll_loops)
 )
 
 
