@@ -29,7 +29,6 @@ through the module-level `_bench` (a `CudaBench`), so tests replace that one obj
 """
 from __future__ import annotations
 
-import concurrent.futures
 import enum
 import functools
 import hashlib
@@ -49,6 +48,7 @@ from . import env
 from .jit_eager import EagerJITFunction
 from .frontend.errors import TegulaCompileError
 from .jit import JITFunction, jit
+from .parallel_compile import compile_batch
 from .profiler import Profiler, TensorSupplyType
 from . import transform
 from .version import __version__
@@ -519,7 +519,8 @@ class AutoTuner:
 
     def _build_all(self, jit_fn, args, kwargs, configs) -> list:
         """(kernel, error) per configuration. Parsing and lowering run here, one after the
-        other; the NVRTC compiles then run in a thread pool (the binding releases the GIL)."""
+        other; the NVRTC compiles then run as one batch (parallel_compile.compile_batch: in
+        worker processes)."""
         built = []
         for config in configs:
             try:
@@ -532,22 +533,15 @@ class AutoTuner:
         if not pending:
             return built
         progress = _Progress(f"autotune {self._name}: compiling", len(pending))
-
-        def compile_one(index):
-            kernel = built[index][0]
-            try:
-                for k in range(kernel.num_kernels):
-                    kernel._lowered_all[k].compile()
-                return index, None
-            except _BUILD_ERRORS as err:
-                return index, _Failure("compile", err)
-
-        workers = max(1, min(len(pending), os.cpu_count() or 1, 16))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            for index, error in pool.map(compile_one, pending):
-                if error is not None:
-                    built[index] = (None, error)
-                progress.step()
+        jobs = [(index, lowered) for index in pending for lowered in built[index][0]._lowered_all]
+        errors = compile_batch([lowered for _, lowered in jobs], max(1, min(len(jobs), os.cpu_count() or 1, 16)))
+        for (index, _), err in zip(jobs, errors):
+            if err is not None and built[index][1] is None:
+                if not isinstance(err, _BUILD_ERRORS):
+                    raise err
+                built[index] = (None, _Failure("compile", err))
+        for _ in pending:
+            progress.step()
         progress.close()
         return built
 

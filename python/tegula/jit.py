@@ -34,7 +34,7 @@ from .frontend.dtypes import is_packed, to_torch
 from .frontend.parse_eager import is_eager
 from .frontend.errors import from_native
 from .frontend.prim_func import PrimFunc, parse_context
-from .parallel_compile import build_in_parallel, guarded, par_compile_configs
+from .parallel_compile import build_in_parallel, check_workers, guarded, in_threads, par_compile_configs
 from .transform import PYTHON_SIDE, to_options
 
 _BACKENDS = (None, "auto", "cython", "ctypes", "nvrtc", "tvm_ffi", "dlpack", "torch")
@@ -475,13 +475,18 @@ def par_compile(funcs, out_idx=None, execution_backend=None, target="auto", targ
     run in `num_workers` threads (NVRTC releases the GIL). With `ignore_error`, a function
     that fails gives None in its place and a warning, instead of the exception."""
     funcs = list(funcs)
-    kernels = []
+    check_workers(num_workers)
     for index, func in enumerate(funcs):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"par_compile: funcs[{index}] must be a T.prim_func, got {type(func).__name__}")
-        kernels.append(guarded(ignore_error, f"funcs[{index}]", compile, func, out_idx=out_idx, target=target,
-                                pass_configs=pass_configs, verbose=verbose, execution_backend=execution_backend,
-                                compile_flags=compile_flags))
+
+    def lower_one(item):
+        index, func = item
+        return guarded(ignore_error, f"funcs[{index}]", compile, func, out_idx=out_idx, target=target,
+                       pass_configs=pass_configs, verbose=verbose, execution_backend=execution_backend,
+                       compile_flags=compile_flags)
+
+    kernels = in_threads(lower_one, list(enumerate(funcs)), num_workers or min(len(funcs), os.cpu_count() or 1))
     return build_in_parallel(kernels, num_workers, ignore_error)
 
 

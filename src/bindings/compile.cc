@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "bindings/bindings.h"
@@ -16,6 +17,7 @@
 #include "ir/printer.h"
 #include "runtime/cache.h"
 #include "runtime/compile.h"
+#include "runtime/compile_pool.h"
 #include "runtime/driver.h"
 #include "runtime/hash.h"
 #include "runtime/nvrtc.h"
@@ -162,6 +164,9 @@ struct LoweredKernel {
   codegen::CudaSource source;
   double compile_seconds = 0;
   bool cache_hit = false;
+  // The image once compiled (here or by compile_in_processes): the build takes it, so a
+  // kernel is compiled once even with the cache off.
+  std::optional<std::vector<char>> image_memo;
   // T.CUDASourceCodeKernel: `source` is the user's CUDA, `input` only its launch (grid,
   // threads, cluster, parameters); no pass ran, and there is no IR body to interpret.
   bool user_source = false;
@@ -199,17 +204,21 @@ struct LoweredKernel {
     return opts;
   }
 
+  std::string build_id() const { return std::string(TEGULA_BUILD_ID) + ":" + device_library().hash; }
+
   std::vector<char> compile_image() {
-    auto& lib = device_library();
+    if (image_memo) {
+      cache_hit = true;
+      return *image_memo;
+    }
     runtime::CompileOptions opts = compile_options();
-    std::string build_id = std::string(TEGULA_BUILD_ID) + ":" + lib.hash;
     runtime::CompileReport report;
     std::vector<char> image;
     {
       // NVRTC takes a second: other Python threads (the autotuner's pool) run meanwhile.
       py::gil_scoped_release release;
       try {
-        image = runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id, &cache_hit, &report);
+        image = runtime::compile_cached(source.code, source.entry + ".cu", opts, build_id(), &cache_hit, &report);
       } catch (const CudaError& e) {
         throw CudaError(std::string(e.what()) + "\n(the generated source is kernel.get_kernel_source())");
       }
@@ -222,6 +231,7 @@ struct LoweredKernel {
         log_line(source.entry, "nvrtc", report.nvrtc_ms, detail);
       }
     }
+    image_memo = image;
     return image;
   }
 
@@ -554,16 +564,62 @@ void init_compile(py::module_& m) {
     l->options = parse_options(options);
     const char* dump = std::getenv("TEGULA_DUMP_IR");
     auto t0 = std::chrono::steady_clock::now();
-    l->lowered = transform::lower(*k, l->target, l->options, dump && *dump && std::string(dump) != "0");
-    double lower_ms = ms_since(t0);
-    auto t1 = std::chrono::steady_clock::now();
-    l->source = codegen::print_cuda(l->lowered.kernel, l->target);
+    double lower_ms = 0;
+    auto t1 = t0;
+    {
+      // Pure C++ on the kernel's own copy: other Python threads (par_compile's) lower meanwhile.
+      py::gil_scoped_release release;
+      l->lowered = transform::lower(*k, l->target, l->options, dump && *dump && std::string(dump) != "0");
+      lower_ms = ms_since(t0);
+      t1 = std::chrono::steady_clock::now();
+      l->source = codegen::print_cuda(l->lowered.kernel, l->target);
+    }
     if (log_compile()) {
       log_line(k->name, "passes", lower_ms, std::to_string(l->lowered.stages.size() - 1) + " passes, " + target);
       log_line(k->name, "print cuda", ms_since(t1), std::to_string(l->source.code.size()) + " bytes");
     }
     return l;
   }, py::arg("kernel"), py::arg("target"), py::arg("options") = py::dict());
+
+  m.def("compile_in_processes", [](const std::vector<std::shared_ptr<LoweredKernel>>& kernels, int workers) {
+    // par_compile's batch: what the cache lacks is compiled in `workers` forked processes
+    // (runtime/compile_pool.h) and stored, and every kernel keeps its image for its build.
+    // Per kernel, None or the error text its compile gave (the caller compiles those here
+    // again, for the error with its DSL line).
+    auto& cache = runtime::KernelCache::global();
+    std::vector<runtime::PoolJob> jobs;
+    std::vector<std::pair<size_t, std::string>> pending;  // (kernel, cache key)
+    std::vector<py::object> out(kernels.size(), py::none());
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      LoweredKernel& l = *kernels[i];
+      if (l.image_memo) continue;
+      runtime::CompileOptions opts = l.compile_options();
+      opts.report_phases = false;
+      std::string name = l.source.entry + ".cu";
+      std::string key = runtime::compile_key(cache, l.source.code, name, opts, l.build_id());
+      if (auto hit = cache.lookup(key)) {
+        l.image_memo = std::move(*hit);
+        continue;
+      }
+      pending.push_back({i, key});
+      jobs.push_back({l.source.code, name, opts});
+    }
+    std::vector<runtime::PoolResult> results;
+    {
+      py::gil_scoped_release release;
+      results = runtime::compile_in_processes(jobs, workers);
+    }
+    for (size_t j = 0; j < results.size(); ++j) {
+      auto& [i, key] = pending[j];
+      if (!results[j].ok) {
+        out[i] = py::str(results[j].error);
+        continue;
+      }
+      cache.store(key, results[j].image);
+      kernels[i]->image_memo = std::move(results[j].image);
+    }
+    return out;
+  }, py::arg("kernels"), py::arg("workers"));
 
   m.def("lower_source", [](std::shared_ptr<ir::Kernel> k, const std::string& target, const std::string& code,
                            const std::string& entry, const py::dict& options) {

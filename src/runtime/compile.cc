@@ -12,12 +12,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+std::string compile_key(KernelCache& cache, const std::string& source, const std::string& name,
+                        const CompileOptions& opts, const std::string& build_id) {
+  const int version = cache.disk_enabled() ? nvrtc_version_cached(cache.dir()) : nvrtc_version();
+  return KernelCache::make_key(source, name, opts, version, build_id);
+}
+
 std::vector<char> compile_cached(KernelCache& cache, const std::string& source, const std::string& name,
                                  const CompileOptions& opts, const std::string& build_id, bool* was_hit,
                                  CompileReport* report) {
   auto t0 = std::chrono::steady_clock::now();
-  const int version = cache.disk_enabled() ? nvrtc_version_cached(cache.dir()) : nvrtc_version();
-  const std::string key = KernelCache::make_key(source, name, opts, version, build_id);
+  const std::string key = compile_key(cache, source, name, opts, build_id);
   bool from_disk = false;
   std::optional<std::vector<char>> image = cache.lookup(key, &from_disk);
   if (report) {

@@ -21,6 +21,9 @@ struct CompileReport {
 std::vector<char> compile_cached(const std::string& source, const std::string& name, const CompileOptions& opts,
                                  const std::string& build_id, bool* was_hit = nullptr,
                                  CompileReport* report = nullptr);
+// The key compile_cached stores the image of `source` under.
+std::string compile_key(KernelCache& cache, const std::string& source, const std::string& name,
+                        const CompileOptions& opts, const std::string& build_id);
 // Same, against a given cache.
 std::vector<char> compile_cached(KernelCache& cache, const std::string& source, const std::string& name,
                                  const CompileOptions& opts, const std::string& build_id, bool* was_hit = nullptr,

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 
 #include "runtime/dynlib.h"
 #include "runtime/hash.h"
@@ -283,11 +284,13 @@ struct PchFiles {
     int compiles = 0;
     bool creating = false, ready = false, failed = false;
     std::string path;
+    pid_t owner = 0;  // the process that made it, and removes it
   };
   std::map<std::string, Entry> entries;
-  ~PchFiles() {
+  ~PchFiles() { remove_own(); }
+  void remove_own() {
     for (auto& [key, e] : entries) {
-      if (!e.path.empty()) ::unlink(e.path.c_str());
+      if (!e.path.empty() && e.owner == ::getpid()) ::unlink(e.path.c_str());
     }
   }
 };
@@ -340,8 +343,24 @@ std::string read_phases(const std::string& path) {
 
 }  // namespace
 
+std::shared_mutex*& fork_guard_slot() {
+  static std::shared_mutex* guard = new std::shared_mutex;  // never destroyed: a child replaces it
+  return guard;
+}
+
+std::shared_mutex& compile_fork_guard() { return *fork_guard_slot(); }
+
+void reset_after_fork() { fork_guard_slot() = new std::shared_mutex; }
+
+void remove_own_pch() {
+  PchFiles& files = pch_files();
+  std::lock_guard<std::mutex> lock(files.mu);
+  files.remove_own();
+}
+
 CompileResult compile(const std::string& source, const std::string& name, const CompileOptions& opts) {
   const NvrtcApi& api = nvrtc();
+  std::shared_lock<std::shared_mutex> no_fork(compile_fork_guard());
   const bool want_ptx = opts.arch.rfind("compute_", 0) == 0;
 
   std::vector<std::string> flags = {"-std=c++17", "--gpu-architecture=" + opts.arch};
@@ -372,6 +391,7 @@ CompileResult compile(const std::string& source, const std::string& name, const 
       pch->path = (fs::path(opts.pch_dir) / (pch_key(opts, flags, api.version) + "-" + std::to_string(::getpid()) +
                                              ".pch")).string();
       pch->creating = creating = true;
+      pch->owner = ::getpid();
       flags.push_back("--create-pch=" + pch->path);
     } else {
       pch = nullptr;

@@ -9,6 +9,7 @@
 //   3. the bare sonames libnvrtc.so.13, .12, libnvrtc.so (the loader's path, or a copy torch already loaded);
 //   4. /usr/local/cuda/lib64.
 #pragma once
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,14 @@ struct CompileResult {
   // "used", "created", "none" or "failed: <why>": what the precompiled header did.
   std::string pch = "none";
 };
+
+// Held shared by every compile(); compile_in_processes (compile_pool.h) holds it exclusively
+// while it forks, so that no compile's locks are copied into a child held.
+std::shared_mutex& compile_fork_guard();
+// In a forked child: a guard of its own (the copy is held by the parent's forking thread).
+void reset_after_fork();
+// Removes the precompiled headers this process made (a forked child leaves with _exit).
+void remove_own_pch();
 
 // Must be called before NVRTC is first used; returns false (and changes nothing) once it is loaded.
 bool set_nvrtc_path(const std::string& file_or_dir);
