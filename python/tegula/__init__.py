@@ -28,6 +28,12 @@ for _theirs, _ours in (("TILELANG_CACHE_DIR", "TEGULA_CACHE_DIR"), ("TILELANG_DI
     if _os.environ.get(_theirs) and not _os.environ.get(_ours):
         _os.environ[_ours] = _os.environ[_theirs]
 
+# The JIT index's stamp of this installation, computed while the program goes on importing
+# and making its tensors (a disk-cache hit's first call then finds it ready).
+from . import jit_index as _jit_index  # noqa: E402
+
+_jit_index._STAMP.start()
+
 __all__ = [
     "jit", "compile", "lower", "JITKernel", "KernelParam", "language", "layout", "profiler", "PassConfigKey",
     "TensorSupplyType", "TegulaCompileError", "autotune", "set_cache_enabled", "cache_dir", "__version__",

@@ -72,27 +72,62 @@ def _exact(value) -> bool:
     return type(value) in _PRIMITIVES
 
 
-_STAMP = None
-_STAMP_LOCK = threading.Lock()
+def _source_files(top: str, prefix: str = "") -> list:
+    """"relative/path.py:mtime_ns:size" of every .py file under top, in name order
+    (tegula's own code; kernels and __pycache__ left out)."""
+    out = []
+    with os.scandir(top) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in ("__pycache__", "kernels"):
+                out.extend(_source_files(entry.path, prefix + entry.name + "/"))
+        elif entry.name.endswith(".py"):
+            st = entry.stat()
+            out.append(f"{prefix}{entry.name}:{st.st_mtime_ns}:{st.st_size}")
+    return out
+
+
+def _make_stamp() -> str:
+    C = env.native()
+    return "\n".join([f"tegula {__version__}", C.build_id(), f"nvrtc {C.nvrtc_version_cached()}",
+                      f"python {sys.version}", f"torch {torch.__version__}", *_source_files(_PACKAGE_DIR)])
+
+
+class _Stamp:
+    """What every entry depends on and one process cannot change, computed once. Its 125
+    stat calls were a third of a disk-cache hit's first call in a new process, so the
+    import starts it in a thread (the stat calls release the GIL) and the first key waits
+    for it, by then long done."""
+
+    def __init__(self):
+        self._value = None
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._warm, name="tegula-jit-stamp", daemon=True)
+        self._thread.start()
+
+    def _warm(self) -> None:
+        try:
+            if enabled():
+                self.get()
+        except Exception:  # noqa: BLE001 - the first key computes it again and raises
+            pass
+
+    def get(self) -> str:
+        with self._lock:
+            if self._value is None:
+                self._value = _make_stamp()
+            return self._value
+
+
+_STAMP = _Stamp()  # started by tegula/__init__.py, once TileLang's cache variables are read
 
 
 def _compiler_stamp() -> str:
-    """What every entry depends on and one process cannot change: computed once."""
-    global _STAMP
-    with _STAMP_LOCK:
-        if _STAMP is None:
-            C = env.native()
-            files = []
-            for root, dirs, names in os.walk(_PACKAGE_DIR):
-                dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "kernels"))
-                for name in sorted(names):
-                    if name.endswith(".py"):
-                        path = os.path.join(root, name)
-                        st = os.stat(path)
-                        files.append(f"{os.path.relpath(path, _PACKAGE_DIR)}:{st.st_mtime_ns}:{st.st_size}")
-            _STAMP = "\n".join([f"tegula {__version__}", C.build_id(), f"nvrtc {C.nvrtc_version_cached()}",
-                                f"python {sys.version}", f"torch {torch.__version__}", *files])
-    return _STAMP
+    return _STAMP.get()
 
 
 def key_for(fn, bound_args, settings: dict, target: str, guessed: bool) -> str | None:
