@@ -605,9 +605,15 @@ void init_compile(py::module_& m) {
       jobs.push_back({l.source.code, name, opts});
     }
     std::vector<runtime::PoolResult> results;
-    {
+    try {
       py::gil_scoped_release release;
-      results = runtime::compile_in_processes(jobs, workers);
+      // Ctrl-C while the workers run: they are killed, and the KeyboardInterrupt goes up.
+      results = runtime::compile_in_processes(jobs, workers, [] {
+        py::gil_scoped_acquire gil;
+        return PyErr_CheckSignals() != 0;
+      });
+    } catch (const runtime::PoolInterrupted&) {
+      throw py::error_already_set();
     }
     for (size_t j = 0; j < results.size(); ++j) {
       auto& [i, key] = pending[j];

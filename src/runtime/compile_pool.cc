@@ -1,6 +1,7 @@
 #include "runtime/compile_pool.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,7 +93,8 @@ struct Reader {
 
 }  // namespace
 
-std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, int workers) {
+std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, int workers,
+                                             const std::function<bool()>& interrupted) {
   std::vector<PoolResult> results(jobs.size());
   size_t children = std::min<size_t>(size_t(std::max(workers, 0)), jobs.size());
   // Every job number goes into the pipe before the fork (it holds 64 KiB: 16384 jobs).
@@ -139,7 +141,16 @@ std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, i
   size_t open = readers.size();
   std::vector<char> chunk(1 << 16);
   while (open > 0) {
-    int n = ::poll(fds.data(), fds.size(), -1);
+    int n = ::poll(fds.data(), fds.size(), interrupted ? 100 : -1);
+    if (interrupted && interrupted()) {
+      for (const Reader& r : readers) ::kill(r.pid, SIGKILL);
+      for (const Reader& r : readers) {
+        if (r.fd >= 0) ::close(r.fd);
+        while (::waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+      }
+      throw PoolInterrupted();
+    }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     for (size_t c = 0; c < fds.size(); ++c) {
@@ -152,7 +163,7 @@ std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, i
         continue;
       }
       ::close(fds[c].fd);
-      fds[c].fd = -1;
+      fds[c].fd = readers[c].fd = -1;
       --open;
     }
   }

@@ -11,6 +11,8 @@
 // shared; the fork holds it exclusively), so no NVRTC or precompiled-header lock is copied
 // held.
 #pragma once
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,15 @@ struct PoolResult {
   std::string error;
 };
 
+// Thrown when `interrupted` says so while the workers run: they are killed and reaped first.
+struct PoolInterrupted : std::runtime_error {
+  PoolInterrupted() : std::runtime_error("compile_in_processes: interrupted") {}
+};
+
 // Results in job order. workers < 2, a single job, or fork failing: compiled here, in order.
-std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, int workers);
+// `interrupted` (when given) is asked every 100 ms while the workers run (Ctrl-C: the
+// binding checks Python's signals).
+std::vector<PoolResult> compile_in_processes(const std::vector<PoolJob>& jobs, int workers,
+                                             const std::function<bool()>& interrupted = nullptr);
 
 }  // namespace tegula::runtime

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 
 #include "runtime/cache.h"
 #include "runtime/compile.h"
+#include "runtime/compile_pool.h"
 #include "runtime/driver.h"
 #include "runtime/dynlib.h"
 #include "runtime/hash.h"
@@ -494,6 +496,34 @@ TEST(Driver, DeviceFactsAndLaunch) {
   } catch (const CudaError& e) {
     EXPECT_NE(std::string(e.what()).find("cuModuleLoadData"), std::string::npos) << e.what();
   }
+}
+
+// compile_in_processes: forked workers give what a compile here gives, per job, errors as
+// text; one worker or one job compiles here; an interruption kills and reaps the workers.
+TEST(CompilePool, WorkersGiveWhatACompileHereGives) {
+  CompileOptions opts;
+  opts.arch = "sm_90a";
+  std::vector<PoolJob> jobs;
+  for (const char* name : {"add_one", "add_two", "add_three"}) {
+    std::string src = kHalfKernel;
+    src.replace(src.find("add_one"), 7, name);
+    jobs.push_back({src, std::string(name) + ".cu", opts});
+  }
+  jobs.insert(jobs.begin() + 1, PoolJob{"extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }\n",
+                                        "bad.cu", opts});
+  for (int workers : {3, 1}) {
+    std::vector<PoolResult> results = compile_in_processes(jobs, workers);
+    ASSERT_EQ(results.size(), jobs.size());
+    EXPECT_FALSE(results[1].ok);
+    EXPECT_NE(results[1].error.find("undefined_name"), std::string::npos) << results[1].error;
+    for (size_t i : {0, 2, 3}) {
+      ASSERT_TRUE(results[i].ok) << workers << " " << results[i].error;
+      EXPECT_EQ(results[i].image, compile(jobs[i].source, jobs[i].name, opts).cubin) << workers << " job " << i;
+    }
+  }
+  EXPECT_TRUE(compile_in_processes({}, 4).empty());
+  EXPECT_THROW(compile_in_processes(jobs, 2, [] { return true; }), PoolInterrupted);
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // no worker left behind
 }
 
 }  // namespace

@@ -108,3 +108,46 @@ def test_lowering_in_threads_gives_the_same_code():
     assert [k.get_kernel_source() for k in batch] == serial
     with pytest.raises(ValueError, match="num_workers must be a positive int"):
         tegula.par_compile(funcs(), target="sm_90a", num_workers=0)
+
+
+INTERRUPTED = """
+import os, signal, threading, time
+import tegula, tegula.language as T
+
+
+def scale(n, factor):
+    @T.prim_func
+    def main(x: T.Tensor((n,), T.float32), y: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                y[bx * 128 + i] = x[bx * 128 + i] * factor
+    return main
+
+
+tegula.set_cache_enabled(False)
+funcs = [scale(100 + 7 * i, 1.0 + i) for i in range(24)]
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.time()
+try:
+    tegula.par_compile(funcs, target="sm_90a", num_workers=2)
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted", round(time.time() - start, 1))
+try:
+    os.waitpid(-1, os.WNOHANG)
+    print("a worker is left")
+except ChildProcessError:
+    print("no worker left")
+"""
+
+
+def test_ctrl_c_stops_the_workers(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lines = done.stdout.split()
+    assert lines[0] == "interrupted" and float(lines[1]) < 5, done.stdout + done.stderr
+    assert "no worker left" in done.stdout, done.stdout + done.stderr
