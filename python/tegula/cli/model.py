@@ -10,7 +10,11 @@ run prefill of `--batch` prompts of `--prompt-len` random tokens and greedy deco
 `--new-tokens` tokens eager (transformers as shipped: SDPA attention, DynamicCache),
 keeping the logits of every step; patch the same model; run the same prefill and, fed the
 eager run's tokens (so each step sees the same input), the same decode steps on a
-`KVCache`; compare the logits step by step (||patched - eager|| / ||eager||, target
+`KVCache`. The baseline a serving user would pick besides (`--compiled-baseline`, on by
+default on a GPU): transformers' own fast path, a `StaticCache` and the model's forward
+under `torch.compile(mode="reduce-overhead", fullgraph=True)` (CUDA graphs), fed the same
+tokens, checked against eager the same way and timed the same way (its compiles and graph
+captures untimed). Compare the logits step by step (||patched - eager|| / ||eager||, target
 --rtol; the worst element's difference is printed too) and the greedy tokens; then time both (median of CUDA-event timings: prefill
 tokens/s and decode ms/token), and time each op class in one instrumented pass (GEMM,
 attention, norm, RoPE, MLP activation, other) for the table and the PNG (--plot).
@@ -60,6 +64,9 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-cuda-graph", action="store_true",
                    help="skip the decode through tegula.integrations.transformers.GraphDecoder")
+    p.add_argument("--compiled-baseline", choices=("auto", "on", "off"), default="auto",
+                   help="also run transformers with a StaticCache under torch.compile(mode='reduce-overhead') "
+                        "(auto: on a GPU)")
 
 
 def _progress(iterable, total, desc, enabled):
@@ -155,6 +162,7 @@ def run(args) -> int:
     progress = not args.no_progress
     total_len = prompt_len + new_tokens
     use_graph = device.type == "cuda" and args.ops == "tegula" and not args.no_cuda_graph
+    use_compiled = args.compiled_baseline == "on" or (args.compiled_baseline == "auto" and device.type == "cuda")
     clock = _Clock(device)
 
     print(f"building the {args.size} model ({args.dtype}, random weights) ...", flush=True)
@@ -218,6 +226,49 @@ def run(args) -> int:
         _, ms = clock.time(decode)
         return statistics.median(prefill), ms / new_tokens
 
+    def compiled_baseline(tokens):
+        """transformers' fast path: a StaticCache and the forward under torch.compile(mode=
+        "reduce-overhead", fullgraph=True). (logits fed `tokens`, prefill ms median, decode
+        ms per token); the compiles and graph captures run before anything is timed."""
+        from transformers import StaticCache
+
+        forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        cache = StaticCache(config=model.config, max_cache_len=total_len + 1)
+        positions = torch.arange(prompt_len, device=device)
+        steps = [torch.tensor([prompt_len + i], device=device) for i in range(new_tokens)]
+
+        def prefill():
+            cache.reset()
+            return forward(prompts, past_key_values=cache, use_cache=True, cache_position=positions,
+                           logits_to_keep=1).logits[:, -1].clone()
+
+        def step(i, tok):
+            # The graph's outputs are overwritten by its next replay: taken at once.
+            return forward(tok, past_key_values=cache, use_cache=True, cache_position=steps[i],
+                           logits_to_keep=1).logits[:, -1].clone()
+
+        for _ in range(2):  # compile and capture both shapes (a replay needs a warm graph)
+            last = prefill()
+            step(0, last.argmax(-1, keepdim=True))
+        logits = [prefill().float().cpu()]
+        for i in _progress(range(new_tokens), new_tokens, "compiled", progress):
+            logits.append(step(i, tokens[i]).float().cpu())
+        pre = statistics.median(clock.time(prefill)[1] for _ in range(args.repeat))
+        nxt = prefill().argmax(-1, keepdim=True)
+
+        def decode():
+            tok = nxt
+            for i in _progress(range(new_tokens), new_tokens, "timing compiled decode", progress):
+                tok = step(i, tok).argmax(-1, keepdim=True)
+            return tok
+
+        _, ms = clock.time(decode)
+        del forward, cache
+        torch._dynamo.reset()  # its graphs and their memory go before the patched runs
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return logits, pre, ms / new_tokens
+
     def timed_graph():
         """Decode ms per token through a GraphDecoder (its capture, on the first step, untimed)."""
         cache = tt.KVCache(model, batch, total_len + 1)
@@ -265,6 +316,14 @@ def run(args) -> int:
             del reference
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+        comp_logits = comp_pre = comp_dec = None
+        if use_compiled:
+            print("transformers with a StaticCache under torch.compile(mode='reduce-overhead') ...", flush=True)
+            try:
+                comp_logits, comp_pre, comp_dec = compiled_baseline(ref_tokens)
+            except Exception as err:  # noqa: BLE001 - a baseline that does not run is reported, not fatal
+                print(f"compiled baseline: not measured: {type(err).__name__}: {str(err).strip().splitlines()[0][:300]}")
+                torch._dynamo.reset()
         timer = tt.OpTimer(device)
         remove = tt.instrument(model, timer)
         eager_ops = op_profile(timer, eager_cache)
@@ -318,21 +377,43 @@ def run(args) -> int:
               f"eager {e32:.2e}, patched {p32:.2e}; greedy choices equal to float32's: eager {same[0]}, "
               f"patched {same[1]} of {len(fp32_tokens)}")
 
+    if comp_logits is not None:
+        c_worst = max(_rel(ref_logits[i], comp_logits[i]) for i in range(check))
+        print(f"compiled baseline (StaticCache, torch.compile reduce-overhead): worst step's distance to eager "
+              f"{c_worst:.2e}")
     # --- speed
     tok = batch * prompt_len
-    rows = [("prefill ms", eager_pre, pat_pre), ("prefill tokens/s", tok / eager_pre * 1e3, tok / pat_pre * 1e3),
-            ("decode ms/token", eager_dec, pat_dec)]
+
+    def rate(ms):
+        return None if ms is None else tok / ms * 1e3
+
+    # (what, eager, compiled, patched); a rate is better higher, a time lower
+    rows = [("prefill ms", eager_pre, comp_pre, pat_pre), ("prefill tokens/s", rate(eager_pre), rate(comp_pre),
+                                                           rate(pat_pre)),
+            ("decode ms/token", eager_dec, comp_dec, pat_dec)]
     if graph_dec is not None:
-        rows.append(("decode, CUDA graph", eager_dec, graph_dec))
+        rows.append(("decode, CUDA graph", eager_dec, comp_dec, graph_dec))
         g_worst = max(_rel(ref_logits[i], graph_logits[i]) for i in range(check))
         g_same = max(_rel_max(pat_logits[i], graph_logits[i]) for i in range(len(pat_logits)))
         print(f"CUDA-graph decode: worst step's distance to eager {g_worst:.2e}; to the patched steps without "
               f"the graph (the same kernels), worst element {g_same:.2e}")
         ok = ok and g_worst <= args.rtol
-    print(f"\n{'':<18}{'eager':>12}{'patched':>12}{'speed-up':>10}")
-    for name, e, p in rows:
-        speed = (p / e) if "tokens/s" in name else (e / p)
-        print(f"{name:<18}{e:>12.2f}{p:>12.2f}{speed:>9.2f}x")
+
+    def cell(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    print(f"\n{'':<20}{'eager':>11}{'compiled':>11}{'patched':>11}{'vs eager':>10}{'vs compiled':>13}")
+    for name, e, c, p in rows:
+        up = "tokens/s" in name
+
+        def speed(base):
+            return None if base is None else (p / base if up else base / p)
+
+        print(f"{name:<20}{cell(e, '.2f'):>11}{cell(c, '.2f'):>11}{cell(p, '.2f'):>11}"
+              f"{cell(speed(e), '.2f') + 'x':>10}{cell(speed(c), '.2f') + ('x' if c is not None else ''):>13}")
+    if graph_dec is not None and comp_dec is not None:
+        print(f"decode through GraphDecoder: {comp_dec / graph_dec:.2f}x transformers' StaticCache under "
+              f"torch.compile (target >= 1.3x)")
     print(f"\ntime per op class, ms ({dev_name}; decode: per token):")
     print(f"{'op class':<16}{'prefill eager':>15}{'patched':>10}{'decode eager':>15}{'patched':>10}")
     for cls in tt.OP_CLASSES:

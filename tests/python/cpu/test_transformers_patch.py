@@ -202,3 +202,21 @@ def test_op_plot_values(tmp_path):
     assert values[("prefill", "patched", "attention")] == 1.0
     assert values[("decode (per token)", "patched", "norm")] == 0.1
     assert values[("decode (per token)", "eager", "RoPE")] == 0.0
+
+
+def test_model_command_compiled_baseline_on_cpu(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    model_cli.add_arguments(parser)
+    args = parser.parse_args(["--size", "tiny", "--device", "cpu", "--ops", "torch", "--plot", "", "--no-progress",
+                              "--repeat", "1", "--new-tokens", "3", "--compiled-baseline", "on"])
+    assert model_cli.run(args) == 0
+    out = capsys.readouterr().out
+    # transformers' StaticCache under torch.compile, fed eager's tokens, agrees with eager.
+    line = next(l for l in out.splitlines() if l.startswith("compiled baseline"))
+    assert float(line.rsplit(" ", 1)[1]) <= 2e-2, line
+    header = next(l for l in out.splitlines() if "vs compiled" in l)
+    assert header.split() == ["eager", "compiled", "patched", "vs", "eager", "vs", "compiled"]
+    decode = next(l for l in out.splitlines() if l.startswith("decode ms/token")).split()
+    assert len(decode) == 7 and all(float(v.rstrip("x")) > 0 for v in decode[2:])
