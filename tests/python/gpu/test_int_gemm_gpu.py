@@ -28,53 +28,64 @@ def needs_sm80():
 
 
 def run(program, M, N, K, a_dtype, b_dtype):
-    """The kernel, after checking its output against torch's."""
+    """(kernel, its output, torch's): the output poisoned before the launch."""
     kernel = tegula.compile(program)
     gen = torch.Generator().manual_seed(M * 7 + N * 3 + K)
     a, b, want = ip.operands(M, N, K, a_dtype, b_dtype, gen, device="cuda")
     c = torch.full((M, N), POISON, dtype=torch.int32, device="cuda")
     kernel(a, b, c)
-    assert not (c == POISON).any(), "the output keeps the poison (unwritten?)"
+    return kernel, c, want
+
+
+def differ(c, want) -> str:
     diff = (c.long() - want.long()).abs()
-    assert torch.equal(c, want), f"{int((diff > 0).sum())} elements differ, by up to {int(diff.max())}"
-    return kernel
+    return (f"{int((diff > 0).sum())} elements differ, by up to {int(diff.max())}; "
+            f"{int((c == POISON).sum())} keep the poison")
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", INT8_TYPES, ids=INT8_IDS)
 @pytest.mark.parametrize("M,N,K", [(512, 256, 1024), (300, 200, 330), (64, 64, 64)])
 def test_int8(a_dtype, b_dtype, M, N, K):
-    run(ip.gemm_program(M, N, K, a_dtype, b_dtype, block_M=128, block_N=128, block_K=64, num_stages=3),
-        M, N, K, a_dtype, b_dtype)
+    _, c, want = run(ip.gemm_program(M, N, K, a_dtype, b_dtype, block_M=128, block_N=128, block_K=64, num_stages=3),
+                     M, N, K, a_dtype, b_dtype)
+    assert torch.equal(c, want), differ(c, want)
 
 
 @pytest.mark.parametrize("block_K", [32, 128, 256])
 def test_int8_row_widths(block_K):
-    run(ip.gemm_program(256, 192, 1024, "int8", block_M=64, block_N=64, block_K=block_K), 256, 192, 1024, "int8", "int8")
+    _, c, want = run(ip.gemm_program(256, 192, 1024, "int8", block_M=64, block_N=64, block_K=block_K),
+                     256, 192, 1024, "int8", "int8")
+    assert torch.equal(c, want), differ(c, want)
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", INT8_TYPES, ids=INT8_IDS)
 def test_int8_mma_sync(a_dtype, b_dtype):
     # block_M = 32 fits no warpgroup: mma.sync m16n8k32 on every target.
-    k = run(ip.gemm_program(333, 150, 200, a_dtype, b_dtype, block_M=32, block_N=64, block_K=32),
-            333, 150, 200, a_dtype, b_dtype)
+    k, c, want = run(ip.gemm_program(333, 150, 200, a_dtype, b_dtype, block_M=32, block_N=64, block_K=32),
+                     333, 150, 200, a_dtype, b_dtype)
+    assert torch.equal(c, want), differ(c, want)
     assert "wgmma" not in k.get_kernel_source()
 
 
 def test_int8_clear_accum_every_step():
-    run(ip.gemm_program(256, 256, 2048, "uint8", "int8", block_M=128, block_N=64, block_K=64, clear_accum=True),
-        256, 256, 2048, "uint8", "int8")
+    _, c, want = run(ip.gemm_program(256, 256, 2048, "uint8", "int8", block_M=128, block_N=64, block_K=64,
+                                     clear_accum=True), 256, 256, 2048, "uint8", "int8")
+    assert torch.equal(c, want), differ(c, want)
 
 
 @pytest.mark.parametrize("a_dtype,b_dtype", INT4_TYPES, ids=INT4_IDS)
 @pytest.mark.parametrize("M,N,K", [(512, 256, 1024), (300, 200, 330), (64, 64, 128)])
 def test_int4(a_dtype, b_dtype, M, N, K):
-    run(ip.gemm_program(M, N, K, a_dtype, b_dtype, block_M=128, block_N=128, block_K=64, num_stages=3),
-        M, N, K, a_dtype, b_dtype)
+    _, c, want = run(ip.gemm_program(M, N, K, a_dtype, b_dtype, block_M=128, block_N=128, block_K=64, num_stages=3),
+                     M, N, K, a_dtype, b_dtype)
+    assert torch.equal(c, want), differ(c, want)
 
 
 @pytest.mark.parametrize("block_K", [64, 128, 256])
 def test_int4_row_widths_and_double_buffered_fragments(block_K):
-    run(ip.gemm_program(256, 192, 1024, "int4", block_M=64, block_N=64, block_K=block_K), 256, 192, 1024, "int4", "int4")
+    _, c, want = run(ip.gemm_program(256, 192, 1024, "int4", block_M=64, block_N=64, block_K=block_K),
+                     256, 192, 1024, "int4", "int4")
+    assert torch.equal(c, want), differ(c, want)
 
 
 def test_tilelang_int4_example():
