@@ -133,22 +133,9 @@ def _program_16(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm_
                 if k0 + block_N > seqlen:  # rows past the end may hold anything, NaN included
                     for i, j in T.Parallel(block_N, DIM):
                         KV_shared[i, j] = T.if_then_else(k0 + i < seqlen, KV_shared[i, j], 0)
-                T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol,
-                       clear_accum=True)
-                T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity(accum))
-                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
-                               logsum, scale, block_H, block_N, DIM)
-                T.gemm(acc_s_cast, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
-            # An empty split leaves 0 and a log-sum-exp of -inf (weight 0 in the combine).
-            for i, j in T.Parallel(block_H, DIM):
-                if hb * block_H + i < heads:
-                    O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
-            for i in T.Parallel(block_H):
-                if hb * block_H + i < heads:
-                    L_part[bz, hb * block_H + i, bs] = T.if_then_else(
-                        logsum[i] == 0, -T.infinity(accum), T.log2(logsum[i]) + scores_max[i] * scale)
+                attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cast, acc_o, scores_max,
+                             scores_max_prev, scores_scale, scores_sum, logsum, scale, k0, seqlen, block_H, block_N)
+            store_split(O_part, L_part, acc_o, logsum, scores_max, scale, None, heads, hb, bs, bz, block_H)
 
         combine(O_part, L_part, Output, Lse, batch, heads, num_split)
 
@@ -288,26 +275,47 @@ def _program_fp8(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm
                     else:
                         T.copy(KV8_shared[:, 0:DIM], KV_shared)
                     T.copy(KV8_shared[:, DIM:width], K_pe_shared)
-                T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol,
-                       clear_accum=True)
-                T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity(accum))
-                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
-                               logsum, score_scale, block_H, block_N, DIM)
-                T.gemm(acc_s_cast, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
-            for i, j in T.Parallel(block_H, DIM):
-                if hb * block_H + i < heads:
-                    O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(
-                        logsum[i] == 0, 0, acc_o[i, j] * (kv_scale / logsum[i]))
-            for i in T.Parallel(block_H):
-                if hb * block_H + i < heads:
-                    L_part[bz, hb * block_H + i, bs] = T.if_then_else(
-                        logsum[i] == 0, -T.infinity(accum), T.log2(logsum[i]) + scores_max[i] * score_scale)
+                attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cast, acc_o, scores_max,
+                             scores_max_prev, scores_scale, scores_sum, logsum, score_scale, k0, seqlen, block_H,
+                             block_N)
+            store_split(O_part, L_part, acc_o, logsum, scores_max, score_scale, kv_scale, heads, hb, bs, bz, block_H)
 
         combine(O_part, L_part, Output, Lse, batch, heads, num_split)
 
     return mla_decode_fp8
+
+
+@T.macro
+def attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev,
+                 scores_scale, scores_sum, logsum, scale, k0, seqlen, block_H, block_N):
+    """One key block of both programs, its latent and rotary parts in shared memory as q's
+    dtype: the scores q·Kᵀ, the columns at and past seqlen at -inf, the online softmax
+    (scale: the scores' factor, log2 e included), and P·V into acc_o."""
+    T.gemm(Q_shared, KV_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol, clear_accum=True)
+    T.gemm(Q_pe_shared, K_pe_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+    for i, j in T.Parallel(block_H, block_N):
+        acc_s[i, j] = T.if_then_else(k0 + j < seqlen, acc_s[i, j], -T.infinity("float32"))
+    online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum, scale,
+                   block_H, block_N, DIM)
+    T.gemm(acc_s_cast, KV_shared, acc_o, policy=T.GemmWarpPolicy.FullCol)
+
+
+@T.macro
+def store_split(O_part, L_part, acc_o, logsum, scores_max, scale, kv_scale, heads, hb, bs, bz, block_H):
+    """A split's normalised output and log-sum-exp, for the combine; kv_scale (an FP8
+    cache's, None for a 16-bit one) multiplies the output. An empty split leaves 0 and a
+    log-sum-exp of -inf (weight 0 in the combine)."""
+    for i, j in T.Parallel(block_H, DIM):
+        if hb * block_H + i < heads:
+            if kv_scale is None:
+                O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
+            else:
+                O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(logsum[i] == 0, 0,
+                                                                     acc_o[i, j] * (kv_scale / logsum[i]))
+    for i in T.Parallel(block_H):
+        if hb * block_H + i < heads:
+            L_part[bz, hb * block_H + i, bs] = T.if_then_else(
+                logsum[i] == 0, -T.infinity("float32"), T.log2(logsum[i]) + scores_max[i] * scale)
 
 
 @T.macro
