@@ -202,6 +202,30 @@ def _check_tile(op, kind, block_K, promote, pair=0):
                          f"tensor and row kinds only (the block kind promotes every step), got {promote}")
 
 
+@T.macro
+def tile_buffers(block_M, block_N, block_K, a_dtype, b_dtype, kind, promote, pair):
+    """Both programs' buffers of one tile: A_s, B_s, the accumulator acc, the tensor cores'
+    partial sums `part` and the scales `scl` (acc itself unless the block kind or promote
+    needs them apart), the second step's A1_s, B1_s, part1, scl1 (the first's unless pair),
+    and ab, the per-tensor scale product."""
+    A_s = T.alloc_shared((block_M, block_K), a_dtype)
+    B_s = T.alloc_shared((block_N, block_K), b_dtype)
+    acc = T.alloc_fragment((block_M, block_N), "float32")
+    part, scl = acc, acc
+    if kind == "block" or promote:
+        part = T.alloc_fragment((block_M, block_N), "float32")
+    if kind == "block":
+        scl = T.alloc_fragment(block_scale_shape(block_M, block_N), "float32")
+    A1_s, B1_s, part1, scl1 = A_s, B_s, part, scl
+    if pair:
+        A1_s = T.alloc_shared((block_M, block_K), a_dtype)
+        B1_s = T.alloc_shared((block_N, block_K), b_dtype)
+        part1 = T.alloc_fragment((block_M, block_N), "float32")
+        scl1 = T.alloc_fragment(block_scale_shape(block_M, block_N), "float32")
+    ab = T.alloc_local((1,), "float32")
+    return A_s, B_s, acc, part, scl, A1_s, B1_s, part1, scl1, ab
+
+
 def fp8_gemm_program(M, N, K, kind="tensor", block_M=128, block_N=128, block_K=128, num_stages=4, threads=256,
                      a_dtype="float8_e4m3fn", b_dtype="float8_e4m3fn", out_dtype="bfloat16", has_bias=False,
                      panel_size=8, promote=0, pair=0):
@@ -212,28 +236,14 @@ def fp8_gemm_program(M, N, K, kind="tensor", block_M=128, block_N=128, block_K=1
     _check_tile("fp8_gemm_program", kind, block_K, promote, pair)
     sa_shape, sb_shape = scale_shapes(kind, M, N, K)
     NB, KB = -(-N // GROUP), -(-K // GROUP)
-    scl_shape = block_scale_shape(block_M, block_N)
 
     @T.prim_func
     def fp8_gemm(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype), ScaleA: T.Tensor(sa_shape, "float32"),
                  ScaleB: T.Tensor(sb_shape, "float32"), Bias: T.Tensor((N,), out_dtype),
                  C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((block_M, block_K), a_dtype)
-            B_s = T.alloc_shared((block_N, block_K), b_dtype)
-            acc = T.alloc_fragment((block_M, block_N), "float32")
-            part, scl = acc, acc   # the tensor cores' partial sums and the scales (block kind, promote)
-            if kind == "block" or promote:
-                part = T.alloc_fragment((block_M, block_N), "float32")
-            if kind == "block":
-                scl = T.alloc_fragment(scl_shape, "float32")
-            A1_s, B1_s, part1, scl1 = A_s, B_s, part, scl   # the second step's buffers (pair only)
-            if pair:
-                A1_s = T.alloc_shared((block_M, block_K), a_dtype)
-                B1_s = T.alloc_shared((block_N, block_K), b_dtype)
-                part1 = T.alloc_fragment((block_M, block_N), "float32")
-                scl1 = T.alloc_fragment(scl_shape, "float32")
-            ab = T.alloc_local((1,), "float32")
+            A_s, B_s, acc, part, scl, A1_s, B1_s, part1, scl1, ab = tile_buffers(block_M, block_N, block_K, a_dtype,
+                                                                                 b_dtype, kind, promote, pair)
             T.use_swizzle(panel_size=panel_size)
             T.clear(acc)
             if kind == "tensor":
@@ -258,7 +268,6 @@ def fp8_gemm_splitk_program(M, N, K, splits, kind="tensor", block_M=64, block_N=
     _check_tile("fp8_gemm_splitk_program", kind, block_K, promote, pair)
     sa_shape, sb_shape = scale_shapes(kind, M, N, K)
     NB, KB = -(-N // GROUP), -(-K // GROUP)
-    scl_shape = block_scale_shape(block_M, block_N)
     k_steps = -(-K // block_K)
     per_slice = -(-k_steps // splits) if splits >= 1 else 0
     if splits < 1 or (splits - 1) * per_slice >= k_steps:
@@ -271,21 +280,8 @@ def fp8_gemm_splitk_program(M, N, K, splits, kind="tensor", block_M=64, block_N=
                         Bias: T.Tensor((N,), out_dtype), C: T.Tensor((M, N), out_dtype)):
         Partial = T.alloc_global((splits, M, N), "float32")
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), splits, threads=threads) as (bx, by, bz):
-            A_s = T.alloc_shared((block_M, block_K), a_dtype)
-            B_s = T.alloc_shared((block_N, block_K), b_dtype)
-            acc = T.alloc_fragment((block_M, block_N), "float32")
-            part, scl = acc, acc   # the tensor cores' partial sums and the scales (block kind, promote)
-            if kind == "block" or promote:
-                part = T.alloc_fragment((block_M, block_N), "float32")
-            if kind == "block":
-                scl = T.alloc_fragment(scl_shape, "float32")
-            A1_s, B1_s, part1, scl1 = A_s, B_s, part, scl   # the second step's buffers (pair only)
-            if pair:
-                A1_s = T.alloc_shared((block_M, block_K), a_dtype)
-                B1_s = T.alloc_shared((block_N, block_K), b_dtype)
-                part1 = T.alloc_fragment((block_M, block_N), "float32")
-                scl1 = T.alloc_fragment(scl_shape, "float32")
-            ab = T.alloc_local((1,), "float32")
+            A_s, B_s, acc, part, scl, A1_s, B1_s, part1, scl1, ab = tile_buffers(block_M, block_N, block_K, a_dtype,
+                                                                                 b_dtype, kind, promote, pair)
             T.clear(acc)
             if kind == "tensor":
                 ab[0] = ScaleA[0] * ScaleB[0]
