@@ -18,6 +18,28 @@ from .fuzz_gen import Kernel
 FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 
 
+def k_loop(k: Kernel, K, bm, bn, bk, As, Bs, Cf, Tf, policy, clear_accum, two_feature) -> None:
+    """Both families' loop over K (pipelined three times in four): the A and B tiles copied
+    in, C = A Bᵀ (cleared each step with clear_accum), and with Tf each step's product
+    added into it (feature two_feature)."""
+    c, b = k.c, k.body
+    trips = f"T.ceildiv({K}, {bk})"
+    if c.flip(0.75):
+        b.open(f"for ko in T.Pipelined({trips}, num_stages={c.int(1, 3)}):")
+    else:
+        b.open(f"for ko in T.serial({trips}):")
+    b.emit(f"T.copy(A[by * {bm}, ko * {bk}], {As})")
+    b.emit(f"T.copy(B[bx * {bn}, ko * {bk}], {Bs})")
+    flags = ", clear_accum=True" if clear_accum else ""
+    b.emit(f"T.gemm({As}, {Bs}, {Cf}, transpose_B=True{flags}, policy=T.GemmWarpPolicy.{policy})")
+    if Tf:
+        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
+        b.emit(f"{Tf}[i, j] += {Cf}[i, j]")
+        b.close()
+        k.features.add(two_feature)
+    b.close()
+
+
 def gen_gemm_fp8(k: Kernel) -> None:
     c = k.c
     k.target = c.choice(["sm_89", "sm_90a"])
@@ -47,23 +69,9 @@ def gen_gemm_fp8(k: Kernel) -> None:
         b.emit(f"T.clear({Cf})")
     if Tf:
         b.emit(f"T.clear({Tf})")
-    trips = f"T.ceildiv({K}, {bk})"
-    if c.flip(0.75):
-        b.open(f"for ko in T.Pipelined({trips}, num_stages={c.int(1, 3)}):")
-    else:
-        b.open(f"for ko in T.serial({trips}):")
-    b.emit(f"T.copy(A[by * {bm}, ko * {bk}], {As})")
-    b.emit(f"T.copy(B[bx * {bn}, ko * {bk}], {Bs})")
-    flags = ", clear_accum=True" if clear_accum else ""
-    b.emit(f"T.gemm({As}, {Bs}, {Cf}, transpose_B=True{flags}, policy=T.GemmWarpPolicy.{policy})")
-    if Tf:
-        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
-        b.emit(f"{Tf}[i, j] += {Cf}[i, j]")
-        b.close()
-        k.features.add("fp8_two_accumulators")
-    elif clear_accum:
+    k_loop(k, K, bm, bn, bk, As, Bs, Cf, Tf, policy, clear_accum, "fp8_two_accumulators")
+    if not Tf and clear_accum:
         k.features.add("fp8_clear_accum_every_step")  # C is the last K tile's product
-    b.close()
     out = Tf or Cf
     if c.flip(0.3):  # per-column scales, as dequantising epilogues apply them
         k.tensor("Scale", [str(N)], [N], "float32", values="positive")
@@ -106,21 +114,7 @@ def gen_gemm_int(k: Kernel) -> None:
     clear_accum = c.flip(0.2)
     Tf = k.alloc("fragment", (bm, bn), "int32", "C_total") if clear_accum else None
     b.emit(f"T.clear({Tf or Cf})")
-    trips = f"T.ceildiv({K}, {bk})"
-    if c.flip(0.75):
-        b.open(f"for ko in T.Pipelined({trips}, num_stages={c.int(1, 3)}):")
-    else:
-        b.open(f"for ko in T.serial({trips}):")
-    b.emit(f"T.copy(A[by * {bm}, ko * {bk}], {As})")
-    b.emit(f"T.copy(B[bx * {bn}, ko * {bk}], {Bs})")
-    flags = ", clear_accum=True" if clear_accum else ""
-    b.emit(f"T.gemm({As}, {Bs}, {Cf}, transpose_B=True{flags}, policy=T.GemmWarpPolicy.{policy})")
-    if Tf:
-        b.open(f"for i, j in T.Parallel({bm}, {bn}):")
-        b.emit(f"{Tf}[i, j] += {Cf}[i, j]")
-        b.close()
-        k.features.add("int8_gemm_two_accumulators")
-    b.close()
+    k_loop(k, K, bm, bn, bk, As, Bs, Cf, Tf, policy, clear_accum, "int8_gemm_two_accumulators")
     out = Tf or Cf
     if c.flip(0.3):  # dequantised by per-column scales into float32
         k.dtypes.add("float32")
