@@ -15,9 +15,7 @@ Target: at most 2.5 µs per launch through the jit kernel object given its three
     python benchmarks/bench_launch.py         # OUT=dir also writes dir/bench_launch.json
 """
 import operator
-import statistics
 import sys
-import time
 
 import torch
 
@@ -32,17 +30,7 @@ TARGET_US = 2.5
 
 
 def per_launch_us(fn) -> float:
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    rounds = []
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
-        for _ in range(COUNT):
-            fn()
-        rounds.append((time.perf_counter() - start) / COUNT * 1e6)
-        torch.cuda.synchronize()  # outside the timed span: only host time is measured
-    return statistics.median(rounds)
+    return common.per_call_us(fn, WARMUP, COUNT, ROUNDS)  # host time only
 
 
 def _row(case, fn, torch_us, target_us=None, error=None):

@@ -48,6 +48,26 @@ def _flush_l2() -> None:
     _FLUSH.zero_()
 
 
+def per_call_us(fn, warmup: int, count: int, rounds: int, wall: bool = False) -> float:
+    """Microseconds per call of fn() issued back to back, without synchronising between
+    calls: the median over `rounds` bursts of `count` calls, after `warmup` calls. wall=False
+    times the host alone (the GPU drains its queue outside the timed span); wall=True waits
+    for the GPU inside it (wall time per call, the GPU's time where that is longer)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        if wall:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / count * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def event_bench(fn, warmup: float = 25, rep: float = 200) -> float:
     """Median ms of fn() between CUDA events; warmup and rep are budgets in ms (Triton's and
     TileLang's meaning), turned into call counts from a first estimate."""

@@ -5,6 +5,10 @@ nothing traces the call, the implementation itself (`_call`), and `out=` calls. 
 registries `_IMPLS`, `_FUNCTIONS` and `EAGER` are filled by _ops as it registers."""
 from __future__ import annotations
 
+import functools
+import inspect
+import os
+
 import torch
 
 from ._common import check_out, describe, refuse_grad
@@ -92,3 +96,53 @@ def _with_out(entry, out, *args):
         check_out(entry.__name__, out, result.shape, result)
         return out.copy_(result)
     return entry(*args, out=out)
+
+
+def planned(public):
+    """`public`, with its eager calls replayed from entry plans: the first calls of each
+    argument signature run `public` under a recorder, and once two recordings agree the
+    signature's later calls allocate and launch what they recorded, without Python
+    (`tegula._C.EntryPlans`, src/bindings/entry_plans.cc, says what a recording may
+    contain and when one is refused). Traced calls (torch.compile's Dynamo, which reads
+    `public` itself) always run `public`. TEGULA_ENTRY_PLANS=0 turns plans off.
+    The wrapper's `plans` attribute counts hits and refusals (`plans.stats()`)."""
+    if os.environ.get("TEGULA_ENTRY_PLANS", "1").strip() == "0":
+        return public
+    try:
+        from tegula.env import native
+
+        plans = native().EntryPlans(public)
+    except ImportError:  # the core is not built: the public function as it is
+        return public
+    compiling = torch.compiler.is_compiling
+    if "check_indices" in inspect.signature(public).parameters:
+        from tegula.env import check_indices
+
+        # TEGULA_CHECK_INDICES is read per call (a session may switch it); a checked call
+        # reads indices to the host, which no plan repeats.
+        @functools.wraps(public)
+        def entry(*args, **kwargs):
+            if compiling() or (kwargs.get("check_indices") is None and check_indices()):
+                return public(*args, **kwargs)
+            return plans(args, kwargs)
+    else:
+        @functools.wraps(public)
+        def entry(*args, **kwargs):
+            if compiling():
+                return public(*args, **kwargs)
+            return plans(args, kwargs)
+
+    entry.plans = plans
+    return entry
+
+
+def plan_constant(t: torch.Tensor) -> torch.Tensor:
+    """t, declared a tensor this module keeps between calls whose memory entry plans may
+    launch with (a placeholder argument the kernel never reads, a table built once and
+    never changed): held for the life of the process. Without the core, t itself."""
+    try:
+        from tegula.env import native
+
+        return native().entry_plan_constant(t)
+    except ImportError:
+        return t

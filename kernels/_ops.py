@@ -53,7 +53,7 @@ from typing import Optional
 
 import torch
 
-from . import _index_checks as index_checks
+from . import _calls, _index_checks as index_checks
 from . import _model_ops, _quant_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
 from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
 from . import matrix_transpose as _transpose_mod, row_softmax as _softmax_mod
@@ -597,12 +597,17 @@ def mla_decode(q, kv_cache, cache_seqlens, block_table=None, sm_scale=None, num_
 def _publish() -> None:
     """Each kernel module's public function becomes the one above (or _model_ops's), so
     `tegula.kernels.rmsnorm.rms_norm`, `tegula.kernels.flash_attention.flash_attention` and
-    `tegula.kernels.rms_norm` are one function, the operator's. The eager entry points stay
-    reachable as `EAGER[name]`."""
+    `tegula.kernels.rms_norm` are one function, the operator's, wrapped in its entry plans
+    (`_calls.planned`: eager calls of a signature seen before replay what it recorded). The
+    eager entry points stay reachable as `EAGER[name]`."""
     here = globals()
     for module, names in _PUBLIC.items():
         for name in names:
+            here[name] = _calls.planned(here[name])
             setattr(module, name, here[name])
+            for owner in (_model_ops, _quant_ops):
+                if getattr(owner, name, None) is getattr(here[name], "__wrapped__", None):
+                    setattr(owner, name, here[name])
 
 
 _publish()

@@ -92,6 +92,7 @@ import torch
 import tegula
 import tegula.language as T
 
+from . import _calls
 from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, next_pow2, sm_count
 from .gemm import _default_sms, k_slices
 from .weight_packing import (E4M3_DTYPE, E8M0_DTYPE, HALF_DTYPES, dequantize, pack_int4,  # noqa: F401
@@ -616,7 +617,7 @@ def w4a16_gemm_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor
 
 @functools.lru_cache(maxsize=None)
 def _placeholder(device):
-    return torch.zeros(1, dtype=torch.uint8, device=device)
+    return _calls.plan_constant(torch.zeros(1, dtype=torch.uint8, device=device))
 
 
 def launch_args(x, qweight, scales, zeros, kind, weight_format):

@@ -44,7 +44,7 @@ import torch
 import tegula
 import tegula.language as T
 
-from . import _index_checks as index_checks
+from . import _calls, _index_checks as index_checks
 from ._attention import check_kv_scale, check_num_split, check_operand, check_sm_scale, online_softmax
 from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, sm_count
 from .dequant_gemm import async_proxy_target
@@ -452,7 +452,7 @@ def kernel_for(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm_s
 @functools.lru_cache(maxsize=64)
 def _no_table(batch, device):
     """The block-table argument of the contiguous program, which never reads it."""
-    return torch.zeros((batch, 1), dtype=torch.int32, device=device)
+    return _calls.plan_constant(torch.zeros((batch, 1), dtype=torch.int32, device=device))
 
 
 def check_mla_decode_args(op, q, kv_cache, cache_seqlens, block_table, sm_scale, num_split, kv_scale=None):

@@ -531,5 +531,6 @@ def rope(q, k, cos=None, sin=None, positions=None, *, interleaved: bool = False,
             done[name] = t
         else:
             done[name] = o if lay == layout else o.transpose(1, 2)
-    return tuple(None if t is None else done.get(name, t if inplace else t.clone())
+    # An empty q or k is not launched: itself in place, else a copy of it.
+    return tuple(None if t is None else done[name] if name in done else (t if inplace else t.clone())
                  for name, t in (("q", q), ("k", k)))

@@ -12,6 +12,8 @@ Variables:
   TEGULA_LOG        "compile" (or "all"): one line per compile stage on stderr, with its
                     time: parse, lowering passes, printing, index and cache lookups, NVRTC
   TEGULA_JIT_INDEX  "0": @jit calls always parse and lower (see tegula/jit_index.py)
+  TEGULA_ENTRY_PLANS  "0": the entry points of tegula.kernels run their Python on every
+                    call, never a recorded plan (kernels/_calls.py `planned`)
   TEGULA_CHECK_INDICES  "1": the kernels' entry points that take index tensors (block
                     tables, lengths, positions, offsets, expert ids) check them against
                     the tensors they index, each call (see `check_indices()`)

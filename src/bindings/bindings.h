@@ -98,5 +98,10 @@ py::handle compile_error_type();
 py::handle cuda_error_type();
 py::handle internal_error_type();
 py::handle argument_error_type();
+py::handle assumption_error_type();
+// Sets the Python error a C++ exception stands for, as the module's translator does
+// (CompileError, ArgumentError, AssumptionError, CudaError, InternalError; a Python error
+// restored; anything else an InternalError): for the entry points that are not pybind11's.
+void set_python_error(std::exception_ptr p);
 
 }  // namespace tegula::bindings

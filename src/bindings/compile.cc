@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bindings/bindings.h"
+#include "bindings/entry_plans.h"
 #include "bindings/launcher.h"
 #include "bindings/program.h"
 #include "codegen/cuda_printer.h"
@@ -453,6 +454,7 @@ static std::vector<int> written_params(const LoweredKernel& l) {
 
 void init_compile(py::module_& m) {
   init_launcher(m);
+  init_entry_plans(m);
   init_layouts(m);
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
       .def("__call__", [](Program& p, const py::args& a) { return p.call(a); })

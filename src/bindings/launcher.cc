@@ -48,20 +48,8 @@ PyObject* launch(PyObject* self, PyObject* const* args, size_t nargs) {
   try {
     py::object out = (*l->program)->call(args, nargs);
     return out.release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
   } catch (...) {
-    // Route C++ exceptions through the module's translators (ArgumentError, CudaError...).
-    try {
-      throw;
-    } catch (const ArgumentError& e) {
-      PyErr_SetString(argument_error_type().ptr(), e.what());
-    } catch (const CudaError& e) {
-      PyErr_SetString(cuda_error_type().ptr(), e.what());
-    } catch (const std::exception& e) {
-      PyErr_SetString(internal_error_type().ptr(), e.what());
-    }
+    set_python_error(std::current_exception());
     return nullptr;
   }
 }

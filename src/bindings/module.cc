@@ -73,6 +73,26 @@ py::handle compile_error_type() { return g_compile_error; }
 py::handle cuda_error_type() { return g_cuda_error; }
 py::handle internal_error_type() { return g_internal_error; }
 py::handle argument_error_type() { return g_argument_error; }
+py::handle assumption_error_type() { return g_assumption_error; }
+
+void set_python_error(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return;
+  } catch (...) {
+  }
+  translate(p);
+  if (PyErr_Occurred()) return;
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    PyErr_SetString(g_internal_error, e.what());
+  } catch (...) {
+    PyErr_SetString(g_internal_error, "an unknown C++ exception");
+  }
+}
 
 }  // namespace tegula::bindings
 

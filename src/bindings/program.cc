@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bindings/bindings.h"
+#include "bindings/entry_plans.h"
 #include "bindings/launcher.h"
 #include "codegen/cuda_printer.h"
 #include "ir/analyzer.h"
@@ -427,7 +428,7 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
   int device = -1;
   // Fixed-size storage: the launch path allocates nothing on the heap.
   Args tensors(params_.size());
-  ArgValue scalars[kMaxArgs];
+  ArgValue scalars[kMaxArgs] = {};  // zeroed: an entry plan compares recorded scalars whole
   size_t next = 0;
   bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -445,14 +446,14 @@ py::object Program::call(PyObject* const* inputs, size_t count) {
   }
   check_scalar_sized(tensors, scalars, dyn);
   if (num_outputs_ == 0 && num_workspaces_ == 0) {
-    run(tensors, scalars, dyn, device, nullptr);
+    run(describe(tensors).data(), scalars, dyn, device, nullptr);
     return py::none();
   }
   py::object outs[kMaxArgs];
   int nout = 0;
   allocate(tensors, dyn, scalars, device, false, outs, &nout);
   if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);
-  run(tensors, scalars, dyn, device, nullptr);
+  run(describe(tensors).data(), scalars, dyn, device, nullptr);
   if (num_outputs_ == 0) return py::none();
   if (num_outputs_ == 1) return outs[0];
   py::list list;
@@ -477,7 +478,7 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   for (int i = 0; i < num_dynamic_; ++i) dyn[i] = -1;
   int device = -1;
   Args tensors(params_.size());
-  ArgValue scalars[kMaxArgs];
+  ArgValue scalars[kMaxArgs] = {};  // zeroed: an entry plan compares recorded scalars whole
   size_t next = 0;
   bool pointers = false;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -490,7 +491,7 @@ void Program::launch(const std::vector<py::object>& args, int64_t stream) {
   if (device < 0) throw ArgumentError(kernel_name_ + ": at least one tensor argument is needed");
   check_scalar_sized(tensors, scalars, dyn);
   if (num_workspaces_) allocate(tensors, dyn, scalars, device, true, nullptr, nullptr);
-  run(tensors, scalars, dyn, device, reinterpret_cast<void*>(stream));
+  run(describe(tensors).data(), scalars, dyn, device, reinterpret_cast<void*>(stream));
 }
 
 // ext: the logical grid (T.Kernel's extents, at least 1 each). The hardware allows
@@ -555,12 +556,31 @@ void Program::check_cooperative(const Kernel& k, const Loaded& l, runtime::Dim3 
   throw ArgumentError(os.str());
 }
 
-void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream) {
+Descs describe(const Args& tensors) {
+  Descs descs(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined()) continue;
+    descs[i] = TensorDesc{t.data_ptr(), int(t.dim()), t.sizes().data(), t.strides().data()};
+  }
+  return descs;
+}
+
+void Program::replay(const TensorDesc* tensors, const ArgValue* scalars, const int64_t* dyn, int device) {
+  ArgValue copy[kMaxArgs];
+  std::memcpy(copy, scalars, sizeof(ArgValue) * params_.size());
+  run(tensors, copy, dyn, device, nullptr);
+}
+
+void Program::run(const TensorDesc* tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream) {
+  if (EntryRecorder* r = EntryRecorder::active()) {
+    r->on_launch(shared_from_this(), tensors, scalars, dyn, device, stream != nullptr || event_log_ != nullptr);
+  }
   ArgValue values[kMaxArgs];
   void* argv[kMaxArgs];
   size_t n = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].is_tensor) values[n].ptr = tensors[i].data_ptr();
+    if (params_[i].is_tensor) values[n].ptr = tensors[i].ptr;
     else values[n] = scalars[i];
     argv[n] = &values[n];
     ++n;
@@ -639,20 +659,20 @@ void Program::run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int devi
 
 // Each tensor map of kernel k for this call's tensors: from the cache when the tensor's
 // address and sizes were seen lately, else encoded (and cached).
-void Program::encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]) {
+void Program::encode_maps(Kernel& k, const TensorDesc* tensors, unsigned char (*out)[128]) {
   std::lock_guard<std::mutex> lock(mu_);
   if (k.map_cache.size() != k.launch.tensor_maps.size()) k.map_cache.resize(k.launch.tensor_maps.size());
   for (size_t i = 0; i < k.launch.tensor_maps.size(); ++i) {
     const TensorMapSpec& spec = k.launch.tensor_maps[i];
-    const at::Tensor& t = tensors[spec.param];
-    int rank = int(t.dim());
-    const void* ptr = t.data_ptr();
+    const TensorDesc& t = tensors[spec.param];
+    int rank = t.rank;
+    const void* ptr = t.ptr;
     MapCache& cache = k.map_cache[i];
     MapCacheEntry* hit = nullptr;
     for (auto& e : cache.entries) {
       if (e.ptr != ptr) continue;
       bool same = true;
-      for (int d = 0; d < rank; ++d) same = same && e.dims[d] == t.size(d);
+      for (int d = 0; d < rank; ++d) same = same && e.dims[d] == t.sizes[d];
       if (same) {
         hit = &e;
         break;
@@ -665,11 +685,11 @@ void Program::encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[1
       uint32_t box[5], ones[5];
       for (int d = 0; d < rank; ++d) {
         int src = rank - 1 - d;  // innermost first
-        dims[d] = uint64_t(std::max<int64_t>(t.size(src), 1));
-        strides[d] = uint64_t(t.stride(src)) * spec.elem_bytes;
+        dims[d] = uint64_t(std::max<int64_t>(t.sizes[src], 1));
+        strides[d] = uint64_t(t.strides[src]) * spec.elem_bytes;
         box[d] = spec.box[d];
         ones[d] = 1;
-        hit->dims[src] = t.size(src);
+        hit->dims[src] = t.sizes[src];
       }
       hit->ptr = nullptr;
       runtime::encode_tensor_map(hit->map, spec.dtype, rank, const_cast<void*>(ptr), dims, strides + 1, box, ones,

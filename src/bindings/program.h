@@ -60,6 +60,18 @@ struct GridRules {
 };
 using Args = c10::SmallVector<at::Tensor, 8>;
 
+// What a launch reads of one tensor argument: its address, and for a tensor map its sizes
+// and strides (in elements). Built from the call's tensors, or from a recorded entry
+// plan (entry_plans.h) without making a tensor.
+struct TensorDesc {
+  void* ptr = nullptr;
+  int rank = 0;
+  const int64_t* sizes = nullptr;
+  const int64_t* strides = nullptr;
+};
+using Descs = c10::SmallVector<TensorDesc, 8>;
+Descs describe(const Args& tensors);
+
 // A tensor map the launch encodes for a kernel (ir::Kernel::TensorMap, with the element
 // type resolved), from the tensor the call passes for `param`.
 struct TensorMapSpec {
@@ -93,7 +105,7 @@ struct Launch {
 
 // A compiled prim_func: one kernel per `with T.Kernel` block, launched in order on one
 // stream by one call, over one argument list (parameters, then the workspaces).
-class Program {
+class Program : public std::enable_shared_from_this<Program> {
  public:
   Program(std::string kernel_name, std::vector<ParamSpec> params, int num_dynamic,
           std::vector<ir::Expr> dynamic_vars, std::vector<Launch> launches);
@@ -108,12 +120,16 @@ class Program {
   const std::vector<ParamSpec>& params() const { return params_; }
   const std::string& name() const { return kernel_name_; }
   int num_outputs() const { return num_outputs_; }
+  int num_dynamic() const { return num_dynamic_; }
   size_t num_kernels() const { return kernels_.size(); }
   const Launch& launch_spec(size_t i) const { return kernels_.at(i).launch; }
   // The event log the next launches pass to kernels that record events (iket.h's IketLog,
   // a device address; 0 for none: they record nothing). tegula.tools.cuda.iket sets one
   // per call; the kernels read it when launched, so a later change leaves them unaffected.
   void set_event_log(uint64_t address) { event_log_ = reinterpret_cast<void*>(address); }
+  // Launches kernels with arguments an entry plan recorded (entry_plans.cc): tensors as
+  // descriptors, scalars and dynamic sizes as the recorded call had them.
+  void replay(const TensorDesc* tensors, const ArgValue* scalars, const int64_t* dyn, int device);
   bool records_events() const {
     for (auto& k : kernels_) {
       if (k.launch.event_log) return true;
@@ -158,7 +174,7 @@ class Program {
   ir::VarValues size_values(const int64_t* dyn, const ArgValue* scalars) const;
   // The dimensions of tensors computed from the scalar arguments, against their values.
   void check_scalar_sized(Args& tensors, const ArgValue* scalars, const int64_t* dyn) const;
-  void run(Args& tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
+  void run(const TensorDesc* tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;
   void check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const;
@@ -169,7 +185,7 @@ class Program {
   void check_cooperative(const Kernel& k, const Loaded& l, runtime::Dim3 grid, const int64_t* dyn) const;
   void check_clusters(const Kernel& k, const int64_t* ext, const int64_t* dyn) const;
   std::string dynamic_sizes_text(const int64_t* dyn) const;
-  void encode_maps(Kernel& k, const Args& tensors, unsigned char (*out)[128]);
+  void encode_maps(Kernel& k, const TensorDesc* tensors, unsigned char (*out)[128]);
 
   std::string kernel_name_;
   std::vector<ParamSpec> params_;
