@@ -7,6 +7,9 @@
 //   interp.cc      Lowered.reference / Lowered.simulate: the CPU interpreters (tegula.testing)
 //   layouts.cc     Lowered.layouts / shared_offsets: the chosen layouts as data (tegula.tools)
 //   register_analysis.cc  Lowered.register_liveness: fragment registers as data (tegula.registers)
+//   program.cc, program_launch.cc  Program: a call's argument checks and outputs; its launches
+//   launcher.cc    tegula._C.Launcher: a kernel's call slot
+//   entry_plans.cc, entry_signature.cc  tegula._C.EntryPlans: entry points' calls recorded and replayed
 #pragma once
 #include <pybind11/pybind11.h>
 

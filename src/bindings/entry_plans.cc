@@ -30,9 +30,7 @@
 
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/record_function.h>
-#include <c10/core/GradMode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
-#include <torch/csrc/Dtype.h>
 
 #include <cstring>
 #include <string>
@@ -40,167 +38,20 @@
 #include <vector>
 
 #include "bindings/bindings.h"
+#include "bindings/entry_signature.h"
 
 namespace tegula::bindings {
 
 namespace {
 
+using signature::Inputs;
+using signature::Key;
+using signature::KeyHash;
+
 thread_local EntryRecorder* t_recorder = nullptr;
 
 constexpr int kMaxRefusals = 3;       // recordings refused before a signature stops trying
 constexpr size_t kMaxSignatures = 4096;  // past this many, an entry point forgets its plans
-
-// ---------------------------------------------------------------------------------------
-// The signature of a call.
-
-enum Tag : int64_t { kTensor = 1, kNone, kBool, kInt, kFloat, kStr, kTuple, kList, kDtype, kKeyword };
-
-struct Key {
-  c10::SmallVector<int64_t, 48> words;
-  std::vector<std::string> strings;
-  bool operator==(const Key& o) const {
-    return words.size() == o.words.size() &&
-           std::memcmp(words.data(), o.words.data(), words.size() * sizeof(int64_t)) == 0 && strings == o.strings;
-  }
-};
-
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t w : k.words) h = (h ^ uint64_t(w)) * 1099511628211ull;
-    for (const auto& s : k.strings) h = (h ^ std::hash<std::string>{}(s)) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-
-// The tensors of a call, in the order the signature met them (positional arguments, then
-// keywords, each tuple's items in place).
-struct Inputs {
-  c10::SmallVector<PyObject*, 8> objects;
-  c10::SmallVector<const at::Tensor*, 8> tensors;
-};
-
-const c10::DispatchKeySet& traced_keys() {
-  static const c10::DispatchKeySet keys{c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-                                        c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchGradWrapper};
-  return keys;
-}
-
-// The address's alignment as a power of two, up to 256 bytes (what any launch may test).
-int64_t alignment_class(const void* p) {
-  auto v = reinterpret_cast<uintptr_t>(p);
-  if (v == 0) return 8;
-  int64_t a = 0;
-  while (a < 8 && !(v & 1)) v >>= 1, ++a;
-  return a;
-}
-
-// Adds v to the key; false for a value no plan covers.
-bool add_value(Key& key, Inputs& in, PyObject* v, int depth) {
-  auto& w = key.words;
-  if (v == Py_None) {
-    w.push_back(kNone);
-    return true;
-  }
-  if (PyBool_Check(v)) {
-    w.push_back(kBool);
-    w.push_back(v == Py_True);
-    return true;
-  }
-  if (THPVariable_CheckExact(v)) {
-    const at::Tensor& t = THPVariable_Unpack(v);
-    if (!t.defined() || t.key_set().has_any(traced_keys()) || t.is_meta() || t.layout() != at::kStrided ||
-        t.is_conj() || t.is_neg()) {
-      return false;
-    }
-    if (t.requires_grad() && c10::GradMode::is_enabled()) return false;
-    w.push_back(kTensor);
-    w.push_back(int64_t(t.scalar_type()));
-    w.push_back(int64_t(t.device().type()));
-    w.push_back(int64_t(t.device().index()));
-    w.push_back(t.dim());
-    for (int64_t s : t.sizes()) w.push_back(s);
-    for (int64_t s : t.strides()) w.push_back(s);
-    w.push_back(t.requires_grad());
-    w.push_back(alignment_class(t.data_ptr()));
-    int64_t alias = -1;
-    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    for (size_t i = 0; i < in.tensors.size() && alias < 0; ++i) {
-      if (in.tensors[i]->storage().unsafeGetStorageImpl() == storage) alias = int64_t(i);
-    }
-    w.push_back(alias);
-    in.objects.push_back(v);
-    in.tensors.push_back(&t);
-    return true;
-  }
-  if (PyLong_Check(v)) {
-    int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (value == -1 && PyErr_Occurred())) {
-      PyErr_Clear();
-      return false;
-    }
-    w.push_back(kInt);
-    w.push_back(value);
-    return true;
-  }
-  if (PyFloat_Check(v)) {
-    double d = PyFloat_AS_DOUBLE(v);
-    int64_t bits;
-    std::memcpy(&bits, &d, sizeof bits);
-    w.push_back(kFloat);
-    w.push_back(bits);
-    return true;
-  }
-  if (PyUnicode_Check(v)) {
-    Py_ssize_t n = 0;
-    const char* s = PyUnicode_AsUTF8AndSize(v, &n);
-    if (!s) {
-      PyErr_Clear();
-      return false;
-    }
-    w.push_back(kStr);
-    key.strings.emplace_back(s, size_t(n));
-    return true;
-  }
-  if (THPDtype_Check(v)) {
-    w.push_back(kDtype);
-    w.push_back(int64_t(reinterpret_cast<THPDtype*>(v)->scalar_type));
-    return true;
-  }
-  bool tuple = PyTuple_Check(v);
-  if ((tuple || PyList_Check(v)) && depth < 2) {
-    Py_ssize_t n = tuple ? PyTuple_GET_SIZE(v) : PyList_GET_SIZE(v);
-    w.push_back(tuple ? kTuple : kList);
-    w.push_back(n);
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      if (!add_value(key, in, tuple ? PyTuple_GET_ITEM(v, i) : PyList_GET_ITEM(v, i), depth + 1)) return false;
-    }
-    return true;
-  }
-  return false;
-}
-
-bool make_key(PyObject* args, PyObject* kwargs, Key& key, Inputs& in) {
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
-    if (!add_value(key, in, PyTuple_GET_ITEM(args, i), 0)) return false;
-  }
-  if (kwargs) {
-    PyObject *name, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(kwargs, &pos, &name, &value)) {
-      const char* s = PyUnicode_AsUTF8(name);
-      if (!s) {
-        PyErr_Clear();
-        return false;
-      }
-      key.words.push_back(kKeyword);
-      key.strings.emplace_back(s);
-      if (!add_value(key, in, value, 0)) return false;
-    }
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------
 // Plans.

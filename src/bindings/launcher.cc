@@ -108,19 +108,23 @@ PyObject* call_through_attribute(PyObject* self, PyObject* args, PyObject* kwarg
 
 }  // namespace
 
-bool needs_tracing(PyObject* const* args, size_t nargs) {
+bool is_traced_tensor(const at::Tensor& t) {
   // What torch's tracers put in place of memory: a tensor subclass dispatching through
   // Python (FakeTensor, FunctionalTensor, DTensor), a functionalization or functorch
-  // wrapper, a meta tensor; or a TorchDispatchMode (FakeTensorMode, make_fx's proxy mode).
-  // (Functionality keys only: a per-backend key such as Meta would match every dense tensor.)
+  // wrapper, a meta tensor. (Functionality keys only: a per-backend key such as Meta
+  // would match every dense tensor.)
   static const c10::DispatchKeySet traced_keys{c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
                                                c10::DispatchKey::FuncTorchBatched,
                                                c10::DispatchKey::FuncTorchGradWrapper};
+  return t.key_set().has_any(traced_keys) || t.is_meta();
+}
+
+bool needs_tracing(PyObject* const* args, size_t nargs) {
+  // A traced tensor among the arguments, or a TorchDispatchMode (FakeTensorMode, make_fx's
+  // proxy mode).
   if (c10::impl::dispatch_mode_enabled()) return true;
   for (size_t i = 0; i < nargs; ++i) {
-    if (!THPVariable_Check(args[i])) continue;
-    const at::Tensor& t = THPVariable_Unpack(args[i]);
-    if (t.key_set().has_any(traced_keys) || t.is_meta()) return true;
+    if (THPVariable_Check(args[i]) && is_traced_tensor(THPVariable_Unpack(args[i]))) return true;
   }
   return false;
 }

@@ -12,5 +12,7 @@ py::object make_launcher(std::shared_ptr<Program> program, py::object traced = p
 // Whether these call arguments are tensors of torch's tracers (fake, functional, meta,
 // functorch-wrapped) or a TorchDispatchMode is active: nothing a kernel can launch on.
 bool needs_tracing(PyObject* const* args, size_t nargs);
+// Whether t is one of those tracers' tensors (needs_tracing's test of one tensor).
+bool is_traced_tensor(const at::Tensor& t);
 
 }  // namespace tegula::bindings

@@ -174,7 +174,7 @@ class Program : public std::enable_shared_from_this<Program> {
   ir::VarValues size_values(const int64_t* dyn, const ArgValue* scalars) const;
   // The dimensions of tensors computed from the scalar arguments, against their values.
   void check_scalar_sized(Args& tensors, const ArgValue* scalars, const int64_t* dyn) const;
-  void run(const TensorDesc* tensors, ArgValue* scalars, const int64_t* dyn, int device, void* stream);
+  void run(const TensorDesc* tensors, const ArgValue* scalars, const int64_t* dyn, int device, void* stream);
   [[noreturn]] void bad(const ParamSpec& p, const std::string& what) const;
   at::Tensor check_tensor(const ParamSpec& p, PyObject* obj, int64_t* dyn, int* device) const;
   void check_strides(const ParamSpec& p, const at::Tensor& t, int64_t* dyn) const;
