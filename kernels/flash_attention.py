@@ -99,9 +99,12 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                                logsum, scale, block_M, block_N, dim)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf;
-            # a NaN denominator (a NaN query, a +inf score) stays NaN, as in torch.
+            # a NaN denominator (a NaN query, a +inf score) stays NaN, as in torch. One
+            # reciprocal a row, then products: a division an element would be dim of them.
+            for i in T.Parallel(block_M):
+                scores_scale[i] = T.if_then_else(logsum[i] == 0, 0, 1 / logsum[i])
             for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
+                acc_o[i, j] *= scores_scale[i]
             for i in T.Parallel(block_M):
                 logsum[i] = T.if_then_else(logsum[i] == 0, -T.infinity(accum),
                                            (T.log2(logsum[i]) + scores_max[i] * scale) / LOG2E)

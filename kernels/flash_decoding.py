@@ -86,9 +86,11 @@ def decode_split_program(batch, heads, kv_heads, max_seqlen, dim, num_split, blo
             # An empty split (more splits than key blocks) leaves 0 and a weight of 0; a NaN
             # denominator (NaN query, +inf score) leaves a NaN log-sum-exp, which the combine
             # spreads over the whole output, as torch's softmax would.
+            for i in T.Parallel(block_H):
+                scores_scale[i] = T.if_then_else(logsum[i] == 0, 0, 1 / logsum[i])
             for i, j in T.Parallel(block_H, dim):
                 if i < group:
-                    Out_part[bz, bh * group + i, bs, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
+                    Out_part[bz, bh * group + i, bs, j] = acc_o[i, j] * scores_scale[i]
             for i in T.Parallel(block_H):
                 if i < group:
                     Lse_part[bz, bh * group + i, bs] = T.if_then_else(

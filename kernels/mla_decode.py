@@ -135,7 +135,8 @@ def _program_16(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm_
                         KV_shared[i, j] = T.if_then_else(k0 + i < seqlen, KV_shared[i, j], 0)
                 attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cast, acc_o, scores_max,
                              scores_max_prev, scores_scale, scores_sum, logsum, scale, k0, seqlen, block_H, block_N)
-            store_split(O_part, L_part, acc_o, logsum, scores_max, scale, None, heads, hb, bs, bz, block_H)
+            store_split(O_part, L_part, acc_o, logsum, scores_max, scores_scale, scale, None, heads, hb, bs, bz,
+                        block_H)
 
         combine(O_part, L_part, Output, Lse, batch, heads, num_split)
 
@@ -278,7 +279,8 @@ def _program_fp8(batch, heads, kv_rows, num_split, paged, table_width, dtype, sm
                 attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cast, acc_o, scores_max,
                              scores_max_prev, scores_scale, scores_sum, logsum, score_scale, k0, seqlen, block_H,
                              block_N)
-            store_split(O_part, L_part, acc_o, logsum, scores_max, score_scale, kv_scale, heads, hb, bs, bz, block_H)
+            store_split(O_part, L_part, acc_o, logsum, scores_max, scores_scale, score_scale, kv_scale, heads, hb, bs,
+                        bz, block_H)
 
         combine(O_part, L_part, Output, Lse, batch, heads, num_split)
 
@@ -301,17 +303,19 @@ def attend_block(Q_shared, Q_pe_shared, KV_shared, K_pe_shared, acc_s, acc_s_cas
 
 
 @T.macro
-def store_split(O_part, L_part, acc_o, logsum, scores_max, scale, kv_scale, heads, hb, bs, bz, block_H):
+def store_split(O_part, L_part, acc_o, logsum, scores_max, row_scale, scale, kv_scale, heads, hb, bs, bz, block_H):
     """A split's normalised output and log-sum-exp, for the combine; kv_scale (an FP8
     cache's, None for a 16-bit one) multiplies the output. An empty split leaves 0 and a
-    log-sum-exp of -inf (weight 0 in the combine)."""
+    log-sum-exp of -inf (weight 0 in the combine). row_scale: a (block_H,) fragment it
+    overwrites with each row's factor (one reciprocal a row, not a division an element)."""
+    for i in T.Parallel(block_H):
+        if kv_scale is None:
+            row_scale[i] = T.if_then_else(logsum[i] == 0, 0, 1 / logsum[i])
+        else:
+            row_scale[i] = T.if_then_else(logsum[i] == 0, 0, kv_scale / logsum[i])
     for i, j in T.Parallel(block_H, DIM):
         if hb * block_H + i < heads:
-            if kv_scale is None:
-                O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
-            else:
-                O_part[bz, hb * block_H + i, bs, j] = T.if_then_else(logsum[i] == 0, 0,
-                                                                     acc_o[i, j] * (kv_scale / logsum[i]))
+            O_part[bz, hb * block_H + i, bs, j] = acc_o[i, j] * row_scale[i]
     for i in T.Parallel(block_H):
         if hb * block_H + i < heads:
             L_part[bz, hb * block_H + i, bs] = T.if_then_else(

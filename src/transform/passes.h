@@ -46,6 +46,9 @@ void pack_casts(ir::Kernel& k, PassContext& ctx);
 // Whether pack_casts turns two conversions from -> to into one of a pair on target sm_<sm>
 // (the printer spells each such pair, codegen/cuda_spellings.h).
 bool converts_pairs(ir::DataType from, ir::DataType to, int sm);
+// A vector staged through register arrays only to be stored: stored directly
+// (forward_locals.cc).
+void forward_locals(ir::Kernel& k, PassContext& ctx);
 void pipeline_loops(ir::Kernel& k, PassContext& ctx);
 void plan_storage(ir::Kernel& k, PassContext& ctx);
 void insert_barriers(ir::Kernel& k, PassContext& ctx);

@@ -38,6 +38,7 @@ const Step kPipeline[] = {
     {"lower_tile_ops", lower_tile_ops},
     {"vectorize_loops", vectorize_loops},
     {"pack_casts", pack_casts},
+    {"forward_locals", forward_locals},
     {"pipeline_loops", pipeline_loops},
     {"warp_specialize", warp_specialize},
     {"plan_storage", plan_storage},

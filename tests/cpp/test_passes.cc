@@ -112,6 +112,7 @@ const Stage kStages[] = {
     {"lower_tile_ops", transform::lower_tile_ops},
     {"vectorize_loops", transform::vectorize_loops},
     {"pack_casts", transform::pack_casts},
+    {"forward_locals", transform::forward_locals},
     {"pipeline_loops", transform::pipeline_loops},
     {"warp_specialize", transform::warp_specialize},
     {"plan_storage", transform::plan_storage},

@@ -237,5 +237,165 @@ TEST(VectorizeLoops, ACopyBecomesVectorsAndADependentLoopStaysALoop) {
   EXPECT_EQ(stores_into_global(k, B), (std::vector<int>{1})) << to_string(k);
 }
 
+// Y[0:+2] = half2(X[0:+2]) and Y[2:+2] = half2(X[2:+2]) staged as the vectoriser stages
+// them: s = X; t[0:+2] = half2(s[0:+2]); Y[0:+2] = t[0:+2]; the second under a test.
+// `extra`: a statement appended at the end (one that reads t, to keep it).
+Kernel staged_conversions(Buffer* t_out, Buffer* Y_out, Stmt (*extra)(const Buffer& t) = nullptr) {
+  Buffer X = make_buffer("X", Scope::Global, DataType::f32(), {c(4)});
+  Buffer Y = make_buffer("Y", Scope::Global, DataType::f16(), {c(4)});
+  Buffer s = make_buffer("s", Scope::Local, DataType::f32(), {c(4)});
+  Buffer t = make_buffer("t", Scope::Local, DataType::f16(), {c(2)});
+  Buffer t2 = make_buffer("t2", Scope::Local, DataType::f16(), {c(2)});
+  Kernel k = bare("staged", {{X, {}}, {Y, {}}}, {s, t, t2}, Stmt(), 1);
+  auto half2 = [&](int64_t i) { return make_cast(DataType::f16().with_lanes(2), make_load(s, {c(i)}, {}, 2)); };
+  std::vector<Stmt> body;
+  for (int64_t i = 0; i < 4; ++i) body.push_back(make_store(s, {c(i)}, make_load(X, {c(i)})));
+  body.push_back(make_store(t, {c(0)}, half2(0)));
+  body.push_back(make_store(Y, {c(0)}, make_load(t, {c(0)}, {}, 2)));
+  body.push_back(make_store(t2, {c(0)}, half2(2)));
+  body.push_back(make_if(k.thread_var < c(1), make_store(Y, {c(2)}, make_load(t2, {c(0)}, {}, 2))));
+  if (extra) body.push_back(extra(t));
+  k.body = make_seq(body);
+  *t_out = t;
+  *Y_out = Y;
+  return k;
+}
+
+bool declares(const Kernel& k, const Buffer& b) {
+  for (const Buffer& a : k.allocs) {
+    if (a == b) return true;
+  }
+  return false;
+}
+
+TEST(ForwardLocals, AStagedPairConversionIsStoredStraightIntoMemory) {
+  Buffer t, Y;
+  Kernel k = staged_conversions(&t, &Y);
+  auto ctx = context(90);
+  transform::forward_locals(k, ctx);
+  EXPECT_TRUE(stores_into(k, t).empty()) << to_string(k);
+  EXPECT_EQ(stores_into_global(k, Y), (std::vector<int>{2, 2})) << to_string(k);
+  EXPECT_FALSE(declares(k, t)) << to_string(k);
+  EXPECT_EQ(k.allocs.size(), 1u) << to_string(k);  // s alone
+  std::string code = codegen::print_cuda(k, ctx.target).code;
+  EXPECT_NE(code.find("*reinterpret_cast<__half2*>(&Y[0]) = __float22half2_rn(*reinterpret_cast<const float2*>(&s[0]));"),
+            std::string::npos) << code;
+  EXPECT_NE(code.find("if ((tx < 1)) {"), std::string::npos) << code;  // the test stays
+  // The simulator stores what the staged form stores, the reference being the meaning.
+  std::vector<double> x = {1.5, -0.1, 70000.0, std::numeric_limits<double>::quiet_NaN()};
+  std::vector<double> y(4, -1.0);
+  interp::CallArgs args{{&x, &y}, {{4}, {4}}, {0, 0}};
+  auto errors = interp::simulate_kernel(k, {}, args);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], interp::cast_to_dtype(DataType::f32(), DataType::f16(), x[i])) << i;
+  EXPECT_TRUE(std::isnan(y[3]));
+}
+
+TEST(ForwardLocals, AnArrayReadElsewhereStaysStaged) {
+  Buffer t, Y;
+  // t read again after its store: the staging stays (t2 is still forwarded).
+  Kernel k = staged_conversions(&t, &Y, [](const Buffer& t) {
+    return make_store(t, {c(1)}, make_load(t, {c(0)}));
+  });
+  auto ctx = context(90);
+  transform::forward_locals(k, ctx);
+  EXPECT_EQ(stores_into(k, t), (std::vector<std::pair<int, int64_t>>{{2, 0}, {1, 1}})) << to_string(k);
+  EXPECT_TRUE(declares(k, t));
+  EXPECT_EQ(stores_into_global(k, Y), (std::vector<int>{2, 2})) << to_string(k);
+  // Disabled with the vectoriser.
+  k = staged_conversions(&t, &Y);
+  ctx.options.disable_vectorize = true;
+  transform::forward_locals(k, ctx);
+  EXPECT_EQ(stores_into(k, t).size(), 1u);
+}
+
+// B[tx * 4:+4] = A[tx * 4:+4] staged as a vector load into vld, element copies into vst,
+// and a vector store of vst; `scaled`: the copies double each element instead.
+Kernel staged_copy(bool scaled, Buffer* vst_out, Buffer* B_out) {
+  Buffer A = make_buffer("A", Scope::Global, DataType::f32(), {c(64)});
+  Buffer B = make_buffer("B", Scope::Global, DataType::f32(), {c(64)});
+  Buffer vld = make_buffer("vld", Scope::Local, DataType::f32(), {c(4)});
+  Buffer vst = make_buffer("vst", Scope::Local, DataType::f32(), {c(4)});
+  Kernel k = bare("staged_copy", {{A, {}}, {B, {}}}, {vld, vst}, Stmt(), 16);
+  Expr at = k.thread_var * 4;
+  std::vector<Stmt> body = {make_store(vld, {c(0)}, make_load(A, {at}, {}, 4))};
+  for (int64_t i = 0; i < 4; ++i) {
+    Expr v = make_load(vld, {c(i)});
+    body.push_back(make_store(vst, {c(i)}, scaled ? v * make_float(2.0) : v));
+  }
+  body.push_back(make_store(B, {at}, make_load(vst, {c(0)}, {}, 4)));
+  k.body = make_seq(body);
+  *vst_out = vst;
+  *B_out = B;
+  return k;
+}
+
+TEST(ForwardLocals, AStagedCopyBecomesOneVectorCopyAndAComputedOneStays) {
+  Buffer vst, B;
+  Kernel k = staged_copy(false, &vst, &B);
+  auto ctx = context(90);
+  transform::forward_locals(k, ctx);
+  EXPECT_TRUE(k.allocs.empty()) << to_string(k);
+  EXPECT_EQ(stores_into_global(k, B), (std::vector<int>{4})) << to_string(k);
+  std::string code = codegen::print_cuda(k, ctx.target).code;
+  EXPECT_NE(code.find("*reinterpret_cast<float4*>(&B[(tx * 4)]) = *reinterpret_cast<const float4*>(&A[(tx * 4)]);"),
+            std::string::npos) << code;
+  std::vector<double> a(64), b(64, -1.0);
+  for (int i = 0; i < 64; ++i) a[i] = i * 0.5 - 7;
+  interp::CallArgs args{{&a, &b}, {{64}, {64}}, {0, 0}};
+  auto errors = interp::simulate_kernel(k, {}, args);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  EXPECT_EQ(a, b);
+  // vst[i] = 2 * vld[i]: not a copy, nothing changes.
+  k = staged_copy(true, &vst, &B);
+  transform::forward_locals(k, ctx);
+  EXPECT_EQ(k.allocs.size(), 2u) << to_string(k);
+  EXPECT_EQ(stores_into(k, vst).size(), 4u) << to_string(k);
+}
+
+// C[tx * 2:+2] = acc[2:+2] staged as the vectoriser stages a fragment's store: element
+// copies into vst, then a vector store of vst. `odd`: from acc[1:+2], not a whole vector.
+Kernel staged_fragment_store(bool odd, Buffer* vst_out, Buffer* C_out) {
+  Buffer X = make_buffer("X", Scope::Global, DataType::f32(), {c(4)});
+  Buffer C = make_buffer("C", Scope::Global, DataType::f32(), {c(32)});
+  Buffer acc = make_buffer("acc", Scope::Local, DataType::f32(), {c(4)});
+  Buffer vst = make_buffer("vst", Scope::Local, DataType::f32(), {c(2)});
+  Kernel k = bare("fragment_store", {{X, {}}, {C, {}}}, {acc, vst}, Stmt(), 16);
+  std::vector<Stmt> body;
+  for (int64_t i = 0; i < 4; ++i) body.push_back(make_store(acc, {c(i)}, make_load(X, {c(i)}) + make_float(1.0)));
+  int64_t d = odd ? 1 : 2;
+  for (int64_t i = 0; i < 2; ++i) body.push_back(make_store(vst, {c(i)}, make_load(acc, {c(d + i)})));
+  body.push_back(make_store(C, {k.thread_var * 2}, make_load(vst, {c(0)}, {}, 2)));
+  k.body = make_seq(body);
+  *vst_out = vst;
+  *C_out = C;
+  return k;
+}
+
+TEST(ForwardLocals, AFragmentStoredThroughCopiesIsStoredFromItsOwnRegisters) {
+  Buffer vst, C;
+  Kernel k = staged_fragment_store(false, &vst, &C);
+  auto ctx = context(90);
+  transform::forward_locals(k, ctx);
+  EXPECT_TRUE(stores_into(k, vst).empty()) << to_string(k);
+  EXPECT_EQ(k.allocs.size(), 1u) << to_string(k);
+  std::string code = codegen::print_cuda(k, ctx.target).code;
+  EXPECT_NE(code.find("*reinterpret_cast<float2*>(&C[(tx * 2)]) = *reinterpret_cast<const float2*>(&acc[2]);"),
+            std::string::npos) << code;
+  EXPECT_NE(code.find("float acc[4] __attribute__((aligned(16)));"), std::string::npos) << code;
+  std::vector<double> x = {1, 2, 3, 4}, out(32, -1.0);
+  interp::CallArgs args{{&x, &out}, {{4}, {32}}, {0, 0}};
+  auto errors = interp::simulate_kernel(k, {}, args);
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  for (int t = 0; t < 16; ++t) {
+    EXPECT_EQ(out[2 * t], 4.0) << t;
+    EXPECT_EQ(out[2 * t + 1], 5.0) << t;
+  }
+  // acc[1:+2] is no aligned vector of acc: the copies stay.
+  k = staged_fragment_store(true, &vst, &C);
+  transform::forward_locals(k, ctx);
+  EXPECT_EQ(stores_into(k, vst).size(), 2u) << to_string(k);
+}
+
 }  // namespace
 }  // namespace tegula

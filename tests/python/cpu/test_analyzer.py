@@ -116,7 +116,8 @@ def attention_counts(B, H, Sq, Skv, D, causal, bM, bN):
     factor exp2((m_prev - m)·s) 3 and denominator l·scale + sum 2 per row, the output's
     rescale 1 per (row, D), the probabilities exp2(x·s - m·s) 4 per score, the row max
     bN per row (accumulated, clear=False) and the row sum bN - 1 per row; the causal mask
-    is a select (no FLOPs). After the loop: acc_o / l (1 per (row, D)) and the log-sum-exp
+    is a select (no FLOPs). After the loop: 1 / l (1 per row), acc_o times it (1 per
+    (row, D)) and the log-sum-exp
     (log2(l) + m·s) / log2(e): 4 per row. Bytes: Q's in-bounds rows once, each key tile's
     in-bounds rows of K and V, the output's and the log-sum-exp's in-bounds rows."""
     nq = cdiv(Sq, bM)
@@ -126,7 +127,7 @@ def attention_counts(B, H, Sq, Skv, D, causal, bM, bN):
         hi = min(Skv, q0 + bM + Skv - Sq) if causal else Skv
         tiles = max(0, cdiv(hi, bN))
         tensor += tiles * 2 * (2 * bM * bN * D)
-        cuda += tiles * bM * (5 + D + 4 * bN + bN + bN - 1) + bM * D + 4 * bM
+        cuda += tiles * bM * (5 + D + 4 * bN + bN + bN - 1) + bM * D + bM + 4 * bM
         q_rows += max(0, min(bM, Sq - q0))
         kv_rows += sum(min(bN, Skv - t * bN) for t in range(tiles))
     heads = B * H

@@ -74,8 +74,10 @@ def test_conversions_under_different_guards_stay_scalar(src, dst, cuda, since):
 
 def test_pair_conversion_registers_are_aligned():
     code = kernel(vp.parallel_program(256, "float32", "float8_e4m3fn"), "sm_90a").get_kernel_source()
-    # Two 8-bit floats move as one 2-byte word: the array is aligned for it.
-    assert "fp8_e4m3_t b[4] __attribute__((aligned(2)));" in code, code
+    # Two 8-bit floats are converted into one 2-byte word, and the four are stored from the
+    # array as one 4-byte word (forward_locals): the array is aligned for the wider.
+    assert "fp8_e4m3_t b[4] __attribute__((aligned(4)));" in code, code
+    assert "*reinterpret_cast<const Vec<fp8_e4m3_t, 4>*>(&b[0]);" in code, code
     assert "__nv_cvt_float2_to_fp8x2(*reinterpret_cast<const float2*>(&a[0]), __NV_SATFINITE, __NV_E4M3)" in code
 
 
