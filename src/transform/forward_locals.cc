@@ -26,6 +26,7 @@
 
 #include "ir/functor.h"
 #include "transform/passes.h"
+#include "transform/seq_windows.h"
 
 namespace tegula::transform {
 
@@ -82,24 +83,9 @@ class Forward : public IRMutator {
   std::set<const BufferNode*> dropped;
 
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
-    std::vector<Stmt> in;
-    bool changed = false;
-    for (const Stmt& s : op->seq) {
-      in.push_back(mutate(s));
-      changed |= !in.back().same_as(s);
-    }
-    std::vector<Stmt> out;
-    for (size_t i = 0; i < in.size(); ++i) {
-      size_t used = 0;
-      if (Stmt s = forwarded(in, i, &used)) {
-        out.push_back(s);
-        i += used - 1;
-        changed = true;
-        continue;
-      }
-      out.push_back(in[i]);
-    }
-    return changed ? make_seq(out, op->loc) : self;
+    return rewrite_windows(*this, self, op, [this](const std::vector<Stmt>& in, size_t i, size_t* used) {
+      return forwarded(in, i, used);
+    });
   }
 
  private:

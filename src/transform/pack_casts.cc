@@ -22,6 +22,7 @@
 #include "ir/functor.h"
 #include "ir/hash.h"
 #include "transform/passes.h"
+#include "transform/seq_windows.h"
 
 namespace tegula::transform {
 
@@ -90,25 +91,11 @@ class PackCasts : public IRMutator {
   const std::vector<Buffer>& scratch() const { return scratch_; }
 
   Stmt mutate_Seq(const Stmt& self, const SeqNode* op) override {
-    std::vector<Stmt> in;
-    bool changed = false;
-    for (const Stmt& s : op->seq) {
-      in.push_back(mutate(s));
-      changed |= !in.back().same_as(s);
-    }
-    std::vector<Stmt> out;
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (i + 1 < in.size()) {
-        if (Stmt pair = packed(in[i], in[i + 1])) {
-          out.push_back(pair);
-          ++i;
-          changed = true;
-          continue;
-        }
-      }
-      out.push_back(in[i]);
-    }
-    return changed ? make_seq(out, op->loc) : self;
+    return rewrite_windows(*this, self, op, [this](const std::vector<Stmt>& in, size_t i, size_t* used) {
+      Stmt pair = i + 1 < in.size() ? packed(in[i], in[i + 1]) : Stmt();
+      if (pair) *used = 2;
+      return pair;
+    });
   }
 
  private:
