@@ -13,6 +13,11 @@ Every ```python block of a page in docs/ runs in the test suite
 - A fence whose info string has `title="Output"`, right after a python block (blank lines
   between are fine), is what that block prints to stdout. It is compared line by line,
   trailing spaces ignored; `...` in it matches any text, as doctest's ELLIPSIS.
+- A block whose first line is `# torchrun --nproc_per_node=N` is a script of its own: it
+  is written to its own file and started by torchrun with N processes (NVLink multicast
+  off in their environment), and what they print is its output (the script prints on
+  rank 0). The CPU tier hides the GPUs from it; the GPU tier gives it the machine's, so on
+  a machine with N GPUs it runs one process a GPU.
 - Other fences (bash, text, cuda, diff without the title) are not run.
 
 `python docs/_examples.py [--update] [page.md ...]` runs the CPU tier of the pages (all of
@@ -36,6 +41,10 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 OUTPUT_TITLE = 'title="Output"'
 GPU_MARK = "# gpu"
 CPU_MARK = "# cpu"
+TORCHRUN = re.compile(r"^# torchrun --nproc_per_node=(\d+)\s*$")
+# NVLink multicast stays off in every process the examples start.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+TORCHRUN_TIMEOUT_S = 600
 FILE_NAME = "example.py"
 COMPILE_ONLY_TARGET = "sm_90a"
 
@@ -56,6 +65,7 @@ class Block:
     gpu: bool  # only the GPU tier runs it
     cpu: bool = False  # only the CPU tier runs it
     output: Fence | None = None
+    ranks: int = 0  # a `# torchrun` script: its processes
 
     def runs_on(self, tier: str) -> bool:
         return not (self.gpu and tier == "cpu") and not (self.cpu and tier == "gpu")
@@ -109,6 +119,9 @@ def blocks(page: Path) -> list[Block]:
             continue
         first = f.text.lstrip()
         block = Block(page.name, f.start + 1, f.text, first.startswith(GPU_MARK), first.startswith(CPU_MARK))
+        launch = TORCHRUN.match(first.split("\n", 1)[0])
+        if launch:
+            block.ranks = int(launch[1])
         if k + 1 < len(found) and OUTPUT_TITLE in found[k + 1].info:
             nxt = found[k + 1]
             if all(not ln.strip() for ln in lines[f.end + 1:nxt.start]):
@@ -166,6 +179,12 @@ def run_page(page: Path, tier: str = "cpu", workdir: str | None = None) -> list[
                 path = folder / FILE_NAME
                 path.write_text(block.code + "\n")
                 files.append(str(path))
+                if block.ranks:
+                    printed, error = _torchrun(path, block.ranks, tier)
+                    results.append(Result(block, normalise(printed, files), error))
+                    if error is not None:
+                        break
+                    continue
                 buffer, error = io.StringIO(), None
                 with contextlib.redirect_stdout(buffer):
                     try:
@@ -179,6 +198,25 @@ def run_page(page: Path, tier: str = "cpu", workdir: str | None = None) -> list[
         if own is not None:
             own.cleanup()
     return results
+
+
+def _torchrun(path: Path, ranks: int, tier: str) -> tuple[str, str | None]:
+    """(stdout, None) of the script under torchrun, or (stdout, the failure)."""
+    import subprocess
+
+    env = dict(os.environ, **MULTICAST_OFF, OMP_NUM_THREADS="1")
+    if tier == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", str(path)]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT_S,
+                              cwd=str(path.parent))
+    except subprocess.TimeoutExpired as e:
+        return (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), \
+            f"torchrun did not finish in {TORCHRUN_TIMEOUT_S} s"
+    if proc.returncode != 0:
+        return proc.stdout, f"torchrun exited with {proc.returncode}:\n{proc.stderr[-6000:]}"
+    return proc.stdout, None
 
 
 def describe(result: Result) -> str:

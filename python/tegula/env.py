@@ -14,6 +14,9 @@ Variables:
   TEGULA_JIT_INDEX  "0": @jit calls always parse and lower (see tegula/jit_index.py)
   TEGULA_ENTRY_PLANS  "0": the entry points of tegula.kernels run their Python on every
                     call, never a recorded plan (kernels/_calls.py `planned`)
+  TEGULA_ALL_REDUCE "nccl": a tensor-parallel model patched by tegula.integrations.transformers
+                    all-reduces every partial sum through NCCL, never through torch's
+                    symmetric memory (see integrations/_tensor_parallel.py `all_reduce`)
   TEGULA_CHECK_INDICES  "1": the kernels' entry points that take index tensors (block
                     tables, lengths, positions, offsets, expert ids) check them against
                     the tensors they index, each call (see `check_indices()`)

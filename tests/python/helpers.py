@@ -58,3 +58,31 @@ def compile_error_of_source(src: str, tag: str):
     with pytest.raises(tegula.TegulaCompileError) as info:
         exec(compile(src, path, "exec"), {})  # noqa: S102
     return info.value
+
+
+# NVLink multicast stays off in every process a test starts (NCCL, torch's symmetric
+# memory, NVSHMEM): a program that uses it can take a shared host's GPUs out of service.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def torchrun(script, *args, ranks=2, gpus=False, timeout=600, env=None):
+    """`script args` under torchrun with `ranks` processes (on the CPU, its GPUs hidden,
+    unless gpus; `env` added to their environment); the last JSON line rank 0 printed,
+    parsed."""
+    import json
+    import subprocess
+    import sys
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or (not gpus and not dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    env = dict(os.environ, **(env or {}), **MULTICAST_OFF, OMP_NUM_THREADS="1")
+    if not gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", str(script),
+           *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, f"torchrun failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1])

@@ -108,7 +108,8 @@ def _cache_layer_class():
 def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = None, device=None):
     """A transformers `Cache` for `model` whose layers keep keys and values in Tegula's
     (B, max_length, Hkv, D) layout, so the patched attention decodes with flash_decode
-    reading them in place. Every sequence of the batch has the same length (no padding)."""
+    reading them in place. Every sequence of the batch has the same length (no padding).
+    On a tensor-parallel model, Hkv is this rank's key heads."""
     cache_utils = _transformers()
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") \
         else model.config
@@ -120,13 +121,29 @@ def KVCache(model, batch: int, max_length: int, dtype: Optional[torch.dtype] = N
     dtype = dtype or param.dtype
     device = device or param.device
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    kv_heads = _local_kv_heads(model) or getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     layer_cls = _cache_layer_class()
     n = config.num_hidden_layers
     first = layer_cls(batch, max_length, kv_heads, head_dim, dtype, device, last=n == 1)
     layers = [first] + [layer_cls(batch, max_length, kv_heads, head_dim, dtype, device,
                                   shared=(first.cursor, first.seqlens), last=i == n - 1) for i in range(1, n)]
     return cache_utils.Cache(layers=layers)
+
+
+def _local_kv_heads(model):
+    """This rank's key heads when the model is tensor-parallel (the patched attention's
+    count, or the local rows of a sharded k_proj), else None."""
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    if not layers:
+        return None
+    attn = getattr(layers[0], "self_attn", None)
+    if hasattr(attn, "_tegula_kv_heads"):
+        return attn._tegula_kv_heads
+    k_proj = getattr(attn, "k_proj", None)
+    weight = getattr(k_proj, "weight", None)
+    if weight is not None and hasattr(weight, "to_local") and hasattr(attn, "head_dim"):
+        return weight.to_local().shape[0] // attn.head_dim
+    return None
 
 
 class GraphDecoder:

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "other")
+OP_CLASSES = ("GEMM", "attention", "norm", "RoPE", "MLP activation", "communication", "other")
 
 
 class OpTimer:

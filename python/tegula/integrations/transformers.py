@@ -38,6 +38,13 @@ What runs on Tegula and what does not, so nothing is silently approximated:
 - Training: the patched forwards are for inference (the model in eval mode, no grad);
   `apply` refuses a model in training mode.
 
+Tensor parallelism: a model whose attention and MLP were sharded with torch's API
+(`torch.distributed.tensor.parallel.parallelize_module`: q/k/v and gate/up
+ColwiseParallel, o_proj and down_proj RowwiseParallel, on a 1-D mesh) is patched the same
+way; the forwards multiply by each rank's local shards, run attention on the rank's heads
+and all-reduce the row-parallel products' partial sums (see _tensor_parallel.py and
+docs/multi_gpu.md). A split the forwards cannot follow is refused by name.
+
 `ops="torch"` patches the same structure with torch implementations of every op (the
 reference semantics of each kernel call), which is what the CPU tests run and what to
 compare with when a patched model disagrees with the original: the two differ only in the
@@ -52,6 +59,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from . import _tensor_parallel as tp
 from ._kv_cache import GraphDecoder, KVCache, _kv_layer, _transformers
 from ._timing import OP_CLASSES, OpTimer, attribute_gpu_time, gpu_time_by_range
 
@@ -103,6 +111,11 @@ class _TorchOps:
     def rms_norm(self, x, weight, eps):
         with self.timer.scope("norm"):
             return F.rms_norm(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)
+
+    def all_reduce(self, x, group):
+        """A row-parallel product's partial sums, summed over the ranks in place."""
+        with self.timer.scope("communication"):
+            return tp.all_reduce(x, group)
 
     def add_rms_norm(self, x, residual, weight, eps):
         with self.timer.scope("norm"):
@@ -229,8 +242,32 @@ def _is_rms_norm(module) -> bool:
 
 def _norm_forward(state):
     def forward(self, hidden_states):
-        return state.ops.rms_norm(hidden_states, self.weight, self.variance_epsilon)
+        return state.ops.rms_norm(hidden_states, _weight(self), self.variance_epsilon)
     return forward
+
+
+def _weight(module):
+    """A module's weight as the patched forwards use it: the local value of a replicated
+    DTensor (kept by `apply`), else the module's own."""
+    return module.__dict__.get("_tegula_weight", module.weight)
+
+
+def _proj(module):
+    """(weight, bias) of an nn.Linear as the patched forwards multiply with: its local
+    shard when the model is tensor-parallel (kept by `apply`), else the module's own."""
+    lin = module.__dict__.get("_tegula_linear")
+    return (module.weight, module.bias) if lin is None else (lin.weight, lin.bias)
+
+
+def _row_linear(ops, x, module):
+    """x @ W.T + b for the layer whose output leaves the block (o_proj, down_proj): when
+    it is RowwiseParallel, the local product's partial sums are all-reduced over the mesh
+    and the bias is added once, after the reduction."""
+    lin = module.__dict__.get("_tegula_linear")
+    if lin is None or lin.split != "row":
+        return ops.linear(x, *_proj(module))
+    y = ops.all_reduce(ops.linear(x, lin.weight), lin.group)
+    return y if lin.bias is None else y + lin.bias
 
 
 def _attention_forward(state, rope_tables):
@@ -239,9 +276,9 @@ def _attention_forward(state, rope_tables):
         ops = state.ops
         B, S, _ = hidden_states.shape
         D, Hq, Hk = self.head_dim, self._tegula_heads, self._tegula_kv_heads
-        q = ops.linear(hidden_states, self.q_proj.weight, self.q_proj.bias).view(B, S, Hq, D)
-        k = ops.linear(hidden_states, self.k_proj.weight, self.k_proj.bias).view(B, S, Hk, D)
-        v = ops.linear(hidden_states, self.v_proj.weight, self.v_proj.bias).view(B, S, Hk, D)
+        q = ops.linear(hidden_states, *_proj(self.q_proj)).view(B, S, Hq, D)
+        k = ops.linear(hidden_states, *_proj(self.k_proj)).view(B, S, Hk, D)
+        v = ops.linear(hidden_states, *_proj(self.v_proj)).view(B, S, Hk, D)
         if rope_tables is not None:
             positions = kwargs.get("position_ids")
             if positions is None:
@@ -281,7 +318,7 @@ def _attention_forward(state, rope_tables):
                 out = _sdpa_bshd(q, keys, values, scale, None)
         else:                                      # a continued prefill: the cached keys too
             out = ops.attention(q, keys[:, :length], values[:, :length], scale)
-        out = ops.linear(out.reshape(B, S, Hq * D), self.o_proj.weight, self.o_proj.bias)
+        out = _row_linear(ops, out.reshape(B, S, Hq * D), self.o_proj)
         return out, None
     return forward
 
@@ -289,7 +326,7 @@ def _attention_forward(state, rope_tables):
 def _mlp_forward(state):
     def forward(self, x):
         ops = state.ops
-        return ops.linear(ops.swiglu_linear(x, self._tegula_gate_up), self.down_proj.weight)
+        return _row_linear(ops, ops.swiglu_linear(x, self._tegula_gate_up), self.down_proj)
     return forward
 
 
@@ -302,7 +339,7 @@ def _layer_forward(state):
                               past_key_values=past_key_values, use_cache=use_cache,
                               position_embeddings=position_embeddings, **kwargs)
         norm = self.post_attention_layernorm
-        h, hidden = state.ops.add_rms_norm(h, residual, norm.weight, norm.variance_epsilon)
+        h, hidden = state.ops.add_rms_norm(h, residual, _weight(norm), norm.variance_epsilon)
         h = self.mlp(h)
         with state.timer.scope("other"):
             return hidden + h
@@ -360,15 +397,30 @@ def _find_layers(model):
     return base, layers
 
 
-def _fuse_gate_up(mlp):
-    """One (2I, K) weight holding gate's rows then up's; gate_proj.weight and
-    up_proj.weight become views of it (no second copy of the weights)."""
-    gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
-    fused = torch.cat([gate.detach(), up.detach()], dim=0)
-    inter = gate.shape[0]
-    mlp.gate_proj.weight = torch.nn.Parameter(fused[:inter], requires_grad=False)
-    mlp.up_proj.weight = torch.nn.Parameter(fused[inter:], requires_grad=False)
+def _fuse_gate_up(mlp, gate: tp.Linear, up: tp.Linear):
+    """One (2I, K) weight holding gate's rows then up's (this rank's rows of each when the
+    MLP is tensor-parallel); gate_proj.weight and up_proj.weight become views of it (no
+    second copy of the weights)."""
+    fused, (gate_view, up_view) = tp.fused_gate_up(gate, up, mlp.gate_proj.weight, mlp.up_proj.weight)
+    mlp.gate_proj.weight = torch.nn.Parameter(gate_view, requires_grad=False)
+    mlp.up_proj.weight = torch.nn.Parameter(up_view, requires_grad=False)
     return fused
+
+
+def _shard_layer(i, attn, mlp):
+    """The tensor-parallel split of layer i's projections, checked (see _tensor_parallel):
+    {name: tp.Linear}; modules that are split keep theirs as `_tegula_linear`."""
+    names = {"q_proj": attn.q_proj, "k_proj": attn.k_proj, "v_proj": attn.v_proj, "o_proj": attn.o_proj,
+             "gate_proj": mlp.gate_proj, "up_proj": mlp.up_proj, "down_proj": mlp.down_proj}
+    where = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn"}
+    lin = {n: tp.linear(m, f"layer {i}'s {where.get(n, 'mlp')}.{n}") for n, m in names.items()}
+    tp.check_pair(f"layer {i}'s attention", {n: lin[n] for n in ("q_proj", "k_proj", "v_proj")},
+                  ("o_proj", lin["o_proj"]))
+    tp.check_pair(f"layer {i}'s MLP", {n: lin[n] for n in ("gate_proj", "up_proj")}, ("down_proj", lin["down_proj"]))
+    for n, m in names.items():
+        if lin[n].mesh is not None:
+            m._tegula_linear = lin[n]
+    return lin
 
 
 def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Optional[int] = None,
@@ -414,23 +466,31 @@ def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Opti
         rope_tables = _RopeTables(rotary, int(max_positions))
 
     norms = [m for m in model.modules() if _is_rms_norm(m)]
+    shards = [_shard_layer(i, layer.self_attn, layer.mlp) for i, layer in enumerate(layers)]   # checked before any change
+    for m in norms:
+        if tp.is_dtensor(m.weight):
+            m._tegula_weight = tp.local(m.weight, f"{type(m).__name__}.weight")
     for m in norms:
         m.forward = types.MethodType(_norm_forward(state), m)
     report["rms_norm"] = len(norms)
 
     head_dim = None
-    for layer in layers:
+    for i, (layer, lin) in enumerate(zip(layers, shards)):
         attn, mlp = layer.self_attn, layer.mlp
         head_dim = attn.head_dim
-        attn._tegula_heads = attn.q_proj.weight.shape[0] // head_dim
-        attn._tegula_kv_heads = attn.k_proj.weight.shape[0] // head_dim
+        q_rows, k_rows = lin["q_proj"].weight.shape[0], lin["k_proj"].weight.shape[0]
+        if q_rows % head_dim or k_rows % head_dim or (q_rows // head_dim) % (k_rows // head_dim):
+            raise ValueError(f"apply: layer {i}: this rank's q_proj ({q_rows} rows) and k_proj ({k_rows}) do not "
+                             f"hold whole heads of {head_dim} in whole query groups; shard by heads")
+        attn._tegula_heads = q_rows // head_dim      # this rank's heads when tensor-parallel
+        attn._tegula_kv_heads = k_rows // head_dim
         if rope_tables is None:
             module = sys.modules[type(attn).__module__]
             attn._tegula_apply_rope = module.apply_rotary_pos_emb
         attn.forward = types.MethodType(_attention_forward(state, rope_tables), attn)
         report["attention"] += 1
         report["rope"] += rope_tables is not None
-        mlp._tegula_gate_up = _fuse_gate_up(mlp)
+        mlp._tegula_gate_up = _fuse_gate_up(mlp, lin["gate_proj"], lin["up_proj"])
         mlp.forward = types.MethodType(_mlp_forward(state), mlp)
         report["mlp"] += 1
         layer.forward = types.MethodType(_layer_forward(state), layer)
