@@ -15,6 +15,7 @@ one JSON line: the relative error of each step's logits against the float32 unsh
 model, and the same for the unsharded model in the run's dtype (the error the dtype
 itself makes), and the message of a sharding `apply` must refuse."""
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -152,8 +153,6 @@ def main():
         result = (mla if sys.argv[1] == "mla" else overlap)(rank, world, device)
         if rank == 0:
             print(json.dumps({"world": world, sys.argv[1]: result}), flush=True)
-        dist.barrier()
-        dist.destroy_process_group()
         return
     family, ops = sys.argv[1], sys.argv[2]
     graph = "--graph" in sys.argv
@@ -205,9 +204,14 @@ def main():
             "alone": [_rel(a, b) for a, b in zip(alone, exact)],
             "refused": refused,
         }), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # The models, meshes and graphs are gone (main's locals) before the teardown: gloo's
+    # threads otherwise may be destroyed at exit still running, which aborts the process.
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()
