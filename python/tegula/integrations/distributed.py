@@ -72,13 +72,19 @@ def _world(group):
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _check(op: str, name: str, t, ndim: int):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != ndim:
-        raise ValueError(f"{op}: {name} must be {ndim}-D, got shape {tuple(t.shape)}")
-    if t.device.type != "cuda":
-        raise ValueError(f"{op}: {name} must be a CUDA tensor, got one on {t.device}")
+def _check_operands(op: str, a_name: str, a, b_name: str, b):
+    """Two 2-D CUDA tensors on one device whose inner sizes agree; errors name them."""
+    for name, t in ((a_name, a), (b_name, b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{op}: {name} must be a CUDA tensor, got one on {t.device}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op}: {a_name} is {tuple(a.shape)} and {b_name} {tuple(b.shape)}: inner sizes differ")
+    if b.device != a.device:
+        raise ValueError(f"{op}: {b_name} must be on {a.device} ({a_name}'s device), got {b.device}")
 
 
 def _pieces(rows: int, chunks: int, op: str):
@@ -141,12 +147,7 @@ def all_gather_matmul(a_shard: torch.Tensor, b: torch.Tensor, group=None, *, chu
     the copy engines: no SMs taken from the GEMM), "nccl" (NCCL's all-gather, piece by
     piece), or "auto" (copy where torch's symmetric memory is available)."""
     op = "all_gather_matmul"
-    _check(op, "a_shard", a_shard, 2)
-    _check(op, "b", b, 2)
-    if a_shard.shape[1] != b.shape[0]:
-        raise ValueError(f"{op}: a_shard is {tuple(a_shard.shape)} and b {tuple(b.shape)}: inner sizes differ")
-    if b.device != a_shard.device:
-        raise ValueError(f"{op}: b must be on {a_shard.device} (a_shard's device), got {b.device}")
+    _check_operands(op, "a_shard", a_shard, "b", b)
     mm = _mm_into(matmul, op)
     world, rank = _world(group)
     m, n = a_shard.shape[0], b.shape[1]
@@ -207,12 +208,7 @@ def matmul_reduce_scatter(a: torch.Tensor, b_shard: torch.Tensor, group=None, *,
     (M a multiple of world). Each piece's reduce-scatter runs on a side stream while the next
     piece is multiplied."""
     op = "matmul_reduce_scatter"
-    _check(op, "a", a, 2)
-    _check(op, "b_shard", b_shard, 2)
-    if a.shape[1] != b_shard.shape[0]:
-        raise ValueError(f"{op}: a is {tuple(a.shape)} and b_shard {tuple(b_shard.shape)}: inner sizes differ")
-    if b_shard.device != a.device:
-        raise ValueError(f"{op}: b_shard must be on {a.device} (a's device), got {b_shard.device}")
+    _check_operands(op, "a", a, "b_shard", b_shard)
     mm = _mm_into(matmul, op)
     world, rank = _world(group)
     if world == 1:

@@ -466,7 +466,8 @@ def apply(model, *, gemm: str = "auto", ops: str = "tegula", max_positions: Opti
         rope_tables = _RopeTables(rotary, int(max_positions))
 
     norms = [m for m in model.modules() if _is_rms_norm(m)]
-    shards = [_shard_layer(i, layer.self_attn, layer.mlp) for i, layer in enumerate(layers)]   # checked before any change
+    # The splits of every layer, checked before anything is changed.
+    shards = [_shard_layer(i, layer.self_attn, layer.mlp) for i, layer in enumerate(layers)]
     for m in norms:
         if tp.is_dtensor(m.weight):
             m._tegula_weight = tp.local(m.weight, f"{type(m).__name__}.weight")

@@ -25,3 +25,17 @@ def test_two_ranks_on_gloo_match_the_unsharded_model(family):
     assert len(r["sharded"]) == 5                              # prefill and four decode steps
     assert max(r["sharded"]) < 1e-5, r["sharded"]              # float32: only the summation order differs
     assert "o_proj is column" in r["refused"] and "RowwiseParallel" in r["refused"], r["refused"]
+
+
+def test_overlapped_products_name_a_bad_argument():
+    import torch
+
+    from tegula.integrations.distributed import all_gather_matmul, matmul_reduce_scatter
+
+    a = torch.ones(4, 8)
+    with pytest.raises(TypeError, match=r"all_gather_matmul: a_shard must be a torch.Tensor, got list"):
+        all_gather_matmul([1.0], a)
+    with pytest.raises(ValueError, match=r"all_gather_matmul: a_shard must be a CUDA tensor, got one on cpu"):
+        all_gather_matmul(a, a.t())
+    with pytest.raises(ValueError, match=r"matmul_reduce_scatter: a must be 2-D, got shape \(8,\)"):
+        matmul_reduce_scatter(torch.ones(8), a)

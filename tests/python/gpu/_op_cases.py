@@ -1,10 +1,12 @@
 """Every shipped operator with small ragged inputs on the current CUDA device, as data:
 name -> (torch.ops.tegula.<op>, its arguments), the tensors that have a backward made with
-requires_grad. test_torch_ops_gpu.py runs torch.library.opcheck over them; the two-GPU tests
-run each on a second device."""
+requires_grad; and a user's @jit kernel. test_torch_ops_gpu.py runs torch.library.opcheck
+over them; the two-GPU tests run each on a second device."""
 import torch
 
+import tegula
 import tegula.kernels as K
+import tegula.language as T
 
 try:
     from ._util import seed_of
@@ -133,3 +135,18 @@ def case(name):
         if name in names:
             return make()[name]
     raise KeyError(name)
+
+
+@tegula.jit(out_idx=[-1])
+def scale_add(N):
+    """A user's kernel: Z = X * s + Y, rows of N float32 (a multiply-add the kernel fuses)."""
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def scale_add(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), s: T.float32,
+                  Z: T.Tensor((M, N), "float32")):
+        with T.Kernel(M, threads=128) as bx:
+            for j in T.Parallel(N):
+                Z[bx, j] = X[bx, j] * s + Y[bx, j]
+
+    return scale_add

@@ -13,18 +13,19 @@ import torch.nn.functional as F
 
 import tegula
 import tegula.kernels as K
-import tegula.language as T
 
 FA = importlib.import_module("tegula.kernels.flash_attention")
 OPS = importlib.import_module("tegula.kernels._ops")
 
 try:
     from ._op_cases import B16, H, MODEL_OPCHECK, OPCHECK, QUANT_OPCHECK, model_opcheck_cases as _model_opcheck_cases, \
-        opcheck_cases as _opcheck_cases, quant_opcheck_cases as _quant_opcheck_cases, rand as _rand, routed as _routed
+        opcheck_cases as _opcheck_cases, quant_opcheck_cases as _quant_opcheck_cases, rand as _rand, \
+        routed as _routed, scale_add as _scale_add
     from ._util import rel_err
 except ImportError:
     from _op_cases import B16, H, MODEL_OPCHECK, OPCHECK, QUANT_OPCHECK, model_opcheck_cases as _model_opcheck_cases, \
-        opcheck_cases as _opcheck_cases, quant_opcheck_cases as _quant_opcheck_cases, rand as _rand, routed as _routed
+        opcheck_cases as _opcheck_cases, quant_opcheck_cases as _quant_opcheck_cases, rand as _rand, \
+        routed as _routed, scale_add as _scale_add
     from _util import rel_err
 
 pytestmark = pytest.mark.gpu
@@ -308,21 +309,7 @@ def test_moe_layer_compiled_equals_eager():
         assert torch.equal(got, want)
 
 
-# ---- a user's kernel as an op; DLPack inputs ----------------------------------------
-
-@tegula.jit(out_idx=[-1])
-def _scale_add(N):
-    M = T.dynamic("m")
-
-    @T.prim_func
-    def scale_add(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), s: T.float32,
-                  Z: T.Tensor((M, N), "float32")):
-        with T.Kernel(M, threads=128) as bx:
-            for j in T.Parallel(N):
-                Z[bx, j] = X[bx, j] * s + Y[bx, j]
-
-    return scale_add
-
+# ---- a user's kernel as an op (_op_cases.scale_add); DLPack inputs ---------------------
 
 def test_custom_op_of_a_user_kernel_runs_and_passes_opcheck():
     op = tegula.custom_op(_scale_add(300), "tegula_gpu_test::scale_add")

@@ -22,12 +22,11 @@ import torch
 
 import tegula
 import tegula.kernels as K
-import tegula.language as T
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lang_kernels import gemm_relu_program  # noqa: E402
 
-from _op_cases import MODEL_OPCHECK, OPCHECK, QUANT_OPCHECK, case  # noqa: E402
+from _op_cases import MODEL_OPCHECK, OPCHECK, QUANT_OPCHECK, case, scale_add as _scale_add  # noqa: E402
 from _util import randn, rel_err  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpu2]
@@ -94,20 +93,6 @@ def test_every_operator_runs_on_its_tensors_device(name):
             got, want = got.float(), want.float()
         torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-3, atol=1e-3, equal_nan=True,
                                    msg=lambda m: f"{name}, output {i} (outputs then grads): {m}")
-
-
-@tegula.jit(out_idx=[-1])
-def _scale_add(N):
-    M = T.dynamic("m")
-
-    @T.prim_func
-    def scale_add(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32"), s: T.float32,
-                  Z: T.Tensor((M, N), "float32")):
-        with T.Kernel(M, threads=128) as bx:
-            for j in T.Parallel(N):
-                Z[bx, j] = X[bx, j] * s + Y[bx, j]
-
-    return scale_add
 
 
 def _xy(device, seed, rows=37, n=300):
