@@ -17,7 +17,6 @@ GEMM). Target: >= 1.15x the baseline.
 """
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -29,21 +28,14 @@ import common  # noqa: E402
 TARGET = 1.15
 
 
-def timed(fn, warmup=3, repeat=20):
-    for _ in range(warmup):
-        fn()
+def _line_up():
+    dist.barrier()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+
+
+def timed(fn, warmup=3, repeat=20):
+    """Median ms of fn() on this rank, both ranks starting each call together."""
+    return common.synced_event_ms(fn, repeat, warmup=warmup, before=_line_up)
 
 
 def main() -> int:

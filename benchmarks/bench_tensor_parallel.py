@@ -40,18 +40,6 @@ def _rel(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-def _events_ms(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _eager_logits(model, prompts, fed):
     """Last-position logits of prefill and of each decode step (transformers' DynamicCache)."""
     from transformers import DynamicCache
@@ -82,7 +70,7 @@ def _patched_run(model, prompts, fed, repeat):
             return model(prompts, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
 
     prefill()                                       # compiles every kernel
-    prefill_ms = _events_ms(prefill, repeat)
+    prefill_ms = common.synced_event_ms(prefill, repeat)
     logits = [prefill()]
     decoder = tt.GraphDecoder(model, cache)
     step_ms = []
@@ -129,7 +117,7 @@ def _all_reduce_us(batch, hidden, device, calls=64):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             run()
-        out[key] = 1e3 * _events_ms(graph.replay, 10) / calls
+        out[key] = 1e3 * common.synced_event_ms(graph.replay, 10) / calls
     os.environ.pop("TEGULA_ALL_REDUCE")
     return out
 

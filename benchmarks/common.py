@@ -95,6 +95,26 @@ def event_bench(fn, warmup: float = 25, rep: float = 200) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def synced_event_ms(fn, repeat: int, warmup: int = 0, before=None) -> float:
+    """Median ms of fn() between CUDA events, one call at a time (synchronised after each),
+    as a whole model step or a collective is timed; `warmup` untimed calls first, and
+    `before()`, untimed, before each timed one (a barrier lining the ranks up, say)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def bench(fn, warmup: float = 25, rep: float = 200) -> float:
     """Median ms of fn() on the GPU (see the module note)."""
     try:
