@@ -10,8 +10,9 @@ in the notes); one that refuses grouped-query heads is timed on K and V expanded
 beforehand (marked in the notes). FLOPs = 4·B·H·Sq·Skv·D, halved when causal. Before
 timing, our outputs (both paths) are compared once with SDPA run in float32 (math backend,
 in chunks of heads): relative Frobenius error <= 2e-3, else the row is WRONG. Targets:
->= 1.0x the SDPA cuDNN backend (0.85x at D=256; ratio = cuDNN time / our time); vs flash
-and vs legacy are the same ratio against SDPA flash and our legacy path. A sweep over S
+>= 1.0x the SDPA cuDNN backend (0.95x at D=256; ratio = cuDNN time / our time); vs flash
+and vs legacy are the same ratio against SDPA flash and our legacy path, and on sm_90
+"vs no overlap" against ours without FlashAttention-3's schedule (overlap=False). A sweep over S
 (batch shrunk so that B·S = 16384) feeds $OUT/bench_attention.png, TFLOP/s against S.
 
 Part 2, decoding (tegula.kernels.flash_decoding.flash_decode): one query token per
@@ -59,10 +60,11 @@ TOL = 2e-3
 FORWARD_CASES = [
     (2, 32, 32, 4096, 128, False, 1.0),
     (2, 32, 32, 4096, 128, True, 1.0),
-    (2, 16, 16, 4096, 64, True, 1.0),
+    (2, 32, 32, 4096, 64, True, 1.0),
     (4, 32, 32, 2048, 128, False, 1.0),
     (2, 32, 8, 4096, 128, True, 1.0),       # grouped-query attention, SDPA with enable_gqa
-    (2, 16, 16, 4096, 256, False, 0.85),
+    (8, 16, 16, 1024, 64, False, 1.0),
+    (2, 32, 32, 4096, 256, False, 0.95),
 ]
 TARGET_BACKEND = "cudnn"
 SWEEP_S = (512, 1024, 2048, 4096, 8192)
@@ -190,6 +192,9 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures, legacy=True
     def ours_legacy():
         return fa(q, k, v, causal=causal, layout="bhsd", path="legacy")
 
+    def ours_plain():  # without FlashAttention-3's schedule (kernels/flash_attention.py)
+        return fa(q, k, v, causal=causal, layout="bhsd", overlap=False)
+
     ref = reference_forward(q, k, v, causal)
     err, error = common.run_ours(ours, lambda: ref)
     row["rel_err"], row["error"] = err, error
@@ -197,6 +202,12 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures, legacy=True
     row["ours_tflops"] = None if error else flops / row["ours_ms"] / 1e9
     row.update(common.roofline(lambda: [(importlib.import_module("tegula.kernels.flash_attention").kernel_for(
         B, H, Hkv, S, S, D, causal, 0, "bhsd", "float16", None), (q, k, v))], row["ours_ms"]))
+    overlap = importlib.import_module("tegula.kernels.flash_attention").default_config(S, D, causal).get("overlap")
+    if overlap:
+        plain_err, plain_error = common.run_ours(ours_plain, lambda: ref)
+        row["error"] = row["error"] or (plain_error and f"without overlap: {plain_error}")
+        row["plain_ms"] = None if plain_error or plain_err is None or plain_err > TOL else common.bench(ours_plain,
+                                                                                                         rep=rep)
     if legacy:
         legacy_err, legacy_error = common.run_ours(ours_legacy, lambda: ref)
         row["legacy_rel_err"] = legacy_err
@@ -232,6 +243,7 @@ def forward_case(fa, B, H, Hkv, S, D, causal, target, rep, failures, legacy=True
     row["vs_flash"] = speedup(row["flash_ms"])
     row["vs_cudnn"] = speedup(row["cudnn_ms"])
     row["vs_legacy"] = speedup(row.get("legacy_ms"))
+    row["vs_plain"] = speedup(row.get("plain_ms"))
     row["target"] = f">={target}x SDPA cuDNN" if target is not None else "-"
     errors = [err] + ([row["legacy_rel_err"]] if legacy else [])
     if row["error"]:
@@ -603,7 +615,8 @@ FORWARD_COLUMNS = [
     ("cuDNN ms", "cudnn_ms", ".3f"), ("cuDNN TF/s", "cudnn_tflops", ".0f"),
     ("effic ms", "efficient_ms", ".3f"), ("effic TF/s", "efficient_tflops", ".0f"),
     ("vs cuDNN", "vs_cudnn", ".2f"), ("vs flash", "vs_flash", ".2f"), ("vs legacy", "vs_legacy", ".2f"),
-    ("roofline", "roofline", "s"), ("target", "target", "s"), ("status", "status", "s"),
+    ("vs no overlap", "vs_plain", ".2f"), ("roofline", "roofline", "s"), ("target", "target", "s"),
+    ("status", "status", "s"),
 ]
 BACKWARD_COLUMNS = [
     ("case", "case", "s"), ("err", "rel_err", ".1e"),

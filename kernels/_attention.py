@@ -14,6 +14,8 @@ P = exp2(S * scale - max * scale) in acc_s_cast, ready for `T.gemm(acc_s_cast, V
 `scale` carries log2(e), so exp2 is exp. The maxima are subtracted before scaling: equal
 maxima (a row that has seen no key yet, still at its -1e30 start) must give exactly 1,
 which `m_prev * scale - m * scale` would not once compiled to a fused multiply-add.
+With rescale_output=False the output accumulator is left alone: the caller rescales it by
+scores_scale itself (FlashAttention-3's schedule does it a stage later, kernels/flash_attention.py).
 """
 import math
 
@@ -26,13 +28,14 @@ from ._common import check_rank, check_tensor, describe, refuse_grad
 
 @T.macro
 def online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum,
-                   scale, rows, cols, dim):
+                   scale, rows, cols, dim, rescale_output=True):
     T.copy(scores_max, scores_max_prev)
     T.reduce_max(acc_s, scores_max, dim=1, clear=False)
     for i in T.Parallel(rows):
         scores_scale[i] = T.exp2((scores_max_prev[i] - scores_max[i]) * scale)
-    for i, j in T.Parallel(rows, dim):
-        acc_o[i, j] *= scores_scale[i]
+    if rescale_output:
+        for i, j in T.Parallel(rows, dim):
+            acc_o[i, j] *= scores_scale[i]
     for i, j in T.Parallel(rows, cols):
         acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
     T.reduce_sum(acc_s, scores_sum, dim=1)

@@ -32,7 +32,10 @@ LAYOUTS = ("bshd", "bhsd")
 
 def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causal=False, window=0,
                             layout="bshd", block_M=128, block_N=64, num_stages=2, threads=128,
-                            dtype="float16", sm_scale=None):
+                            dtype="float16", sm_scale=None, overlap=False):
+    """overlap: FlashAttention-3's schedule of the loop (T.Pipelined's order and stage):
+    the softmax of one key tile runs while the tensor cores compute P V of the tile before
+    it (on sm_90a; elsewhere it means the same, one tile at a time)."""
     accum = "float32"
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(dim)) * LOG2E
     group = heads // kv_heads
@@ -70,7 +73,16 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
             hi = T.min(seq_kv, q0 + block_M + offset) if is_causal else seq_kv
             lo = T.max(0, q0 + offset - window + 1) if window > 0 else 0
             first = lo // block_N
-            for kb in T.Pipelined(T.ceildiv(hi, block_N) - first, num_stages=num_stages):
+            # The loop's statements: the two copies, Q Kᵀ, the mask (where one is needed)
+            # and the softmax, the output's rescale, P V. With overlap, Q Kᵀ and the softmax
+            # of tile k run in stage 0 and the rescale and P V in stage 1, one tile behind:
+            # at one time, Q Kᵀ of k, the rescale and P V of k - 1, the softmax of k.
+            schedule = {}
+            if overlap:
+                softmax = 7 + (1 if masked else 0)  # online_softmax's statements, and the mask's
+                schedule = dict(order=[-1, -1, 0, 3, 1, 2], stage=[-1, -1, 0, 0, 1, 1],
+                                group=[[0], [1], [2], list(range(3, 3 + softmax)), [3 + softmax], [4 + softmax]])
+            for kb in T.Pipelined(T.ceildiv(hi, block_N) - first, num_stages=num_stages, **schedule):
                 k0 = (first + kb) * block_N
                 if bshd:
                     T.copy(K[bz, k0:k0 + block_N, by // group, :], K_shared)
@@ -96,7 +108,10 @@ def flash_attention_program(batch, heads, kv_heads, seq_q, seq_kv, dim, is_causa
                             visible = visible & (k0 + j > q0 + i + offset - window)
                         acc_s[i, j] = T.if_then_else(visible, acc_s[i, j], -T.infinity(accum))
                 online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
-                               logsum, scale, block_M, block_N, dim)
+                               logsum, scale, block_M, block_N, dim, rescale_output=not overlap)
+                if overlap:
+                    for i, j in T.Parallel(block_M, dim):
+                        acc_o[i, j] *= scores_scale[i]
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             # A row that saw no key (causal with Sq > Skv) gives 0 and a log-sum-exp of -inf;
             # a NaN denominator (a NaN query, a +inf score) stays NaN, as in torch. One
@@ -137,16 +152,19 @@ def default_config(seq_q, dim, is_causal):
     bulk copies): two consumer warpgroups over 128-key tiles for D=128, causal or not
     (541 against 502 TFLOP/s non-causal, 477 against 426 causal, B2 H32 S4096), and of
     64 rows each for D=256 (566 against 329); D=64 keeps 64-row blocks, two per SM (334
-    against 314)."""
+    against 314). On sm_90 the loop runs FlashAttention-3's schedule (overlap): on an H200,
+    1.01 / 1.05 / 1.09 / 1.03 / 1.07 / 1.06x cuDNN at B2 H32 S4096 D128 full / causal, D64
+    causal, GQA 32:8 causal, B8 H16 S1024 D64, D256, against 0.89 / 1.00 / 1.08 / 0.98 /
+    1.03 / 0.94x without it (benchmarks/bench_attention.py, its "no overlap" column)."""
     hopper = wgmma_gpu()
     if dim <= 64:
-        return dict(block_M=64 if hopper else 128, block_N=128, threads=128, num_stages=2)
+        return dict(block_M=64 if hopper else 128, block_N=128, threads=128, num_stages=2, overlap=hopper)
     if dim <= 128:
         if hopper:
-            return dict(block_M=128, block_N=128, threads=256, num_stages=2)
+            return dict(block_M=128, block_N=128, threads=256, num_stages=2, overlap=True)
         return dict(block_M=128, block_N=64, threads=128, num_stages=2)
     if hopper:
-        return dict(block_M=128, block_N=64, threads=256, num_stages=2)
+        return dict(block_M=128, block_N=64, threads=256, num_stages=2, overlap=True)
     return dict(block_M=64, block_N=64, threads=128, num_stages=2)
 
 

@@ -10,12 +10,15 @@
 
 #include <cctype>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "bindings/bindings.h"
 #include "ir/analyzer.h"
+#include "ir/functor.h"
 #include "ir/hash.h"
 #include "ir/printer.h"
+#include "ir/thread_guard.h"
 #include "ir/verifier.h"
 
 namespace tegula::bindings {
@@ -243,7 +246,26 @@ void bind_classes(py::module_& m) {
       .def_property_readonly("kind", [](const Stmt& s) { return std::string(ir::node_kind_name(s.kind())); })
       .def_property_readonly("loc", [](const Stmt& s) { return loc_tuple(s->loc); })
       .def("__str__", [](const Stmt& s) { return ir::to_string(s); })
-      .def("__repr__", [](const Stmt& s) { return ir::to_string(s); });
+      .def("__repr__", [](const Stmt& s) { return ir::to_string(s); })
+      // (read, written): the names of the buffers a statement reads and writes, a tile
+      // op taken to read and write every buffer it names; None where a call may touch
+      // memory its arguments do not name (what T.Pipelined's order and stage check).
+      .def("accesses", [](const Stmt& s) -> py::object {
+        std::set<std::string> reads, writes;
+        bool known = true;
+        ir::post_order(s, [&](const Stmt& x) {
+          if (auto* st = x.as<ir::BufferStoreNode>()) writes.insert(st->buffer->name);
+          if (auto* t = x.as<ir::TileOpNode>()) {
+            for (auto& r : t->regions) reads.insert(r.buffer->name), writes.insert(r.buffer->name);
+          }
+          if (x.as<ir::EvaluateNode>() || x.as<ir::SyncNode>()) known = false;
+        }, [&](const Expr& e) {
+          if (auto* ld = e.as<ir::BufferLoadNode>()) reads.insert(ld->buffer->name);
+          if (auto* c = e.as<ir::CallNode>()) known &= ir::pure_call(c->op);
+        });
+        if (!known) return py::none();
+        return py::make_tuple(reads, writes);
+      });
 
   // dynamic_attr: kernel(...) keeps its attrs dict on the object as `.attrs`.
   py::class_<ir::Kernel, std::shared_ptr<ir::Kernel>>(m, "Kernel", py::dynamic_attr())

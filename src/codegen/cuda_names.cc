@@ -56,7 +56,8 @@ const char* const kReservedWords[] = {
     "stmatrix_x2_trans", "stmatrix_x4", "stmatrix_x4_trans", "store_vec", "store_vec_pred", "swizzle_offset",
     "sync_async_proxy", "tanh", "tile_at", "tile_at2", "tma_load_1d", "tma_load_2d", "tma_load_3d",
     "tma_load_4d", "tma_load_5d", "tmap_addr", "to_float", "to_tf32", "trunc", "unpack2", "valid_sparse_metadata", "warp_reduce",
-    "wgmma_commit", "wgmma_desc", "wgmma_fence", "wgmma_rs", "wgmma_ss", "wgmma_wait", "wgmma_wait_regs",
+    "wgmma_commit", "wgmma_desc", "wgmma_fence", "wgmma_rs", "wgmma_rs_held", "wgmma_ss", "wgmma_wait",
+    "wgmma_wait_held", "wgmma_wait_regs",
     // warp.h
     "activemask", "all_sync", "any_sync", "ballot", "ballot_sync", "max_num", "min_num", "pdl_sync",
     "pdl_trigger", "Philox",

@@ -192,14 +192,29 @@ std::string tensor_core_call(const CallNode* c, const TensorCorePrinter& p) {
     int64_t tn = *as_const_int(c->args[1]) / *as_const_int(c->args[4]);
     s += ", " + wgmma_instruction(c->op == "wgmma_rs", int(tn), c->args[8].as<BufferLoadNode>()->buffer->dtype,
                                   c->args[9].as<BufferLoadNode>()->buffer->dtype, p.instructions);
-    return s + gemm_region_args(c) + ">(" + gemm_operands(c, p) + ")";
+    s += gemm_region_args(c) + ">(" + gemm_operands(c, p);
+    if (c->args.size() == 13) {
+      // Its wait was moved (gemm_waits.cc): A is packed into registers of its own, held
+      // until then. The thread index (argument 11) is threadIdx.x, so not printed.
+      auto* held = c->args[12].as<BufferLoadNode>();
+      s.replace(0, std::string("tegula::wgmma_rs<").size(), "tegula::wgmma_rs_held<");
+      s += ", &" + p.element(held->buffer, held->indices, false);
+    }
+    return s + ")";
   }
   if (c->op == "wgmma_wait") {
     // Waits until at most args[1] of this thread's latest wgmma groups are running; pins
-    // C's registers so that nothing reads them earlier.
+    // C's registers so that nothing reads them earlier, and those A was packed into for a
+    // moved wait (args[2], gemm_waits.cc).
     auto* ld = c->args[0].as<BufferLoadNode>();
-    return "tegula::wgmma_wait_regs<" + p.expr(c->args[1]) + ", " + p.expr(ld->buffer->shape[0]) + ">(&" +
-           p.element(ld->buffer, ld->indices, false) + ")";
+    std::string regs = p.expr(c->args[1]) + ", " + p.expr(ld->buffer->shape[0]);
+    std::string operands = "&" + p.element(ld->buffer, ld->indices, false);
+    if (c->args.size() == 4) {
+      auto* held = c->args[2].as<BufferLoadNode>();
+      return "tegula::wgmma_wait_held<" + regs + ", " + p.expr(held->buffer->shape[0]) + ">(" + operands + ", &" +
+             p.element(held->buffer, held->indices, false) + ")";
+    }
+    return "tegula::wgmma_wait_regs<" + regs + ">(" + operands + ")";
   }
   return "";
 }

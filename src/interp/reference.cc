@@ -280,7 +280,11 @@ StmtFn Compiler::stmt(const Stmt& s) {
       const Expr& v = s.as<EvaluateNode>()->value;
       auto* call = v.as<CallNode>();
       // T.print and instrumentation events (tegula.tools.cuda.iket) change no result.
-      if (call && (call->op.rfind("print", 0) == 0 || call->op.rfind("iket_", 0) == 0)) return [](Frame&) {};
+      // T.Pipelined's stage marks (pipeline_loops.cc) only schedule: the loop means the same.
+      if (call && (call->op.rfind("print", 0) == 0 || call->op.rfind("iket_", 0) == 0 ||
+                   call->op == "pipeline_stage")) {
+        return [](Frame&) {};
+      }
       if (call && call->op.rfind("device_assert", 0) == 0) {
         // T.device_assert: a kernel where it fails stops on the GPU; here it is the user's error.
         ExprFn cond = expr(call->args.at(0), loc);

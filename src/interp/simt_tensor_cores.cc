@@ -49,7 +49,9 @@ struct MmaCall {
 
 static MmaCall parse_mma(Machine& m, const CallNode* op) {
   MmaCall c{};
-  if (op->args.size() != 11 && op->args.size() != 12) {
+  // (13: a wgmma_rs whose wait was moved, argument 12 the registers A is packed into,
+  // which only the device code has: gemm_waits.cc)
+  if (op->args.size() != 11 && op->args.size() != 12 && !(op->args.size() == 13 && op->op == "wgmma_rs")) {
     m.cannot("a " + op->op + " call with " + std::to_string(op->args.size()) + " arguments");
   }
   int64_t v[8];
@@ -399,7 +401,8 @@ bool Machine::tensor_core_statement(const CallNode* op, const Threads& ts) {
     if (int(ts.size()) != threads_) {
       error("wgmma_wait reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads");
     }
-    const int64_t* keep = op->args.size() == 2 ? as_const_int(op->args[1]) : nullptr;
+    // (4 arguments: a moved wait of a wgmma_rs, its held registers and A after the count)
+    const int64_t* keep = op->args.size() == 2 || op->args.size() == 4 ? as_const_int(op->args[1]) : nullptr;
     if (!keep) cannot("a wgmma_wait whose count is not a constant");
     while (int64_t(wgmma_.size()) > *keep) retire_wgmma(*this);
   } else {

@@ -66,8 +66,7 @@ Stmt with_pending(const Stmt& wait, int pending) {
 //     min / max, select), loads of anything but acc; no Evaluate, barrier, tile op, while
 //     or jump.
 // Anything else stops it. Waits are sunk from the last gemm up, so a gemm's wait meets the
-// later gemm's issue alone. Only gemms with both operands in shared memory move (a
-// register A is pinned in registers the compiler may reuse after the issue returns).
+// later gemm's issue alone. A gemm with A in registers moves too, its A held (below).
 bool is_call_stmt(const Stmt& s, const char* op) {
   auto* ev = s.as<EvaluateNode>();
   auto* c = ev ? ev->value.as<CallNode>() : nullptr;
@@ -86,7 +85,9 @@ bool touches_buffer(const Stmt& s, const BufferNode* b) {
   return found;
 }
 
-bool plain_register_work(const Stmt& s) {
+// shuffles: whether warp shuffles count (they exchange registers within the warp: no
+// memory, no tensor core).
+bool plain_register_work(const Stmt& s, bool shuffles) {
   bool plain = true;
   post_order(s, [&](const Stmt& x) {
     switch (x.kind()) {
@@ -106,30 +107,41 @@ bool plain_register_work(const Stmt& s) {
         plain = false;  // Evaluate, Sync, TileOp, While, LoopJump
     }
   }, [&](const Expr& e) {
-    if (auto* c = e.as<CallNode>()) plain &= pure_call(c->op);
+    if (auto* c = e.as<CallNode>()) plain &= pure_call(c->op) || (shuffles && c->op.rfind("shfl_", 0) == 0);
   });
   return plain;
 }
 
-// A unit { wgmma_ss(...); wgmma_wait(acc, p) } (in an `if True` or bare): its issue and wait.
+// A unit { wgmma_ss(...) or wgmma_rs(...); wgmma_wait(acc, p) } (in an `if True` or
+// bare): its issue and wait.
 bool gemm_unit(const Stmt& unit, Stmt* issue, Stmt* wait) {
   if (auto* br = unit.as<IfThenElseNode>()) {
     const int64_t* v = as_const_int(br->cond);
     if (!v || *v == 0) return false;
   }
   Stmt rest;
-  if (!split_async_issue(unit, issue, &rest) || !only_wait(rest, wait) || !is_call_stmt(*issue, "wgmma_ss")) {
-    return false;
-  }
+  if (!split_async_issue(unit, issue, &rest) || !only_wait(rest, wait)) return false;
   auto* w = wait->as<EvaluateNode>()->value.as<CallNode>();
   return w->args.size() == 2 && as_const_int(w->args[1]) && w->args[0].as<BufferLoadNode>();
 }
+
+bool is_issue(const Stmt& s) { return is_call_stmt(s, "wgmma_ss") || is_call_stmt(s, "wgmma_rs"); }
 
 }  // namespace
 
 // `issued_first`: body[0] may be the lone wait of a shared-operand gemm issued before the
 // body (the cp.async form issues a leading gemm ahead of the next stage's copies).
-void sink_gemm_waits(std::vector<Stmt>& body, bool issued_first) {
+//
+// A gemm with A in registers (wgmma_rs) reads them until its wait, but the compiler sees
+// them read at the issue and may give them to other values after it. When its wait moves,
+// the issue packs A into registers of their own, a local buffer `hold` makes, and the wait
+// pins those too: the issue gains the thread index and the buffer (arguments 11 and 12),
+// the wait the buffer and A (wgmma_wait(acc, pending, held, A)). Its wait stops before
+// anything that touches A, as before anything touching the accumulator. With `hold` the
+// waits also pass warp shuffles and the issues of gemms with A in registers; without it
+// (every loop but the stage-shifted consumer's) the rules are the ones above.
+void sink_gemm_waits(std::vector<Stmt>& body, const Expr& thread_var, const HoldRegisters& hold,
+                     bool issued_first) {
   for (size_t i = body.size(); i-- > 0;) {
     Stmt issue, wait;
     bool lone = false;
@@ -140,6 +152,12 @@ void sink_gemm_waits(std::vector<Stmt>& body, bool issued_first) {
     auto* w = wait.as<EvaluateNode>()->value.as<CallNode>();
     if (lone && (w->args.size() != 2 || !as_const_int(w->args[1]) || !w->args[0].as<BufferLoadNode>())) continue;
     const BufferNode* acc = w->args[0].as<BufferLoadNode>()->buffer.get();
+    auto* ic = lone ? nullptr : issue.as<EvaluateNode>()->value.as<CallNode>();
+    const bool regs_a = ic && ic->op == "wgmma_rs";
+    // (A warp group's own thread index, T.ws's, keeps its wait: wgmma_rs_held counts from
+    // threadIdx.x.)
+    if (regs_a && (!hold || (ic->args.size() > 11 && !ic->args[11].same_as(thread_var)))) continue;
+    const BufferNode* a = regs_a ? ic->args[8].as<BufferLoadNode>()->buffer.get() : nullptr;
     int pending = int(*as_const_int(w->args[1]));
     size_t j = i + 1;
     while (j < body.size() && is_call_stmt(body[j], "mbar_arrive")) ++j;
@@ -147,19 +165,30 @@ void sink_gemm_waits(std::vector<Stmt>& body, bool issued_first) {
     int passed_issues = 0;
     while (stop < body.size()) {
       const Stmt& x = body[stop];
-      if (touches_buffer(x, acc)) break;
-      if (is_call_stmt(x, "wgmma_ss")) {
+      if (touches_buffer(x, acc) || (a && touches_buffer(x, a))) break;
+      if (is_call_stmt(x, "wgmma_ss") || (hold && is_issue(x))) {
         ++passed_issues;
-      } else if (!is_call_stmt(x, "mbar_wait") && !plain_register_work(x)) {
+      } else if (!is_call_stmt(x, "mbar_wait") && !plain_register_work(x, bool(hold))) {
         break;
       }
       ++stop;
     }
     if (stop == j) continue;  // the next statement needs the result: nothing to overlap
+    Stmt moved = with_pending(wait, pending + passed_issues);
+    if (regs_a) {
+      Expr id = make_load(hold(ic->args[8].as<BufferLoadNode>()->buffer), {make_int(0)}, ic->loc);
+      std::vector<Expr> args = ic->args;
+      if (args.size() == 11) args.push_back(thread_var);
+      args.push_back(id);
+      issue = make_evaluate(make_call(ic->op, args, ic->dtype, ic->loc), issue->loc);
+      auto* mc = moved.as<EvaluateNode>()->value.as<CallNode>();
+      moved = make_evaluate(make_call(mc->op, {mc->args[0], mc->args[1], id, ic->args[8]}, mc->dtype, mc->loc),
+                            moved->loc);
+    }
     std::vector<Stmt> out(body.begin(), body.begin() + i);
     if (!lone) out.push_back(issue);
     out.insert(out.end(), body.begin() + j, body.begin() + stop);
-    out.push_back(with_pending(wait, pending + passed_issues));
+    out.push_back(moved);
     out.insert(out.end(), body.begin() + i + 1, body.begin() + j);  // the stage releases
     out.insert(out.end(), body.begin() + stop, body.end());
     body = std::move(out);

@@ -24,8 +24,11 @@
 // are committed as a group after each run; the group is waited for at once unless the
 // next unit touching shared memory is a staged loop, whose first wait then covers it:
 // attention's Q tile loads while the first K and V tiles do.
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
@@ -184,6 +187,47 @@ bool reads_buffer(const Stmt& s, const BufferNode* b) {
   return found;
 }
 
+// T.Pipelined's hand schedule with computations in several stages (frontend
+// pipeline_schedule.py) marks each computation's statements with a
+// pipeline_stage(stage, order) call before them: the stage relative to the first
+// computation's, and the place among the statements that run at one time. Drops the marks
+// from a loop body; `marks` gets each remaining top-level statement's (stage, order)
+// (copies, which the marks do not cover, get (0, -1)), or stays empty without marks.
+struct StageMark {
+  int64_t stage = 0, order = -1;
+};
+
+bool is_stage_mark(const Stmt& s, StageMark* mark) {
+  auto* ev = s.as<EvaluateNode>();
+  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
+  if (!c || c->op != "pipeline_stage") return false;
+  internal_assert(c->args.size() == 2 && as_const_int(c->args[0]) && as_const_int(c->args[1]))
+      << "pipeline_stage(stage, order) takes two constants";
+  *mark = {*as_const_int(c->args[0]), *as_const_int(c->args[1])};
+  return true;
+}
+
+Stmt take_stage_marks(const Stmt& body, std::vector<StageMark>* marks) {
+  auto* seq = body.as<SeqNode>();
+  if (!seq) return body;
+  std::vector<Stmt> kept;
+  std::vector<StageMark> of;
+  StageMark current;
+  bool any = false;
+  for (const Stmt& s : seq->seq) {
+    StageMark m;
+    if (is_stage_mark(s, &m)) {
+      current = m, any = true;
+      continue;
+    }
+    kept.push_back(s);
+    of.push_back(is_tma_copy(s) || !any ? StageMark{} : current);
+  }
+  if (!any) return body;
+  *marks = std::move(of);
+  return make_seq(kept, body->loc);
+}
+
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
@@ -256,15 +300,129 @@ class Pipeliner : public IRMutator {
     return S + 1;
   }
 
-  Stmt specialize(const ForNode* op) {
+  // The consumer of a loop whose computations run in several stages (marks: each one's
+  // stage r and place o; D the largest r). At time t the statements of stage r run for
+  // iteration t - r, in order of o: FlashAttention-3's Q Kᵀ of iteration t, then the
+  // rescale and P V of t - 1, then the softmax of t. A statement waits for its tiles of
+  // its own iteration, and releases them, with that iteration's stage and parity:
+  //   if (n >= D) {
+  //     t = 0 .. D-1:   the statements with r <= t                        (prologue)
+  //     for t in D..n-1: every statement
+  //     t = n .. n+D-1: the statements with r > t - n                     (epilogue)
+  //   } else { the loop one iteration at a time }      (only when D > 1: n < 1 runs nothing)
+  // Each time step's gemm waits then sink past the work that does not need them
+  // (sink_gemm_waits), which is where the overlap comes from. The schedule keeps the
+  // loop's meaning (pipeline_schedule.py checks it), so every form computes the same.
+  // The registers a gemm with A in registers packs A into while its wait is moved
+  // (gemm_waits.cc): 32-bit words, two 16-bit elements each.
+  HoldRegisters hold_registers() {
+    return [this](const Buffer& a) {
+      int64_t words = (a->num_elements_const() * a->dtype.bytes() + 3) / 4;
+      Buffer b = make_buffer(ctx_.fresh_name(a->name + "_held"), Scope::Local, DataType{DataType::UInt, 32, 1},
+                             {make_int(words)}, a->loc);
+      k_.allocs.push_back(b);
+      return b;
+    };
+  }
+
+  template <typename Full, typename Empty>
+  Stmt shifted_consumer(const ForNode* op, const std::vector<Stmt>& compute, const std::vector<StageMark>& marks,
+                        int64_t D, const std::map<const BufferNode*, std::pair<Buffer, int64_t>>& staged, int S,
+                        const std::vector<std::vector<bool>>& reads, const Full& full_at, const Empty& empty_at) {
+    const size_t n_stmt = compute.size();
+    // Iteration-time order of the statements: (stage, place, position in the body).
+    auto before = [&](size_t a, size_t b) {
+      return std::make_tuple(marks[a].stage, marks[a].order, a) < std::make_tuple(marks[b].stage, marks[b].order, b);
+    };
+    // Each group's tiles are waited for before the first statement (in that order) reading
+    // them, and released after the last.
+    const int64_t G = int64_t(reads.size());
+    std::vector<size_t> first_of(G), last_of(G);
+    for (int64_t g = 0; g < G; ++g) {
+      bool found = false;
+      for (size_t j = 0; j < n_stmt; ++j) {
+        if (!reads[g][j]) continue;
+        if (!found || before(j, first_of[g])) first_of[g] = j;
+        if (!found || before(last_of[g], j)) last_of[g] = j;
+        found = true;
+      }
+      internal_assert(found) << "every group of copies has a reader";
+    }
+    // Statement j for iteration `iter` (counted from 0): waits, the statement, releases.
+    auto emit = [&](size_t j, Expr iter, std::vector<Stmt>& out) {
+      Expr stage = floormod(iter, make_int(S)), parity = floormod(floordiv(iter, make_int(S)), make_int(2));
+      for (int64_t gi = 0; gi < G; ++gi) {
+        if (first_of[gi] == j) out.push_back(mbar("mbar_wait", full_at(gi, stage), {parity}));
+      }
+      Stmt at = substitute(compute[j], {{op->var, op->min + iter}});
+      out.push_back(Restage(staged, stage).mutate(at));
+      for (int64_t gi = 0; gi < G; ++gi) {
+        if (last_of[gi] == j) out.push_back(mbar("mbar_arrive", empty_at(gi, stage)));
+      }
+    };
+    // One time step: the statements whose stage r satisfies `runs`, in order of place.
+    std::vector<size_t> by_place(n_stmt);
+    for (size_t j = 0; j < n_stmt; ++j) by_place[j] = j;
+    std::stable_sort(by_place.begin(), by_place.end(), [&](size_t a, size_t b) { return marks[a].order < marks[b].order; });
+    auto step = [&](Expr t, const std::function<bool(int64_t)>& runs) {
+      std::vector<Stmt> out;
+      for (size_t j : by_place) {
+        if (runs(marks[j].stage)) emit(j, t + (-marks[j].stage), out);
+      }
+      sink_gemm_waits(out, k_.thread_var, hold_registers());
+      return out;
+    };
+    Expr n = op->extent;
+    std::vector<Stmt> all;
+    for (int64_t t = 0; t < D; ++t) {
+      auto part = step(make_int(t), [&](int64_t r) { return r <= t; });
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    Expr tv = make_var(op->var.as<VarNode>()->name + "_t", op->var.dtype(), op->loc);
+    all.push_back(make_for(tv, make_int(D), n + (-D), ForKind::Serial, make_seq(step(tv, [](int64_t) { return true; })),
+                           0, op->loc));
+    for (int64_t e = 0; e < D; ++e) {
+      auto part = step(n + e, [&](int64_t r) { return r > e; });
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    Stmt shifted = place_barriers(all, k_);
+    Stmt plain;
+    if (D > 1) {
+      std::vector<size_t> in_order(n_stmt);
+      for (size_t j = 0; j < n_stmt; ++j) in_order[j] = j;
+      std::stable_sort(in_order.begin(), in_order.end(), before);
+      Expr it = make_var(op->var.as<VarNode>()->name + "_i", op->var.dtype(), op->loc);
+      std::vector<Stmt> body;
+      for (size_t j : in_order) emit(j, it, body);
+      sink_gemm_waits(body, k_.thread_var, hold_registers());
+      plain = place_barriers_in_loop(make_for(it, make_int(0), n, ForKind::Serial, make_seq(body), 0, op->loc), k_);
+    }
+    Stmt region = make_if(make_binary(BinaryOp::GE, n, make_int(D)), shifted, plain, op->loc);
+    // Closed to insert_barriers, as the other forms are.
+    return make_if(make_bool(true), region, {}, op->loc);
+  }
+
+  Stmt specialize(const ForNode* op, const std::vector<StageMark>& marks) {
     auto* seq = op->body.as<SeqNode>();
     std::vector<Stmt> units = seq ? seq->seq : std::vector<Stmt>{op->body};
     std::vector<Stmt> copies, compute;
-    for (auto& u : units) (is_tma_copy(u) ? copies : compute).push_back(u);
+    std::vector<StageMark> compute_marks;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (is_tma_copy(units[u])) {
+        copies.push_back(units[u]);
+      } else {
+        compute.push_back(units[u]);
+        compute_marks.push_back(marks.empty() ? StageMark{} : marks[u]);
+      }
+    }
     internal_assert(!copies.empty() && !compute.empty()) << "a warp-specialised loop has copies and compute";
     std::vector<Buffer> filled;
     for (auto& c : copies) filled.push_back(tma_dst(c));
-    const int S = stages_for(op->num_stages, compute, filled);
+    int64_t D = 0;  // how many iterations the last computation runs behind the first
+    for (auto& m : compute_marks) D = std::max(D, m.stage);
+    // A tile is released D iterations after it is first read, so D + 1 stages at least
+    // keep the producer from waiting on a release the consumer has not reached.
+    const int S = std::max<int>(stages_for(op->num_stages, compute, filled), int(D) + 1);
     auto staged = stack(filled, S);
     // Groups: by the compute statement that first reads the copy's buffer.
     std::map<size_t, std::vector<size_t>> groups;
@@ -313,6 +471,23 @@ class Pipeliner : public IRMutator {
       ++g;
     }
     Stmt producer = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(prod), 0, op->loc);
+    if (D > 0) {
+      std::vector<std::vector<bool>> reads;
+      for (auto& [first, members] : groups) {
+        reads.emplace_back();
+        for (auto& c : compute) {
+          bool any = false;
+          for (size_t i : members) any |= reads_buffer(c, tma_dst(copies[i]).get());
+          reads.back().push_back(any);
+        }
+      }
+      auto full_at = [&](int64_t gi, Expr st) { return bar(make_int(gi * S) + st); };
+      Stmt consumer = shifted_consumer(op, compute, compute_marks, D, staged, S, reads, full_at, empty);
+      Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
+      staged_loops_.insert(unit.get());
+      ws_loops_.insert(unit.get());
+      return unit;
+    }
     // Consumer.
     std::vector<Stmt> body;
     std::vector<Stmt> restaged;
@@ -343,7 +518,7 @@ class Pipeliner : public IRMutator {
           if (last_reader[gi] == j) body.push_back(mbar("mbar_arrive", empty(gi, stage)));
         }
       }
-      sink_gemm_waits(body);
+      sink_gemm_waits(body, k_.thread_var);
     }
     Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc), k_);
     after.insert(after.begin(), loop);
@@ -361,10 +536,20 @@ class Pipeliner : public IRMutator {
     Stmt inner = IRMutator::mutate_For(self, op);
     in_pipelined_ -= pipelined;
     op = inner.as<ForNode>();
+    std::vector<StageMark> marks;
+    if (op->for_kind == ForKind::Pipelined) {
+      // Only the warp-specialised form shifts computations by stage; elsewhere the loop
+      // runs one iteration at a time in the order the schedule emitted, which means the same.
+      Stmt body = take_stage_marks(op->body, &marks);
+      if (!marks.empty()) {
+        inner = make_for(op->var, op->min, op->extent, op->for_kind, body, op->num_stages, op->loc);
+        op = inner.as<ForNode>();
+      }
+    }
     if (op->for_kind == ForKind::Pipelined && ctx_.warp_specialize) {
       bool tma = false;
       for (auto& u : op->body.as<SeqNode>() ? op->body.as<SeqNode>()->seq : std::vector<Stmt>{op->body}) tma |= is_tma_copy(u);
-      if (tma) return specialize(op);
+      if (tma) return specialize(op, marks);
     }
     if (op->for_kind != ForKind::Pipelined || !has_async_copy(op->body)) return inner;
     auto* seq = op->body.as<SeqNode>();
@@ -468,9 +653,9 @@ class Pipeliner : public IRMutator {
     if (async) {
       body.push_back(issue);
       compute[0] = rest;
-      if (!deferred) sink_gemm_waits(compute, is_call_stmt(issue, "wgmma_ss"));
+      if (!deferred) sink_gemm_waits(compute, k_.thread_var, nullptr, is_call_stmt(issue, "wgmma_ss"));
     } else {
-      sink_gemm_waits(compute);
+      sink_gemm_waits(compute, k_.thread_var);
     }
     if (deferred) body.push_back(with_pending(wait, 1));
     body.push_back(make_if(make_binary(BinaryOp::LT, ahead, n), copies(ahead, floormod(ahead, make_int(S)))));

@@ -138,8 +138,10 @@ struct BlockWgmma {
   // Issues C (+)= A B over the whole K as one wgmma group. Until wgmma_wait_regs returns,
   // neither C nor the operands may be touched. The descriptors are made once and stepped
   // along K by constants (a handful of instructions per group, not per instruction).
+  // held: where A's packed registers live (a buffer of the caller's, pinned until its
+  // wait: wgmma_rs_held); null: registers of this call.
   template <bool kRegsA, typename Acc>
-  static TEGULA_DEVICE void run(const T* A, const U* B, Acc* C) {
+  static TEGULA_DEVICE void run(const T* A, const U* B, Acc* C, uint32_t* held = nullptr) {
     // The warpgroup index, read from lane 0 so the assembler knows it is the same in every
     // thread of the warp: the tile offsets and descriptors below then live in uniform
     // registers instead of being moved into them before every wgmma (wgmma is .aligned,
@@ -150,7 +152,8 @@ struct BlockWgmma {
     // A in registers: every 16-bit pair packed and pinned before the fence, so that no
     // register is defined between the instructions of the group (the assembler would then
     // make each instruction wait for the one before).
-    uint32_t ra[kRegsA ? MI : 1][kRegsA ? K / KS : 1][4];
+    uint32_t own[kRegsA ? MI : 1][kRegsA ? K / KS : 1][4];
+    auto ra = held ? reinterpret_cast<uint32_t(*)[kRegsA ? K / KS : 1][4]>(held) : own;
     if constexpr (kRegsA) {
       static_assert(E == 2, "8-bit A is read from shared memory");
 #pragma unroll
@@ -200,6 +203,16 @@ TEGULA_DEVICE void wgmma_wait_regs(Acc* C) {
   fence_registers<N>(C);
 }
 
+// The same, where A's packed registers (H words at `held`) stay pinned too: the wait of a
+// wgmma_rs_held, which reads them until the group lands.
+template <int Pending, int N, int H, typename Acc>
+TEGULA_DEVICE void wgmma_wait_held(Acc* C, uint32_t* held) {
+  wgmma_wait<Pending>();
+  fence_registers<N>(C);
+#pragma unroll
+  for (int i = 0; i < H; ++i) asm volatile("" : "+r"(held[i])::"memory");
+}
+
 // T.gemm(A_shared, B_shared, C) on wgmma, issued (wgmma_wait_regs completes it). RA, RB:
 // rows of A's and B's buffers as stored; LDA, OA, LDB, OB: operands that are regions.
 template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
@@ -216,6 +229,16 @@ template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, i
 TEGULA_DEVICE void wgmma_rs(const T* A, const T* B, float* C) {
   static_assert(!TA, "A in registers takes no transpose");
   BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, T, Inst, LDA, OA, LDB, OB>::template run<true>(A, B, C);
+}
+
+// wgmma_rs whose wait comes later (gemm_waits.cc): A is packed into `held`, which the
+// caller keeps, and wgmma_wait_held pins, until the group lands.
+template <int M, int N, int K, int WGM, int WGN, bool TA, bool TB, bool CLEAR, int RA, int RB, typename Inst,
+          int LDA = 0, int OA = 0, int LDB = 0, int OB = 0, typename T>
+TEGULA_DEVICE void wgmma_rs_held(const T* A, const T* B, float* C, uint32_t* held) {
+  static_assert(!TA, "A in registers takes no transpose");
+  BlockWgmma<M, N, K, WGM, WGN, TA, TB, CLEAR, RA, RB, T, T, Inst, LDA, OA, LDB, OB>::template run<true>(A, B, C,
+                                                                                                    held);
 }
 
 #endif  // TEGULA_ARCH >= 900

@@ -569,7 +569,8 @@ class Parser(WithStatements, Evaluator):
             if isinstance(stmt.iter, ast.Call):
                 raise self.arg_error(stmt.iter, spec.intrinsic, err, len(stmt.iter.args)) from None
             raise self.error(stmt.iter, err.message, err.kind) from None
-        assert len(ordered) == len(block), "the traced statements are the loop body's"
+        # (plus a stage mark before each computation, where they run in several stages)
+        assert len(ordered) >= len(block), "the traced statements are the loop body's"
         block[:] = ordered
         return num_stages
 

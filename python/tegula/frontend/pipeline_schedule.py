@@ -15,18 +15,33 @@ statements that run at one time. For
 one iteration's statements take effect by stage, then by order: copy B, copy A, gemm.
 
 Tegula's pipeline (src/transform/pipeline_loops.cc) runs the global->shared T.copy
-statements of the loop ahead (cp.async on sm_80, a producer warpgroup on sm_90a) and
-everything else in the last stage, in program order. So a schedule is honoured when
-  - the lowest stage holds exactly the global->shared copies and every other statement
-    has one stage, the highest: the copies run num_stages - 1 iterations ahead, where
-    num_stages, unless given, is max(stage) - min(stage) + 1 (TileLang's max(stage) + 1);
-  - or every statement has the same stage: nothing runs ahead (num_stages 1).
-The body is then emitted in the order one iteration's statements take effect (by stage,
-then by order), which Tegula pipelines as usual; two statements of one stage change
-places only where both are T.* calls seen to touch different buffers. Where the next
-copies are issued relative to the compute stays Tegula's choice, as without `order`.
-Every other schedule (a computation ahead of another, as FlashAttention-3's is) is a
-compile error at the argument, naming the statement.
+statements of the loop ahead (cp.async on sm_80, a producer warpgroup on sm_90a), so a
+schedule gives the copies the lowest stage, or gives every statement one stage (nothing
+runs ahead; num_stages 1). The copies run num_stages - 1 iterations ahead, where
+num_stages, unless given, is max(stage) - min(stage) + 1 (TileLang's max(stage) + 1).
+
+The other statements may take several stages: a computation ahead of another, as in
+FlashAttention-3, whose stage 0 is Q Kᵀ and the softmax and whose stage 1 is the rescale
+of the output and P V, so that at one time the tensor cores run Q Kᵀ of iteration k
+while the softmax of k - 1 ends, and P V of k - 1 during the softmax of k:
+
+    for k in T.Pipelined(n, num_stages=2, order=[-1, 0, 3, 1, -1, 2],
+                         stage=[-1, 0, 0, 1, -1, 1], group=[[0], [1, 2], [3, ..., 11], [12], [13], [14]]):
+
+Such a schedule must not change what the loop computes: two statements that touch one
+buffer (one of them writing it) keep their order, within an iteration ((stage, order) of
+the first below the second's) and between consecutive ones (the second's (stage, order)
+below the first's with one stage added); it is an error at `order` or `stage` naming
+both otherwise. No buffer is given a second copy: a statement that rewrites a fragment
+a later stage still reads is an error. On sm_90a the warp-specialised consumer runs the
+stages shifted (src/transform/pipeline_loops.cc) and waits for each wgmma only where its
+result is needed; elsewhere the loop runs in the schedule's order, one iteration at a time,
+which means the same.
+
+The body is emitted in the order one iteration's statements take effect (by stage, then
+by order); two statements of one stage change places only where both are seen to touch
+different buffers. Where the next copies are issued relative to the compute stays
+Tegula's choice, as without `order`.
 
 `sync` is accepted and has no effect, as in TileLang, whose passes no longer read it:
 Tegula places the pipeline's barriers itself.
@@ -37,7 +52,7 @@ import inspect
 import numbers
 
 from .errors import ArgError
-from .values import PrimExpr, region_of
+from .values import PrimExpr, ir, region_of
 
 _FN = "T.Pipelined"
 
@@ -143,13 +158,14 @@ class PipelineSchedule:
         units = self._units(stmts)
         lo, hi = min(self.stage), max(self.stage)
         has_copies = any(s.ahead for s in stmts)
+        compute = [u for u, members in enumerate(units) if not any(s.ahead for s in members)]
         if lo < hi:
-            self._check_stages(units, lo, hi)
-            if num_stages == 1:
+            self._check_stages(units, lo)
+            if has_copies and num_stages == 1:
                 raise ArgError("num_stages", f"{_FN}: stage runs the copies {hi - lo} iteration(s) ahead of the "
                                "rest, but num_stages=1 leaves them one buffer: drop num_stages (it is then "
                                f"max(stage) - min(stage) + 1 = {hi - lo + 1}) or give at least 2")
-            num_stages = num_stages or hi - lo + 1
+            num_stages = num_stages or (hi - lo + 1 if has_copies else 1)
         else:
             if has_copies and num_stages >= 2:
                 raise ArgError("num_stages", f"{_FN}: stage puts every statement in stage {lo}, so nothing runs "
@@ -159,7 +175,20 @@ class PipelineSchedule:
             num_stages = num_stages or 1
         emitted = sorted(range(len(units)), key=lambda u: (self.stage[u], self.order[u]))
         self._check_swaps(units, emitted)
-        return [s.stmt for u in emitted for s in units[u]], num_stages
+        shifted = len({self.stage[u] for u in compute}) > 1
+        if shifted:
+            self._check_shifts(units, compute)
+        out = []
+        first = min((self.stage[u] for u in compute), default=0)
+        for u in emitted:
+            if shifted and u in compute:
+                # Where the engine sees each computation's stage (relative to the first) and
+                # place: pipeline_loops reads and drops these marks.
+                mark = ir().call("pipeline_stage", [ir().int_imm(self.stage[u] - first, "int32"),
+                                                    ir().int_imm(self.order[u], "int32")], "int32")
+                out.append(ir().evaluate(mark))
+            out.extend(s.stmt for s in units[u])
+        return out, num_stages
 
     # ---- checks ----
     def _units(self, stmts: list) -> list[list]:
@@ -175,29 +204,45 @@ class PipelineSchedule:
                            f"{len(stmts)}: {listing}")
         return [[stmts[i] for i in run] for run in self.group]
 
-    def _check_stages(self, units: list, lo: int, hi: int) -> None:
-        """The lowest stage holds exactly the global->shared copies, the highest the rest."""
+    def _check_stages(self, units: list, lo: int) -> None:
+        """The lowest stage holds the global->shared copies (when there are any), and
+        only them; the other statements take any later stages."""
+        if not any(s.ahead for members in units for s in members):
+            return
         for u, members in enumerate(units):
             compute = next((s for s in members if not s.ahead), None)
             if self.stage[u] == lo and compute is not None:
                 raise ArgError("stage", f"{_FN}: stage gives {compute.label} (line {compute.line}) stage {lo}, "
                                "the stage of the copies that run ahead; Tegula runs only global->shared T.copy "
-                               f"statements ahead and everything else in the last stage: give it stage {hi}, "
-                               "or drop order and stage (Tegula's own schedule is the same)", item=u)
-        for u, members in enumerate(units):
-            if self.stage[u] not in (lo, hi):
-                last = next(units[v] for v in range(len(units)) if self.stage[v] == hi)
-                raise ArgError("stage", f"{_FN}: stage gives {_describe(members)} stage {self.stage[u]} and "
-                               f"{_describe(last)} stage {hi}; Tegula runs the global->shared copies ahead and "
-                               "everything else in one stage, so it cannot run one computation ahead of another, as "
-                               f"FlashAttention-3's schedule does: give every statement but the copies stage {hi}, "
-                               "or drop order and stage", item=u)
+                               "statements ahead of the rest: give it a later stage, or drop order and stage",
+                               item=u)
         for u, members in enumerate(units):
             copy = next((s for s in members if s.ahead), None)
             if self.stage[u] != lo and copy is not None:
                 raise ArgError("stage", f"{_FN}: stage gives {copy.label} (line {copy.line}) stage {self.stage[u]}, "
                                f"after stage {lo}; Tegula runs every global->shared T.copy ahead, in the first "
                                f"stage: give it stage {lo}, or drop order and stage", item=u)
+
+    def _check_shifts(self, units: list, compute: list) -> None:
+        """Computations in different stages: every pair that touches one buffer keeps its
+        order within an iteration and between consecutive ones."""
+        for i, b in enumerate(compute):
+            for a in compute[:i]:
+                why = _conflict(units[a], units[b])
+                if why is None:
+                    continue
+                ka, kb = (self.stage[a], self.order[a]), (self.stage[b], self.order[b])
+                if not ka < kb:
+                    raise ArgError("stage", f"{_FN}: stage and order run {_describe(units[b])} before "
+                                   f"{_describe(units[a])} of the same iteration, but {why}: keep their source "
+                                   "order (a lower stage, or the same stage and a lower order, for the first)",
+                                   item=b)
+                if not kb < (self.stage[a] + 1, self.order[a]):
+                    raise ArgError("stage", f"{_FN}: stage and order run {_describe(units[b])} (stage "
+                                   f"{self.stage[b]}) of one iteration after {_describe(units[a])} (stage "
+                                   f"{self.stage[a]}) of the next, but {why}; Tegula gives no buffer a second "
+                                   "copy: give the two stages at most one apart, and the later statement a lower "
+                                   "order than the earlier one", item=b)
 
     def _check_swaps(self, units: list, emitted: list) -> None:
         """Two statements of one stage that the order swaps must be independent."""
@@ -315,7 +360,10 @@ def _accesses(stmt, call) -> tuple:
     """(read, written) buffer names of a statement a T.* tile op emitted; (None, None)
     where unknown. A copy reads its source and writes its destination; any other tile
     op is taken to read and write every buffer it names."""
-    if stmt.kind != "TileOp" or call is None:
+    if stmt.kind != "TileOp":
+        seen = stmt.accesses()
+        return (None, None) if seen is None else (set(seen[0]), set(seen[1]))
+    if call is None:
         return None, None
     arguments = _bound(call)
     if _intrinsic(call) == "T.copy":
@@ -334,7 +382,7 @@ def _conflict(first: list, second: list) -> str | None:
     """Why two units (lists of statements) cannot change places; None when they can."""
     for s in first + second:
         if s.reads is None:
-            return f"{s.label} (line {s.line}) is not a T.* tile op whose buffers Tegula can see"
+            return f"Tegula cannot see which buffers {s.label} (line {s.line}) touches"
     reads_a = set().union(*(s.reads for s in first))
     writes_a = set().union(*(s.writes for s in first))
     reads_b = set().union(*(s.reads for s in second))

@@ -404,6 +404,7 @@ FAMILY_MODULES = (
     "fuzz_families_ws",        # warp-group scopes (T.ws) and run-time clear_accum
     "fuzz_families_sparse",    # T.gemm_sp: 2:4 sparse A
     "fuzz_families_wide",      # rows too wide for the registers (roll_loops)
+    "fuzz_families_stages",    # T.Pipelined schedules with computations in several stages
 )
 
 

@@ -106,6 +106,9 @@ def test_generator_covers_the_language():
     wanted += ["gen_gemm_sp", "gemm_sp_clear_accum", "gemm_sp_epilogue", "gemm_sp_a_registers"]
     # rows too wide for the registers, rolled into loops (fuzz_families_wide.py)
     wanted += ["gen_wide_rows", "wide_rows_reduce_sum", "wide_rows_reduce_max"]
+    # T.Pipelined schedules with computations in several stages (fuzz_families_stages.py)
+    wanted += ["gen_stage_shift", "stage_shift_fa3", "stage_shift_value_first", "stage_shift_one_stage",
+               "stage_shift_sm_90a", "stage_shift_sm_80", "stage_shift_two_apart"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -2,6 +2,7 @@
 where it is the schedule Tegula's pipeline runs (the global->shared copies ahead, the rest
 in one later stage), a compile error at the argument otherwise. No GPU: generated source,
 the reference and the simulator against torch."""
+import math
 import os
 
 import pytest
@@ -83,11 +84,11 @@ def attention_program(seq, dim, block_M=64, block_N=64, **loop):
                 T.reduce_sum(acc_s, scores_sum, dim=1)
                 for i in T.Parallel(block_M):
                     logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
+                T.copy(acc_s, acc_s_cast)  # MARK-cast
                 for i, j in T.Parallel(block_M, dim):  # MARK-rescale
                     acc_o[i, j] *= scores_scale[i]
                 T.copy(V[k * block_N, 0], V_shared)  # MARK-copy-V
-                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)  # MARK-pv
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, Output[bx * block_M, 0])
@@ -225,15 +226,102 @@ def test_schedule_errors_name_the_argument_at_the_loop(loop, arg, message):
     assert f"{arg} " in err.message or f"{arg}=" in err.message, str(err)
 
 
-def test_fa3_schedule_is_refused_naming_the_statements():
-    """TileLang's FlashAttention-3 example: the QK gemm and softmax in stage 0, the rescale
-    and PV gemm in stage 1 (the copies are -1, its producer mark)."""
+FA3 = dict(num_stages=2, group=ATTENTION_GROUPS, order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1])
+
+
+def attention_reference(q, k, v):
+    return torch.softmax(q.float() @ k.float().T / math.sqrt(q.shape[1]), dim=-1) @ v.float()
+
+
+def test_fa3_schedule_shifts_the_stages_on_sm90a():
+    """TileLang's FlashAttention-3 example: Q Kᵀ and the softmax in stage 0, the rescale and
+    P V in stage 1 (the copies are -1, its producer mark). The warp-specialised consumer
+    runs P V of tile k - 1 during the softmax of tile k: its wait (with A's registers held)
+    comes after the softmax's last statement that does not touch P, and Q Kᵀ's wait lets
+    P V run on (one group pending)."""
+    src = source(attention_program(256, 64, **FA3), "sm_90a", (3,))
+    loop = src[src.index("for (int k_t = 1;"):]
+    issue_qk, issue_pv = loop.index("tegula::wgmma_ss<"), loop.index("tegula::wgmma_rs_held<")
+    wait_qk, wait_pv = loop.index("tegula::wgmma_wait_regs<1, "), loop.index("tegula::wgmma_wait_held<0, ")
+    assert issue_qk < issue_pv < wait_qk < wait_pv, loop[:2000]
+    between = loop[wait_qk:wait_pv]
+    assert "shfl_xor" in between and "exp2" in between, between  # the softmax runs while P V does
+    assert "acc_s_cast[" not in between.replace("&acc_s_cast[0]", "")  # P is rewritten only after its wait
+    # Elsewhere the loop runs one iteration at a time, in the schedule's order.
+    assert "wgmma" not in source(attention_program(256, 64, **FA3), "sm_80", (3,))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("seq", [64, 128, 200, 320])
+def test_fa3_schedule_computes_attention(target, seq):
+    """One to five key tiles (the prologue and epilogue alone, then the loop between),
+    ragged at 200: the simulated lowered code and the reference agree with torch."""
+    kernel = tegula.compile(attention_program(seq, 64, **FA3), out_idx=[3], target=target)
+    torch.manual_seed(seq)
+    q, k, v = (torch.randn(seq, 64, dtype=torch.float16) for _ in range(3))
+    expected = attention_reference(q, k, v)
+    for run in (tt.simulate, tt.reference):
+        torch.testing.assert_close(run(kernel, q, k, v).float(), expected, rtol=2e-3, atol=2e-3)
+
+
+def counted_gemm_program(M, N, K, block_K=32, counted_stage=3):
+    """A GEMM whose loop also counts its iterations per row, in a stage of its own two
+    behind the gemm's: the stages run D = 2 apart."""
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            A_s = T.alloc_shared((64, block_K), "float16")
+            B_s = T.alloc_shared((block_K, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            seen = T.alloc_fragment((64,), "float32")
+            T.clear(C_l)
+            T.clear(seen)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2, order=[0, 1, 2, 3],
+                                 stage=[0, 0, 1, counted_stage]):  # MARK-counted-loop
+                T.copy(A[by * 64, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * 64], B_s)
+                T.gemm(A_s, B_s, C_l)
+                for i in T.Parallel(64):  # MARK-count
+                    seen[i] = seen[i] + 1
+            for i, j in T.Parallel(64, 64):
+                C_l[i, j] = C_l[i, j] + seen[i] * 1000
+            T.copy(C_l, C[by * 64, bx * 64])
+
+    return gemm
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 5])
+def test_stages_two_apart_run_shifted_or_in_order(steps):
+    """With fewer iterations than the stages are apart, the consumer runs the loop one
+    iteration at a time; with more, shifted (prologue, loop, epilogue): both agree."""
+    K = 32 * steps
+    kernel = tegula.compile(counted_gemm_program(64, 64, K), out_idx=[2], target="sm_90a")
+    src = kernel.get_kernel_source()
+    # (the trip count is a constant here, so only one of the two forms is left)
+    assert "setmaxnreg" in src and ("int k_i = 0" in src) == (steps < 2) and ("int k_t = 2" in src) == (steps >= 2)
+    torch.manual_seed(steps)
+    a, b = torch.randn(64, K, dtype=torch.float16), torch.randn(K, 64, dtype=torch.float16)
+    expected = a.float() @ b.float() + 1000 * steps
+    for run in (tt.simulate, tt.reference):
+        torch.testing.assert_close(run(kernel, a, b), expected, rtol=1e-3, atol=1e-2)
+
+
+def test_a_schedule_that_reorders_dependent_statements_is_refused():
+    """The softmax of one tile (stage 0, placed first) rewrites the scale before the rescale
+    of the tile before it (stage 1) has read it: the schedule would change what the loop
+    computes."""
     err = compile_error(lambda: attention_program(128, 64, num_stages=2, group=ATTENTION_GROUPS,
-                                                  order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1]))
+                                                  order=[-1, 0, 1, 2, -1, 3], stage=[-1, 0, 0, 1, -1, 1]))
     assert err.line == line_of("MARK-attention-loop"), str(err)
-    assert (f"stage gives the group of lines {line_of('MARK-mask')}-{line_of('MARK-qk')} (a T.Parallel loop, T.gemm) "
-            f"stage 0 and a T.Parallel loop (line {line_of('MARK-rescale')}) stage 1") in err.message, str(err)
-    assert "FlashAttention-3" in err.message and "drop order and stage" in err.message
+    assert (f"stage and order run a T.Parallel loop (line {line_of('MARK-rescale')}) (stage 1) of one iteration "
+            f"after the group of lines {line_of('MARK-softmax')}-{line_of('MARK-cast')}") in err.message, str(err)
+    assert "(stage 0) of the next, but one writes scores_scale" in err.message and "second copy" in err.message
+    # Within one iteration: the rescale (reading the softmax's scale) put a stage before it.
+    err = compile_error(lambda: attention_program(128, 64, num_stages=2, group=ATTENTION_GROUPS,
+                                                  order=[-1, 0, 2, 1, -1, 3], stage=[-1, 1, 1, 0, -1, 1]))
+    assert (f"run a T.Parallel loop (line {line_of('MARK-rescale')}) before the group of lines "
+            f"{line_of('MARK-softmax')}-{line_of('MARK-cast')}") in err.message, str(err)
+    assert "of the same iteration" in err.message and "scores_scale" in err.message, str(err)
 
 
 def test_compute_in_the_copies_stage_is_refused():

@@ -210,6 +210,21 @@ def test_explicit_tile_config():
     check_attention(out, lse, q, k, v, FP16, causal=True, what="block 64x64, 3 stages")
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["one-tile-at-a-time", "fa3-schedule"])
+@pytest.mark.parametrize("case", [(1, 8, 2, 1000, 1000, 64, True, None, "bshd", BF16),
+                                  (2, 4, 4, 300, 300, 128, False, None, "bhsd", FP16),
+                                  (1, 4, 4, 1000, 77, 256, True, None, "bshd", FP16),
+                                  (1, 8, 2, 1000, 1000, 128, True, 64, "bshd", BF16)], ids=_case_id)
+def test_both_loop_schedules_match_masked_softmax(case, overlap):
+    """overlap=True is FlashAttention-3's schedule of the key loop (the default on sm_90),
+    overlap=False one tile at a time: each gives the masked softmax."""
+    B, H, Hkv, Sq, Skv, D, causal, window, layout, dtype = case
+    q, k, v = make_qkv(B, H, Hkv, Sq, Skv, D, layout, dtype, "schedules")
+    out, lse = flash_attention(q, k, v, causal=causal, window=window, layout=layout, return_lse=True,
+                               overlap=overlap)
+    check_attention(out, lse, q, k, v, dtype, causal, window, layout, what=f"overlap={overlap}")
+
+
 @pytest.mark.parametrize("layout,dtype,causal", [("bshd", FP16, True), ("bhsd", BF16, False)],
                          ids=["bshd-fp16-causal", "bhsd-bf16-full"])
 def test_non_dense_strides_with_contiguous_last_dim(layout, dtype, causal):
