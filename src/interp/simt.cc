@@ -20,7 +20,8 @@ constexpr size_t kMaxReports = 20;
 }
 
 Machine::Machine(const Kernel& k, const RegisterLayouts& layouts, CallArgs& args)
-    : k_(k), layouts_(layouts), args_(args), threads_(k.threads) {
+    : k_(k), layouts_(layouts), args_(args), threads_(k.threads),
+      tile_threads_(k.consumer_threads ? k.consumer_threads : k.threads) {
   scalars_ = bind_call_values(k, args);
   post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
     auto* c = e.as<CallNode>();
@@ -645,7 +646,9 @@ void Machine::exec(const Stmt& s, const Threads& ts) {
       // A thread scope's barrier waits for the scope's threads alone. Ordering them alone
       // is not modelled: the epoch moves for every thread, so a race between a scope and
       // the threads outside it that runs across this barrier goes unseen.
-      int expect = s.as<SyncNode>()->threads ? s.as<SyncNode>()->threads : threads_;
+      // (A warp-specialised kernel's block-wide barriers are its consumers': the printer
+      // makes them a named barrier of those threads, which the producer never meets.)
+      int expect = s.as<SyncNode>()->threads ? s.as<SyncNode>()->threads : tile_threads_;
       if (int(ts.size()) != expect) {
         error("barrier reached by " + std::to_string(ts.size()) + " of " + std::to_string(expect) +
               " threads (thread " + std::to_string(ts[0]) + " among them)");

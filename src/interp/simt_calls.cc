@@ -45,6 +45,14 @@ Vals Machine::call(const CallNode* op, const Threads& ts) {
     return warp_call(op, ts);
   }
   if (f == "reinterpret" || wide_access(op)) return bits_call(op, ts);
+  if (f == "ws_producer" || f == "ws_leader") {
+    // The warp-specialised split: threads [consumers, block) produce, the first of them leads.
+    Vals out{1, std::vector<double>(n, 0.0)};
+    for (size_t i = 0; i < n; ++i) {
+      out.v[i] = f == "ws_producer" ? ts[i] >= tile_threads_ : ts[i] == tile_threads_;
+    }
+    return out;
+  }
   if (f.rfind("print", 0) == 0) return {1, std::vector<double>(n, 0.0)};
   if (f.rfind("iket_", 0) == 0) {  // an instrumentation event (tegula.tools.cuda.iket): only its payload is read
     for (auto& a : op->args) eval(a, ts);
@@ -509,7 +517,16 @@ bool Machine::call_statement(const CallNode* op, const Threads& ts) {
   } else if (f == "atomic_add") {
     atomic_add(*this, op, ts);
   } else if (tensor_core_statement(op, ts)) {
-  } else if (f == "set_max_nreg" || f == "no_set_max_nreg" || f == "fence_proxy_async") {
+  } else if (f == "tma_copy") {
+    bulk_copy(op, ts);
+  } else if (f == "sync_all") {
+    // __syncthreads() of a warp-specialised kernel, before its warpgroups part.
+    if (int(ts.size()) != threads_) {
+      error("__syncthreads reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads");
+    }
+    ++epoch_;
+  } else if (f == "set_max_nreg" || f == "no_set_max_nreg" || f == "fence_proxy_async" || f == "setmaxnreg_inc" ||
+             f == "setmaxnreg_dec") {
     // Register counts do not change what the threads compute; the simulator has one proxy.
   } else if (f == "ptx_cp_async") {
     issue_async_copy(*this, op, ts);

@@ -154,6 +154,9 @@ class Machine {
   const RegisterLayouts& layouts_;
   CallArgs& args_;
   int threads_ = 0;
+  // The threads that run the program's tile code: all of them, or a warp-specialised
+  // kernel's consumers (the last warpgroup only issues bulk copies).
+  int tile_threads_ = 0;
   int scope_threads_ = 0;  // the threads sharing the tensor-core call being simulated
   std::vector<std::string> errors_;
   bool stopped_ = false;
@@ -173,9 +176,13 @@ class Machine {
   std::deque<WgmmaGroup> wgmma_;                             // the block's groups in flight
   // A kernel with T.alloc_barrier: the sides of divergent branches run as coroutines of the
   // block (interp/coop.h), and its mbarriers by (storage, element).
+  // tx: bytes of bulk copies (tma_copy) the current phase still expects
+  // (mbar_arrive_expect_tx); the phase completes when its arrivals are in and tx is 0.
   struct Mbarrier {
-    int64_t count = 0, pending = 0, phases = 0;
+    int64_t count = 0, pending = 0, phases = 0, tx = 0;
   };
+  void complete_if_done(Mbarrier& m);
+  void bulk_copy(const ir::CallNode* op, const Threads& ts);
   bool has_mbarriers_ = false;
   std::unique_ptr<Coop> coop_;
   std::map<std::pair<Storage*, int64_t>, Mbarrier> mbarriers_;

@@ -120,8 +120,9 @@ static Storage* operand_registers(Machine& m, const BufferLoadNode* ld, const la
   const int64_t* b = ld->indices.size() == 1 ? as_const_int(ld->indices[0]) : nullptr;
   if (!b) m.cannot("a " + op + " register operand at a non-constant register");
   *base = *b;
-  if (want->threads() != m.threads_ && want->threads() != m.scope_threads_) {
-    m.cannot("a " + op + " over " + std::to_string(want->threads()) + " threads in a block of " + std::to_string(m.threads_));
+  if (want->threads() != m.tile_threads_ && want->threads() != m.scope_threads_) {
+    m.cannot("a " + op + " over " + std::to_string(want->threads()) + " threads in a block of " +
+             std::to_string(m.tile_threads_));
   }
   if (*base < 0 || *base + want->slots() > st->size) {
     m.error(op + ": registers " + ld->buffer->name + "[" + std::to_string(*base) + ":+" + std::to_string(want->slots()) +
@@ -175,7 +176,7 @@ static std::vector<double> register_tile(Machine& m, Storage* st, int64_t base, 
 static bool sharing_threads(Machine& m, const CallNode* op, const Threads& ts, size_t tid_arg, int64_t warps,
                             int* first) {
   *first = 0;
-  int sharing = m.threads_;
+  int sharing = m.tile_threads_;
   if (op->args.size() > tid_arg) {
     Vals tid = m.eval(op->args[tid_arg], ts);
     *first = ts.empty() ? 0 : ts[0] - int(tid.at(0));
@@ -398,8 +399,8 @@ bool Machine::tensor_core_statement(const CallNode* op, const Threads& ts) {
   } else if (f == "gemm_sp_ss" || f == "gemm_sp_rs") {
     sparse_tensor_core(*this, op, ts);
   } else if (f == "wgmma_wait") {
-    if (int(ts.size()) != threads_) {
-      error("wgmma_wait reached by " + std::to_string(ts.size()) + " of " + std::to_string(threads_) + " threads");
+    if (int(ts.size()) != tile_threads_) {
+      error("wgmma_wait reached by " + std::to_string(ts.size()) + " of " + std::to_string(tile_threads_) + " threads");
     }
     // (4 arguments: a moved wait of a wgmma_rs, its held registers and A after the count)
     const int64_t* keep = op->args.size() == 2 || op->args.size() == 4 ? as_const_int(op->args[1]) : nullptr;
