@@ -222,8 +222,9 @@ Vectorized = vectorized
 @intrinsic("T.Pipelined")
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
     """A loop whose global->shared copies run num_stages - 1 iterations ahead of the rest.
-    order/stage/group are TileLang's hand schedule: honoured where it is the schedule
-    Tegula's pipeline runs, a compile error otherwise (frontend/pipeline_schedule.py);
+    order/stage/group are TileLang's hand schedule: honoured, computations in several
+    stages included (FlashAttention-3's, run shifted on sm_90a); a schedule that would
+    change what the loop computes is a compile error (frontend/pipeline_schedule.py);
     sync is accepted with no effect, as in TileLang."""
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
         raise ArgError("num_stages", f"T.Pipelined: num_stages must be a non-negative int, got {num_stages!r}")
