@@ -13,6 +13,7 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -63,8 +64,11 @@ py::object describe_register_liveness(const tegula::transform::Lowered& lowered)
 // of each tensor a run-time address may point into (interp::Region), the tensor the same
 // object as an argument's when it is one.
 void run_reference(const ir::Kernel& input, const py::list& values, const py::list& memory);
+// A warp-specialised kernel is simulated as lowered, unless its shared buffers share bytes
+// (the simulator keeps storage per buffer): then on the form `cp_async_form` lowers.
 std::vector<std::string> run_simulator(const tegula::transform::Lowered& lowered, const py::list& values,
-                                       const py::list& memory);
+                                       const py::list& memory,
+                                       const std::function<tegula::transform::Lowered()>& cp_async_form = nullptr);
 
 // The DSL location last given to `ir.set_loc` on this thread. Every node built through the
 // bindings carries it, and the bindings' own user errors (a bad dtype string...) point at it.

@@ -429,21 +429,6 @@ transform::Options parse_options(const py::dict& d) {
   return o;
 }
 
-// Whether two of the kernel's shared buffers share bytes (the storage plan reuses them by
-// lifetime where a kernel would not fit otherwise): the simulator keeps storage per buffer.
-bool shares_shared_bytes(const ir::Kernel& k) {
-  std::vector<std::pair<int64_t, const ir::BufferNode*>> ranges;
-  for (auto& b : k.allocs) {
-    if (b->scope == ir::Scope::Shared && k.smem_offset.count(b.get())) ranges.push_back({k.smem_offset.at(b.get()), b.get()});
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    const ir::BufferNode* prev = ranges[i - 1].second;
-    if (ranges[i - 1].first + prev->num_elements_const() * prev->dtype.bytes() > ranges[i].first) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 // The tensor parameters a kernel may write, by index: what its torch operator declares as
@@ -541,15 +526,11 @@ void init_compile(py::module_& m) {
       }, py::arg("args"), py::arg("memory") = py::list(), "Runs the kernel as written on the CPU (tegula.testing.reference).")
       .def("simulate", [](const LoweredKernel& l, const py::list& args, const py::list& memory) {
         l.require_ir_body("tegula.testing.simulate");
-        // A warp-specialised kernel runs as lowered: its producer's bulk copies land at once
-        // on their mbarriers, its warpgroups run side by side (simt_barriers.cc). One whose
-        // shared buffers share bytes (storage per buffer here) runs in its cp.async form.
-        if (!l.lowered.kernel.consumer_threads || !shares_shared_bytes(l.lowered.kernel)) {
-          return run_simulator(l.lowered, args, memory);
-        }
-        transform::Options o = l.options;
-        o.disable_warp_specialized = true;
-        return run_simulator(transform::lower(*l.input, l.target, o, false), args, memory);
+        return run_simulator(l.lowered, args, memory, [&] {
+          transform::Options o = l.options;
+          o.disable_warp_specialized = true;
+          return transform::lower(*l.input, l.target, o, false);
+        });
       }, py::arg("args"), py::arg("memory") = py::list(),
          "Runs the lowered kernel thread by thread on the CPU (tegula.testing.simulate).")
       .def_property_readonly("warp_specialized", [](const LoweredKernel& l) { return l.lowered.kernel.consumer_threads > 0; })

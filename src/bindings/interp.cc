@@ -3,6 +3,8 @@
 // results copied back into the tensors.
 #include <torch/extension.h>
 
+#include <algorithm>
+
 #include "bindings/bindings.h"
 #include "interp/interp.h"
 #include "ir/host_checks.h"
@@ -114,8 +116,33 @@ void run_reference(const ir::Kernel& input, const py::list& values, const py::li
   unmarshal(m);
 }
 
+namespace {
+
+// Whether two of the kernel's shared buffers share bytes (the storage plan reuses them by
+// lifetime where a kernel would not fit otherwise).
+bool shares_shared_bytes(const ir::Kernel& k) {
+  std::vector<std::pair<int64_t, const ir::BufferNode*>> ranges;
+  for (auto& b : k.allocs) {
+    if (b->scope == ir::Scope::Shared && k.smem_offset.count(b.get())) ranges.push_back({k.smem_offset.at(b.get()), b.get()});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const ir::BufferNode* prev = ranges[i - 1].second;
+    if (ranges[i - 1].first + prev->num_elements_const() * prev->dtype.bytes() > ranges[i].first) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<std::string> run_simulator(const transform::Lowered& lowered, const py::list& values,
-                                       const py::list& memory) {
+                                       const py::list& memory,
+                                       const std::function<transform::Lowered()>& cp_async_form) {
+  // A warp-specialised kernel runs as lowered: its producer's bulk copies land at once on
+  // their mbarriers, its warpgroups run side by side (interp/simt_barriers.cc).
+  if (cp_async_form && lowered.kernel.consumer_threads && shares_shared_bytes(lowered.kernel)) {
+    return run_simulator(cp_async_form(), values, memory);
+  }
   Marshalled m = marshal(lowered.kernel, values);
   marshal_memory(m, values, memory);
   check_assumptions(lowered.stages.front().second, m.args);

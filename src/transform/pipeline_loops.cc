@@ -24,16 +24,18 @@
 // are committed as a group after each run; the group is waited for at once unless the
 // next unit touching shared memory is a staged loop, whose first wait then covers it:
 // attention's Q tile loads while the first K and V tiles do.
+// A hand schedule whose computations take several stages gets, in the warp-specialised
+// form, a consumer that runs them shifted (pipeline_stages.cc); the other forms drop its
+// marks and run the loop in the schedule's order.
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "ir/functor.h"
 #include "ir/thread_guard.h"
 #include "transform/gemm_waits.h"
 #include "transform/passes.h"
+#include "transform/pipeline_stages.h"
 
 namespace tegula::transform {
 
@@ -187,47 +189,6 @@ bool reads_buffer(const Stmt& s, const BufferNode* b) {
   return found;
 }
 
-// T.Pipelined's hand schedule with computations in several stages (frontend
-// pipeline_schedule.py) marks each computation's statements with a
-// pipeline_stage(stage, order) call before them: the stage relative to the first
-// computation's, and the place among the statements that run at one time. Drops the marks
-// from a loop body; `marks` gets each remaining top-level statement's (stage, order)
-// (copies, which the marks do not cover, get (0, -1)), or stays empty without marks.
-struct StageMark {
-  int64_t stage = 0, order = -1;
-};
-
-bool is_stage_mark(const Stmt& s, StageMark* mark) {
-  auto* ev = s.as<EvaluateNode>();
-  auto* c = ev ? ev->value.as<CallNode>() : nullptr;
-  if (!c || c->op != "pipeline_stage") return false;
-  internal_assert(c->args.size() == 2 && as_const_int(c->args[0]) && as_const_int(c->args[1]))
-      << "pipeline_stage(stage, order) takes two constants";
-  *mark = {*as_const_int(c->args[0]), *as_const_int(c->args[1])};
-  return true;
-}
-
-Stmt take_stage_marks(const Stmt& body, std::vector<StageMark>* marks) {
-  auto* seq = body.as<SeqNode>();
-  if (!seq) return body;
-  std::vector<Stmt> kept;
-  std::vector<StageMark> of;
-  StageMark current;
-  bool any = false;
-  for (const Stmt& s : seq->seq) {
-    StageMark m;
-    if (is_stage_mark(s, &m)) {
-      current = m, any = true;
-      continue;
-    }
-    kept.push_back(s);
-    of.push_back(is_tma_copy(s) || !any ? StageMark{} : current);
-  }
-  if (!any) return body;
-  *marks = std::move(of);
-  return make_seq(kept, body->loc);
-}
-
 class Pipeliner : public IRMutator {
  public:
   Pipeliner(Kernel& k, PassContext& ctx) : k_(k), ctx_(ctx) {}
@@ -300,19 +261,6 @@ class Pipeliner : public IRMutator {
     return S + 1;
   }
 
-  // The consumer of a loop whose computations run in several stages (marks: each one's
-  // stage r and place o; D the largest r). At time t the statements of stage r run for
-  // iteration t - r, in order of o: FlashAttention-3's Q Kᵀ of iteration t, then the
-  // rescale and P V of t - 1, then the softmax of t. A statement waits for its tiles of
-  // its own iteration, and releases them, with that iteration's stage and parity:
-  //   if (n >= D) {
-  //     t = 0 .. D-1:   the statements with r <= t                        (prologue)
-  //     for t in D..n-1: every statement
-  //     t = n .. n+D-1: the statements with r > t - n                     (epilogue)
-  //   } else { the loop one iteration at a time }      (only when D > 1: n < 1 runs nothing)
-  // Each time step's gemm waits then sink past the work that does not need them
-  // (sink_gemm_waits), which is where the overlap comes from. The schedule keeps the
-  // loop's meaning (pipeline_schedule.py checks it), so every form computes the same.
   // The registers a gemm with A in registers packs A into while its wait is moved
   // (gemm_waits.cc): 32-bit words, two 16-bit elements each.
   HoldRegisters hold_registers() {
@@ -323,83 +271,6 @@ class Pipeliner : public IRMutator {
       k_.allocs.push_back(b);
       return b;
     };
-  }
-
-  template <typename Full, typename Empty>
-  Stmt shifted_consumer(const ForNode* op, const std::vector<Stmt>& compute, const std::vector<StageMark>& marks,
-                        int64_t D, const std::map<const BufferNode*, std::pair<Buffer, int64_t>>& staged, int S,
-                        const std::vector<std::vector<bool>>& reads, const Full& full_at, const Empty& empty_at) {
-    const size_t n_stmt = compute.size();
-    // Iteration-time order of the statements: (stage, place, position in the body).
-    auto before = [&](size_t a, size_t b) {
-      return std::make_tuple(marks[a].stage, marks[a].order, a) < std::make_tuple(marks[b].stage, marks[b].order, b);
-    };
-    // Each group's tiles are waited for before the first statement (in that order) reading
-    // them, and released after the last.
-    const int64_t G = int64_t(reads.size());
-    std::vector<size_t> first_of(G), last_of(G);
-    for (int64_t g = 0; g < G; ++g) {
-      bool found = false;
-      for (size_t j = 0; j < n_stmt; ++j) {
-        if (!reads[g][j]) continue;
-        if (!found || before(j, first_of[g])) first_of[g] = j;
-        if (!found || before(last_of[g], j)) last_of[g] = j;
-        found = true;
-      }
-      internal_assert(found) << "every group of copies has a reader";
-    }
-    // Statement j for iteration `iter` (counted from 0): waits, the statement, releases.
-    auto emit = [&](size_t j, Expr iter, std::vector<Stmt>& out) {
-      Expr stage = floormod(iter, make_int(S)), parity = floormod(floordiv(iter, make_int(S)), make_int(2));
-      for (int64_t gi = 0; gi < G; ++gi) {
-        if (first_of[gi] == j) out.push_back(mbar("mbar_wait", full_at(gi, stage), {parity}));
-      }
-      Stmt at = substitute(compute[j], {{op->var, op->min + iter}});
-      out.push_back(Restage(staged, stage).mutate(at));
-      for (int64_t gi = 0; gi < G; ++gi) {
-        if (last_of[gi] == j) out.push_back(mbar("mbar_arrive", empty_at(gi, stage)));
-      }
-    };
-    // One time step: the statements whose stage r satisfies `runs`, in order of place.
-    std::vector<size_t> by_place(n_stmt);
-    for (size_t j = 0; j < n_stmt; ++j) by_place[j] = j;
-    std::stable_sort(by_place.begin(), by_place.end(), [&](size_t a, size_t b) { return marks[a].order < marks[b].order; });
-    auto step = [&](Expr t, const std::function<bool(int64_t)>& runs) {
-      std::vector<Stmt> out;
-      for (size_t j : by_place) {
-        if (runs(marks[j].stage)) emit(j, t + (-marks[j].stage), out);
-      }
-      sink_gemm_waits(out, k_.thread_var, hold_registers());
-      return out;
-    };
-    Expr n = op->extent;
-    std::vector<Stmt> all;
-    for (int64_t t = 0; t < D; ++t) {
-      auto part = step(make_int(t), [&](int64_t r) { return r <= t; });
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    Expr tv = make_var(op->var.as<VarNode>()->name + "_t", op->var.dtype(), op->loc);
-    all.push_back(make_for(tv, make_int(D), n + (-D), ForKind::Serial, make_seq(step(tv, [](int64_t) { return true; })),
-                           0, op->loc));
-    for (int64_t e = 0; e < D; ++e) {
-      auto part = step(n + e, [&](int64_t r) { return r > e; });
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    Stmt shifted = place_barriers(all, k_);
-    Stmt plain;
-    if (D > 1) {
-      std::vector<size_t> in_order(n_stmt);
-      for (size_t j = 0; j < n_stmt; ++j) in_order[j] = j;
-      std::stable_sort(in_order.begin(), in_order.end(), before);
-      Expr it = make_var(op->var.as<VarNode>()->name + "_i", op->var.dtype(), op->loc);
-      std::vector<Stmt> body;
-      for (size_t j : in_order) emit(j, it, body);
-      sink_gemm_waits(body, k_.thread_var, hold_registers());
-      plain = place_barriers_in_loop(make_for(it, make_int(0), n, ForKind::Serial, make_seq(body), 0, op->loc), k_);
-    }
-    Stmt region = make_if(make_binary(BinaryOp::GE, n, make_int(D)), shifted, plain, op->loc);
-    // Closed to insert_barriers, as the other forms are.
-    return make_if(make_bool(true), region, {}, op->loc);
   }
 
   Stmt specialize(const ForNode* op, const std::vector<StageMark>& marks) {
@@ -448,14 +319,18 @@ class Pipeliner : public IRMutator {
     Expr parity = floormod(floordiv(it, make_int(S)), make_int(2));
     auto full = [&](int64_t g) { return bar(make_int(g * S) + stage); };
     auto empty = [&](int64_t g, Expr st) { return bar(make_int(G * S + g * S) + st); };
-    // The last compute statement reading each group's buffers: where its stage is released.
+    // reads[g][j]: compute statement j reads group g's buffers. The last one that does is
+    // where g's stage is released.
+    std::vector<std::vector<bool>> reads;
     std::vector<size_t> last_reader;
     for (auto& [first, members] : groups) {
+      reads.emplace_back();
       size_t last = first;
       for (size_t j = 0; j < compute.size(); ++j) {
-        for (size_t i : members) {
-          if (reads_buffer(compute[j], tma_dst(copies[i]).get())) last = std::max(last, j);
-        }
+        bool any = false;
+        for (size_t i : members) any |= reads_buffer(compute[j], tma_dst(copies[i]).get());
+        reads.back().push_back(any);
+        if (any) last = std::max(last, j);
       }
       last_reader.push_back(last);
     }
@@ -472,17 +347,18 @@ class Pipeliner : public IRMutator {
     }
     Stmt producer = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(prod), 0, op->loc);
     if (D > 0) {
-      std::vector<std::vector<bool>> reads;
-      for (auto& [first, members] : groups) {
-        reads.emplace_back();
-        for (auto& c : compute) {
-          bool any = false;
-          for (size_t i : members) any |= reads_buffer(c, tma_dst(copies[i]).get());
-          reads.back().push_back(any);
-        }
-      }
-      auto full_at = [&](int64_t gi, Expr st) { return bar(make_int(gi * S) + st); };
-      Stmt consumer = shifted_consumer(op, compute, compute_marks, D, staged, S, reads, full_at, empty);
+      // Each statement on its own iteration's stage (pipeline_stages.cc).
+      auto stage_of = [S](Expr iter) { return floormod(iter, make_int(S)); };
+      ShiftedLoop shifted{op, compute, compute_marks, reads};
+      shifted.at = [&, op](size_t j, Expr iter) {
+        return Restage(staged, stage_of(iter)).mutate(substitute(compute[j], {{op->var, op->min + iter}}));
+      };
+      shifted.wait = [&](int64_t gi, Expr iter) {
+        return mbar("mbar_wait", bar(make_int(gi * S) + stage_of(iter)),
+                    {floormod(floordiv(iter, make_int(S)), make_int(2))});
+      };
+      shifted.release = [&](int64_t gi, Expr iter) { return mbar("mbar_arrive", empty(gi, stage_of(iter))); };
+      Stmt consumer = shifted_consumer(shifted, k_, hold_registers());
       Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
       staged_loops_.insert(unit.get());
       ws_loops_.insert(unit.get());
@@ -810,26 +686,6 @@ class Pipeliner : public IRMutator {
 };
 
 }  // namespace
-
-// tma_copy statements (plan_bulk_copies): passes.h.
-bool is_tma_copy(const ir::Stmt& s) {
-  auto* ev = s.as<ir::EvaluateNode>();
-  auto* c = ev ? ev->value.as<ir::CallNode>() : nullptr;
-  return c && c->op == "tma_copy";
-}
-
-int64_t tma_bytes(const ir::Stmt& copy) {
-  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
-  return *ir::as_const_int(c->args[3]) * *ir::as_const_int(c->args[4]) *
-         c->args[0].as<ir::BufferLoadNode>()->buffer->dtype.bytes();
-}
-
-ir::Stmt with_barrier(const ir::Stmt& copy, ir::Expr bar) {
-  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
-  std::vector<ir::Expr> args = c->args;
-  args.push_back(std::move(bar));
-  return ir::make_evaluate(ir::make_call(c->op, args, c->dtype, c->loc), copy->loc);
-}
 
 void pipeline_loops(Kernel& k, PassContext& ctx) { k.body = Pipeliner(k, ctx).mutate(k.body); }
 

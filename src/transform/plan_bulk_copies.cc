@@ -308,4 +308,24 @@ void plan_bulk_copies(Kernel& k, PassContext& ctx) {
   if (!ctx.warp_specialize) k.tensor_maps.clear();
 }
 
+// The tma_copy statements this pass makes, as pipeline_loops reads them: passes.h.
+bool is_tma_copy(const ir::Stmt& s) {
+  auto* ev = s.as<ir::EvaluateNode>();
+  auto* c = ev ? ev->value.as<ir::CallNode>() : nullptr;
+  return c && c->op == "tma_copy";
+}
+
+int64_t tma_bytes(const ir::Stmt& copy) {
+  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
+  return *ir::as_const_int(c->args[3]) * *ir::as_const_int(c->args[4]) *
+         c->args[0].as<ir::BufferLoadNode>()->buffer->dtype.bytes();
+}
+
+ir::Stmt with_barrier(const ir::Stmt& copy, ir::Expr bar) {
+  auto* c = copy.as<ir::EvaluateNode>()->value.as<ir::CallNode>();
+  std::vector<ir::Expr> args = c->args;
+  args.push_back(std::move(bar));
+  return ir::make_evaluate(ir::make_call(c->op, args, c->dtype, c->loc), copy->loc);
+}
+
 }  // namespace tegula::transform
