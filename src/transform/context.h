@@ -56,6 +56,11 @@ struct PassContext {
   // Set by plan_bulk_copies when the kernel's T.Pipelined loop will be warp specialised:
   // its global->shared copies (and those ahead of it) became tma_copy calls.
   bool warp_specialize = false;
+  // ... and that loop is nested in a serial loop of the body (a persistent kernel's loop
+  // over its tiles): its stages and phases count on across the outer iterations, in the
+  // counters below, which both warp groups start at 0 (warp_specialize).
+  bool ws_nested = false;
+  std::vector<ir::Buffer> ws_counters;
   // Set by check_user_barriers: the program's threads meet at its own mbarriers, so it
   // orders what its warp groups do (insert_barriers leaves disjoint ranges of threads alone).
   bool user_mbarriers = false;

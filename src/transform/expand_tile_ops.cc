@@ -3,7 +3,8 @@
 // read_annotations expects the frontend's IR; it refuses thread block clusters (and their
 // barrier and rank) on a target before sm_90, records T.use_swizzle on the kernel,
 // T.annotate_layout({buf: T.layout.make_swizzled_layout(buf)}) in the set of shared
-// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), a global
+// buffers stored swizzled (the same XOR swizzle gemm operands get; see gemm.h), and with
+// them the epilogue tiles swizzle_epilogue_tiles finds (below), a global
 // tensor's T.Layout in the kernel's global_layouts (ir/index_map.h), which every later
 // access to it goes through, T.annotate_safe_value({A: v}) in ctx.safe_values (the
 // annotation statements themselves leave the kernel), and T.annotate_min_blocks_per_sm(n)
@@ -14,8 +15,11 @@
 // shared memory becomes one over fragments the pass allocates, staged by copies
 // (ops/reduce.cc). Guarantees: no copy/fill/atomic_add op left; every reduce is over
 // fragments.
+#include <map>
+
 #include "ir/functor.h"
 #include "ir/index_map.h"
+#include "ops/region.h"
 #include "ops/tile_op.h"
 #include "transform/passes.h"
 
@@ -63,6 +67,8 @@ class ReadKernelHints : public ir::IRMutator {
   PassContext& ctx_;
 };
 
+void swizzle_epilogue_tiles(ir::Kernel& k, PassContext& ctx);
+
 void read_annotations(ir::Kernel& k, PassContext& ctx) {
   k.body = ReadKernelHints(k, ctx).mutate(k.body);
   k.global_layouts = ir::index_maps(k);
@@ -108,6 +114,51 @@ void read_annotations(ir::Kernel& k, PassContext& ctx) {
     user_assert(!cluster_call || ctx.target.sm >= 90, c ? c->loc : k.loc)
         << "T." << (c ? c->op : "") << ": thread block clusters need sm_90 or newer; the target is " << ctx.target.arch;
   });
+  swizzle_epilogue_tiles(k, ctx);
+}
+
+// Shared tiles a program stages its epilogue through (T.copy(C_local, C_shared);
+// T.copy(C_shared, C[...])) get the swizzled layout when nothing else touches them. Copied
+// from an accumulator, each warp store writes one column pair of 8 rows; on rows of 128
+// bytes or a multiple, plain rows put those 8 in one bank (8 cycles a store). Swizzled,
+// each 16-byte chunk moved by its row mod 8, they fall in 8 banks, and a row read along is
+// still one row's chunks. Only tiles every access of which is a whole-tile T.copy, at least
+// one from a fragment, none from global memory (a bulk tensor copy writes plain rows).
+void swizzle_epilogue_tiles(ir::Kernel& k, PassContext& ctx) {
+  std::map<const ir::BufferNode*, int> from_fragment;  // 1: copied from a fragment; -1: ruled out
+  auto rule_out = [&](const ir::Buffer& b) {
+    if (b->scope == ir::Scope::Shared) from_fragment[b.get()] = -1;
+  };
+  ir::post_order(k.body, [&](const ir::Stmt& s) {
+    if (auto* st = s.as<ir::BufferStoreNode>()) rule_out(st->buffer);
+    auto* op = s.as<ir::TileOpNode>();
+    if (!op) return;
+    bool copy = op->op == "copy" && op->regions.size() == 2;
+    for (size_t i = 0; i < op->regions.size(); ++i) {
+      const ir::Buffer& b = op->regions[i].buffer;
+      if (b->scope != ir::Scope::Shared) continue;
+      bool whole = copy && ops::is_whole(op->regions[i]);
+      if (!whole || (i == 1 && op->regions[0].buffer->scope == ir::Scope::Global)) {
+        rule_out(b);
+      } else if (i == 1 && op->regions[0].buffer->scope == ir::Scope::Fragment && from_fragment[b.get()] == 0) {
+        from_fragment[b.get()] = 1;
+      }
+    }
+  }, [&](const ir::Expr& e) {
+    if (auto* ld = e.as<ir::BufferLoadNode>()) rule_out(ld->buffer);
+  });
+  for (const ir::Buffer& b : k.allocs) {
+    auto it = from_fragment.find(b.get());
+    if (it == from_fragment.end() || it->second != 1 || b->shape.size() != 2 || b->view_of) continue;
+    const int64_t* cols = ir::as_const_int(b->shape[1]);
+    const int64_t* rows = ir::as_const_int(b->shape[0]);
+    int64_t chunks = cols ? *cols * b->dtype.bytes() / 16 : 0;
+    if (!rows || *rows % 8 != 0 || !cols || (*cols * b->dtype.bytes()) % 16 != 0 || chunks < 8 ||
+        (chunks & (chunks - 1)) != 0) {
+      continue;
+    }
+    ctx.swizzled.insert(b.get());
+  }
 }
 
 void expand_tile_ops(ir::Kernel& k, PassContext& ctx) { k.body = Expander(k, ctx).mutate(k.body); }

@@ -314,7 +314,21 @@ class Pipeliner : public IRMutator {
     for (int64_t i = 0; i < G * S; ++i) ctx_.mbarriers.push_back({bars, i, 1});
     for (int64_t i = 0; i < G * S; ++i) ctx_.mbarriers.push_back({bars, G * S + i, k_.threads});
     auto bar = [&](Expr idx) { return make_load(bars, {std::move(idx)}, op->loc); };
+    // Nested in a persistent kernel's loop over tiles, iterations count on from those of
+    // the tiles before (`done`, a counter each warp group keeps), so that the stages and
+    // phases of the producer and the consumer stay in step across tiles.
+    Buffer done;
     Expr it = op->var - op->min;
+    if (ctx_.ws_nested) {
+      done = make_buffer(ctx_.fresh_name("ws_iters"), Scope::Local, DataType::i32(), {make_int(1)}, op->loc);
+      k_.allocs.push_back(done);
+      ctx_.ws_counters.push_back(done);
+      it = make_load(done, {make_int(0)}, op->loc) + it;
+    }
+    // After the loop: the counter moves past its iterations.
+    auto count_done = [&](std::vector<Stmt>* out) {
+      if (done) out->push_back(make_store(done, {make_int(0)}, make_load(done, {make_int(0)}, op->loc) + op->extent, op->loc));
+    };
     Expr stage = floormod(it, make_int(S));
     Expr parity = floormod(floordiv(it, make_int(S)), make_int(2));
     auto full = [&](int64_t g) { return bar(make_int(g * S) + stage); };
@@ -345,8 +359,11 @@ class Pipeliner : public IRMutator {
       for (size_t i : members) prod.push_back(with_barrier(Restage(staged, stage).mutate(copies[i]), full(g)));
       ++g;
     }
-    Stmt producer = make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(prod), 0, op->loc);
+    std::vector<Stmt> producer_side = {make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(prod), 0, op->loc)};
+    count_done(&producer_side);
+    Stmt producer = make_seq(producer_side, op->loc);
     if (D > 0) {
+      internal_assert(!done) << "a nested warp-specialised loop runs each iteration on one stage (plan_bulk_copies)";
       // Each statement on its own iteration's stage (pipeline_stages.cc).
       auto stage_of = [S](Expr iter) { return floormod(iter, make_int(S)); };
       ShiftedLoop shifted{op, compute, compute_marks, reads};
@@ -380,8 +397,16 @@ class Pipeliner : public IRMutator {
       Expr prev = floormod(it + int64_t(S - 1), make_int(S));
       std::vector<Stmt> release;
       for (int64_t gi = 0; gi < G; ++gi) release.push_back(mbar("mbar_arrive", empty(gi, prev)));
-      body.push_back(make_if(make_binary(BinaryOp::GT, it, make_int(0)), make_seq(release)));
+      body.push_back(make_if(make_binary(BinaryOp::GT, op->var - op->min, make_int(0)), make_seq(release)));
       after.push_back(wait);
+      if (done) {
+        // The last iteration's stage, which no next iteration of this loop releases: the
+        // producer refills it for a later tile.
+        std::vector<Stmt> last;
+        Expr stage_last = floormod(make_load(done, {make_int(0)}, op->loc) + op->extent + int64_t(-1), make_int(S));
+        for (int64_t gi = 0; gi < G; ++gi) last.push_back(mbar("mbar_arrive", empty(gi, stage_last)));
+        after.push_back(make_if(make_binary(BinaryOp::GT, op->extent, make_int(0)), make_seq(last)));
+      }
     } else {
       for (size_t j = 0; j < restaged.size(); ++j) {
         int64_t gi = 0;
@@ -398,6 +423,7 @@ class Pipeliner : public IRMutator {
     }
     Stmt loop = place_barriers_in_loop(make_for(op->var, op->min, op->extent, ForKind::Serial, make_seq(body), 0, op->loc), k_);
     after.insert(after.begin(), loop);
+    count_done(&after);
     // Closed to insert_barriers, as the cp.async form is.
     Stmt consumer = make_if(make_bool(true), make_seq(after), {}, op->loc);
     Stmt unit = make_if(make_call("ws_producer", {}, DataType::boolean(), op->loc), producer, consumer, op->loc);
@@ -408,6 +434,7 @@ class Pipeliner : public IRMutator {
 
   Stmt mutate_For(const Stmt& self, const ForNode* op) override {
     bool pipelined = op->for_kind == ForKind::Pipelined;
+    if (pipelined) loop_ = self;
     in_pipelined_ += pipelined;
     Stmt inner = IRMutator::mutate_For(self, op);
     in_pipelined_ -= pipelined;
@@ -454,6 +481,9 @@ class Pipeliner : public IRMutator {
       });
     }
     bool shaped = !copy_units.empty() && !compute_units.empty() && op->num_stages >= 2;
+    // A buffer staged S deep is a new allocation, which only the loop's own accesses are
+    // moved to: one also touched outside the loop (an epilogue clearing it) is not staged.
+    for (const Buffer& b : filled) shaped &= accesses(k_.body, b.get()) == accesses(loop_, b.get());
     // Compute may rewrite a staged buffer (zero a tail, say) only after its copy: the
     // copy moves ahead, the rewrite stays in place on the same stage.
     for (size_t i = 0; i < units.size(); ++i) {
@@ -683,6 +713,17 @@ class Pipeliner : public IRMutator {
   std::set<const StmtNode*> staged_loops_;  // the staged loops this pass built
   std::set<const StmtNode*> ws_loops_;      // those of them that are warp-specialised
   int in_pipelined_ = 0;
+  Stmt loop_;  // the pipelined loop being rewritten, as the kernel body holds it
+
+  static int64_t accesses(const Stmt& s, const BufferNode* b) {
+    int64_t n = 0;
+    post_order(s, [&](const Stmt& x) {
+      if (auto* st = x.as<BufferStoreNode>()) n += st->buffer.get() == b;
+    }, [&](const Expr& e) {
+      if (auto* ld = e.as<BufferLoadNode>()) n += ld->buffer.get() == b;
+    });
+    return n;
+  }
 };
 
 }  // namespace

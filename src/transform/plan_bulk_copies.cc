@@ -27,7 +27,11 @@
 // direct statements of its body and qualify, whose other statements neither copy into
 // shared memory from global nor write a buffer those copies fill, and one of whose gemms
 // at least runs on wgmma (others may take mma.sync), none sparse; statements before the
-// loop may not touch a buffer the producer fills early.
+// loop may not touch a buffer the producer fills early, nor statements after it a buffer
+// its copies fill (a staged buffer is a new allocation only the loop's accesses move to).
+// The loop may also be nested in one serial loop of the body (a persistent kernel's loop
+// over tiles; ctx.ws_nested), on a way of loops, lets and ifs a lone producer thread can
+// walk (nest_qualifies), when no computation of it takes a later stage than another.
 // Lets of block-invariant values (let_values.h) on the way to the loop are lifted to the
 // top of the body, so varlen attention's `kv_start = cu_seqlens_k[b]` does not hide the
 // loop (its body's leading lets are inline_loop_lets').
@@ -115,6 +119,70 @@ bool has_wide_barrier(const Stmt& body) {
   });
   return found;
 }
+
+bool contains(const Stmt& s, const StmtNode* target) {
+  bool found = false;
+  post_order(s, [&](const Stmt& x) { found |= x.get() == target; }, nullptr);
+  return found;
+}
+
+// Whether a hand schedule puts some computation of the loop in a later stage
+// (pipeline_stage marks, pipeline_stages.h).
+bool shifted(const Stmt& body) {
+  bool found = false;
+  post_order(body, nullptr, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (!c || c->op != "pipeline_stage" || c->args.empty()) return;
+    const int64_t* stage = as_const_int(c->args[0]);
+    found |= !stage || *stage != 0;
+  });
+  return found;
+}
+
+// The way from a statement of the body down to a nested pipelined loop, which both warp
+// groups walk (warp_specialize): serial loops with bounds, lets with values and ifs
+// (without else) with conditions one producer thread computes and nobody writes; every
+// other statement along it copies nothing from global to shared memory and touches no
+// buffer the loop fills.
+bool nest_qualifies(const Stmt& s, const ForNode* loop, const std::set<const BufferNode*>& filled,
+                    const std::set<const BufferNode*>& written) {
+  if (s.get() == loop) return true;
+  auto pure = [&](const Expr& e) { return producer_computable(e) && block_invariant(e, written); };
+  if (auto* f = s.as<ForNode>()) {
+    return f->for_kind == ForKind::Serial && pure(f->min) && pure(f->extent) && nest_qualifies(f->body, loop, filled, written);
+  }
+  if (auto* let = s.as<LetStmtNode>()) return pure(let->value) && nest_qualifies(let->body, loop, filled, written);
+  if (auto* br = s.as<IfThenElseNode>()) {
+    return !br->else_case && pure(br->cond) && nest_qualifies(br->then_case, loop, filled, written);
+  }
+  auto* seq = s.as<SeqNode>();
+  if (!seq) return false;
+  for (const Stmt& x : seq->seq) {
+    if (contains(x, loop)) {
+      if (!nest_qualifies(x, loop, filled, written)) return false;
+      continue;
+    }
+    std::set<const BufferNode*> r, w;
+    touched(x, &r, &w);
+    for (auto* b : filled) {
+      if (r.count(b) || w.count(b)) return false;
+    }
+    if (has_global_to_shared_copy(x)) return false;
+  }
+  return true;
+}
+
+// Replaces one statement node of a tree.
+class ReplaceStmt : public IRMutator {
+ public:
+  ReplaceStmt(const StmtNode* from, Stmt to) : from_(from), to_(std::move(to)) {}
+  Stmt mutate(const Stmt& s) override { return s.get() == from_ ? to_ : IRMutator::mutate(s); }
+  using IRMutator::mutate;
+
+ private:
+  const StmtNode* from_;
+  Stmt to_;
+};
 
 struct Planner {
   Kernel& k;
@@ -226,16 +294,25 @@ struct Planner {
     std::set<const BufferNode*> written = written_buffers(k.body);
     lift_lets(k.body, written, &lets, &top);
     int loop_at = -1, loops = 0;
+    const ForNode* loop = nullptr;
     post_order(k.body, [&](const Stmt& s) {
       auto* f = s.as<ForNode>();
-      loops += f && f->for_kind == ForKind::Pipelined;
+      if (f && f->for_kind == ForKind::Pipelined) loops++, loop = f;
     }, nullptr);
+    if (loops != 1) return;
+    // The loop is a statement of the body, or nested in one serial loop of it (a
+    // persistent kernel's loop over its tiles: `nested`).
+    bool nested = false;
     for (size_t i = 0; i < top.size(); ++i) {
-      auto* f = top[i].as<ForNode>();
-      if (f && f->for_kind == ForKind::Pipelined) loop_at = int(i);
+      if (top[i].get() == loop) loop_at = int(i);
     }
-    if (loops != 1 || loop_at < 0) return;
-    auto* loop = top[loop_at].as<ForNode>();
+    if (loop_at < 0) {
+      for (size_t i = 0; i < top.size() && loop_at < 0; ++i) {
+        auto* outer = top[i].as<ForNode>();
+        if (outer && outer->for_kind == ForKind::Serial && contains(top[i], loop)) loop_at = int(i), nested = true;
+      }
+      if (loop_at < 0) return;
+    }
     if (loop->num_stages < 1 || !producer_computable(loop->min) || !producer_computable(loop->extent)) return;
     // The body's leading lets: inline_loop_lets substituted those that read no memory; one
     // reading global memory nothing writes (paged attention's block-table entry) is
@@ -272,6 +349,15 @@ struct Planner {
         if (filled.count(b)) return;
       }
     }
+    Stmt new_loop = make_for(loop->var, loop->min, loop->extent, loop->for_kind, make_seq(new_body, loop->loc),
+                             loop->num_stages, loop->loc);
+    if (nested) {
+      // The producer runs ahead into the next tile while the consumer finishes this one,
+      // so nothing else in the outer loop may touch what it fills; the computations of
+      // one iteration stay in one stage (a shifted schedule drains at each tile's end).
+      if (!nest_qualifies(top[loop_at], loop, filled, written) || shifted(loop->body)) return;
+      new_loop = ReplaceStmt(loop, new_loop).mutate(top[loop_at]);
+    }
     // Copies ahead of the loop: the producer issues them first. Nothing before the loop
     // may touch what the producer fills early, nor a buffer such a copy fills.
     std::vector<Stmt> new_top;
@@ -286,16 +372,20 @@ struct Planner {
       touched(s, &seen_r, &seen_w);
       new_top.push_back(b ? b : s);
     }
+    new_top.push_back(new_loop);
+    // Nor after it: a staged buffer is a new allocation that only the loop's accesses move to.
+    for (size_t i = loop_at + 1; i < top.size(); ++i) {
+      touched(top[i], &seen_r, &seen_w);
+      new_top.push_back(top[i]);
+    }
     for (auto* b : filled) {
       if (seen_r.count(b) || seen_w.count(b)) return;
     }
-    new_top.push_back(make_for(loop->var, loop->min, loop->extent, loop->for_kind, make_seq(new_body, loop->loc),
-                               loop->num_stages, loop->loc));
-    for (size_t i = loop_at + 1; i < top.size(); ++i) new_top.push_back(top[i]);
     Stmt body_out = make_seq(new_top, k.body->loc);
     for (auto it = lets.rbegin(); it != lets.rend(); ++it) body_out = make_let(it->first, it->second, body_out, k.body->loc);
     k.body = body_out;
     ctx.warp_specialize = true;
+    ctx.ws_nested = nested;
   }
 };
 

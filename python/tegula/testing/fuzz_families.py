@@ -405,6 +405,7 @@ FAMILY_MODULES = (
     "fuzz_families_sparse",    # T.gemm_sp: 2:4 sparse A
     "fuzz_families_wide",      # rows too wide for the registers (roll_loops)
     "fuzz_families_stages",    # T.Pipelined schedules with computations in several stages
+    "fuzz_families_persistent",  # persistent GEMMs, warp specialised across their tiles
 )
 
 

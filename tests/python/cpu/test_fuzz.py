@@ -109,6 +109,11 @@ def test_generator_covers_the_language():
     # T.Pipelined schedules with computations in several stages (fuzz_families_stages.py)
     wanted += ["gen_stage_shift", "stage_shift_fa3", "stage_shift_value_first", "stage_shift_one_stage",
                "stage_shift_sm_90a", "stage_shift_sm_80", "stage_shift_two_apart"]
+    # persistent GEMMs warp specialised across their tiles (fuzz_families_persistent.py)
+    wanted += ["gen_persistent_gemm", "persistent_sm_90a", "persistent_sm_80", "persistent_blocks_one",
+               "persistent_blocks_some", "persistent_blocks_all", "persistent_blocks_over",
+               "persistent_staged_swizzled", "persistent_staged_padded", "persistent_direct_epilogue",
+               "persistent_second_compute", "persistent_one_stage", "persistent_bulk_copies"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -22,11 +22,11 @@ PATHS = [("sm_90a", {}, True), ("sm_90a", gemm.MMA_SYNC, False), ("sm_80", {}, F
 SMALL = dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128, panel_size=2)
 
 
-def small_kernel(target, configs, E, N, K, trans_w, dtype="float16", index_by_map=None):
+def small_kernel(target, configs, E, N, K, trans_w, dtype="float16", index_by_map=None, stage_c=False):
     if index_by_map is None:
         index_by_map = target == "sm_90a" and not configs
     return tegula.jit(out_idx=[-1], target=target, pass_configs=configs)(gg.grouped_gemm_program)(
-        E, N, K, dtype=dtype, trans_w=trans_w, index_by_map=index_by_map, **SMALL)
+        E, N, K, dtype=dtype, trans_w=trans_w, index_by_map=index_by_map, stage_c=stage_c, **SMALL)
 
 
 def offsets_of(counts, first=0):
@@ -82,6 +82,21 @@ def test_simulated_matches_torch(target, configs, index_by_map, trans_w, counts)
     w = torch.randn((E, N, K) if trans_w else (E, K, N), generator=g).half()
     out = tt.simulate(small_kernel(target, configs, E, N, K, trans_w, index_by_map=index_by_map), a, w, offsets)
     assert_matches(out, torch_grouped(a, w, offsets, trans_w), torch.float16)
+
+
+@pytest.mark.parametrize("target,configs,index_by_map", PATHS)
+@pytest.mark.parametrize("counts", [[70, 0, 45], [200, 64]])
+def test_the_staged_epilogue_matches_torch(target, configs, index_by_map, counts):
+    """stage_c: whole tiles through a shared tile (stored swizzled), an expert's last rows
+    element by element."""
+    E, N, K = len(counts), 64, 80
+    g = torch.Generator().manual_seed(sum(counts))
+    offsets = offsets_of(counts)
+    a = torch.randn(sum(counts), K, generator=g).half()
+    w = torch.randn((E, N, K), generator=g).half()
+    kernel = small_kernel(target, configs, E, N, K, True, index_by_map=index_by_map, stage_c=True)
+    assert "C_shared[swizzle_offset" in kernel.get_kernel_source()
+    assert_matches(tt.simulate(kernel, a, w, offsets), torch_grouped(a, w, offsets, True), torch.float16)
 
 
 @pytest.mark.parametrize("index_by_map", [True, False])
