@@ -6,6 +6,10 @@ The block tile goes through shared memory; T.gemm lowers to wgmma on sm_90a (rea
 swizzled tiles straight from shared memory) and to ldmatrix + mma.sync elsewhere. Ragged
 M, N and K are masked by the copies (loads past the edge give zero, stores are skipped);
 rows whose stride is not a multiple of 8 elements are loaded with narrower accesses.
+Large outputs on wgmma run persistent (one block an SM walking the tiles with
+T.Persistent, the producer warpgroup loading the next tile while the consumers store this
+one), their epilogue staged through a shared tile the engine stores swizzled
+(`default_config` says why and what it measured).
 
 Decode-shaped products (M <= 64: a few tokens against a weight) have too few output tiles
 to occupy the GPU: 16 x 4096 x 4096 is 32 tiles of 64 x 128, on 132 SMs, each block

@@ -123,11 +123,13 @@ void read_annotations(ir::Kernel& k, PassContext& ctx) {
 // bytes or a multiple, plain rows put those 8 in one bank (8 cycles a store). Swizzled,
 // each 16-byte chunk moved by its row mod 8, they fall in 8 banks, and a row read along is
 // still one row's chunks. Only tiles every access of which is a whole-tile T.copy, at least
-// one from a fragment, none from global memory (a bulk tensor copy writes plain rows).
+// one from a fragment, none from global memory (a bulk tensor copy writes plain rows), and
+// that no view reads.
 void swizzle_epilogue_tiles(ir::Kernel& k, PassContext& ctx) {
   std::map<const ir::BufferNode*, int> from_fragment;  // 1: copied from a fragment; -1: ruled out
   auto rule_out = [&](const ir::Buffer& b) {
     if (b->scope == ir::Scope::Shared) from_fragment[b.get()] = -1;
+    if (b->view_of) from_fragment[b->view_of.get()] = -1;  // read through a view: not only copies
   };
   ir::post_order(k.body, [&](const ir::Stmt& s) {
     if (auto* st = s.as<ir::BufferStoreNode>()) rule_out(st->buffer);
@@ -136,6 +138,7 @@ void swizzle_epilogue_tiles(ir::Kernel& k, PassContext& ctx) {
     bool copy = op->op == "copy" && op->regions.size() == 2;
     for (size_t i = 0; i < op->regions.size(); ++i) {
       const ir::Buffer& b = op->regions[i].buffer;
+      if (b->view_of) rule_out(b);
       if (b->scope != ir::Scope::Shared) continue;
       bool whole = copy && ops::is_whole(op->regions[i]);
       if (!whole || (i == 1 && op->regions[0].buffer->scope == ir::Scope::Global)) {
@@ -147,6 +150,9 @@ void swizzle_epilogue_tiles(ir::Kernel& k, PassContext& ctx) {
   }, [&](const ir::Expr& e) {
     if (auto* ld = e.as<ir::BufferLoadNode>()) rule_out(ld->buffer);
   });
+  for (const ir::Buffer& b : k.allocs) {
+    if (b->view_of) from_fragment[b->view_of.get()] = -1;
+  }
   for (const ir::Buffer& b : k.allocs) {
     auto it = from_fragment.find(b.get());
     if (it == from_fragment.end() || it->second != 1 || b->shape.size() != 2 || b->view_of) continue;

@@ -1,6 +1,6 @@
 // T.Pipelined hand schedules whose computations run in several stages (FlashAttention-3's):
 // the marks the frontend leaves in the loop body (frontend/pipeline_schedule.py) and the
-// warp-specialised consumer that runs the stages shifted, for pipeline_loops.cc.
+// warp-specialised consumer that runs the stages shifted, for pipeline_ws.cc.
 #pragma once
 #include <functional>
 #include <vector>

@@ -1,7 +1,7 @@
 """Fuzz family of persistent GEMMs: a T.Persistent loop over the output tiles with a
 T.Pipelined loop inside, which on sm_90a is warp specialised across the tiles (the producer
 loading the next tile's stages while the consumers finish this one; plan_bulk_copies.cc,
-pipeline_loops.cc, warp_specialize.cc). Drawn: the block count (one block for every tile,
+pipeline_ws.cc, warp_specialize.cc). Drawn: the block count (one block for every tile,
 some blocks with no tile, or one block walking them all, so that the stages' phases wrap
 many times), 1 to 4 stages, ragged extents, the epilogue straight from the accumulator or
 through a shared tile (swizzled by the engine, or with padded rows), and sometimes a second computation in the loop that reads

@@ -1,6 +1,6 @@
 """Fuzz family of T.Pipelined hand schedules whose computations run in several stages
 (frontend/pipeline_schedule.py; on sm_90a the consumer runs them shifted,
-src/transform/pipeline_loops.cc): attention's shape, a score gemm, an elementwise pass and
+src/transform/pipeline_ws.cc): attention's shape, a score gemm, an elementwise pass and
 a cast in one stage, a rescale of the output and the value gemm in a later one, in one of
 the orders that keep the loop's meaning (FlashAttention-3's, or the value gemm first), and
 sometimes a row count in a stage of its own further behind, so that the loop runs its

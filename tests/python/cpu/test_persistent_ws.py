@@ -68,6 +68,7 @@ def test_a_shared_tile_with_other_accesses_keeps_plain_rows():
             C_s = T.alloc_shared((64, 64), "float16")
             acc = T.alloc_fragment((64, 64), "float32")
             T.copy(A, A_s)
+            T.clear(acc)
             T.gemm(A_s, A_s, acc)
             T.copy(acc, C_s)
             C_s[0, 0] = T.float16(1)  # an element store: not only whole-tile copies
@@ -75,6 +76,31 @@ def test_a_shared_tile_with_other_accesses_keeps_plain_rows():
 
     src = tegula.compile(main, target="sm_90a").get_kernel_source()
     assert "C_s[swizzle_offset" not in src
+
+
+def test_a_shared_tile_read_through_a_view_keeps_plain_rows():
+    import tegula.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float16"), Flat: T.Tensor((4096,), "float16")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, 64), "float16")
+            C_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, A_s)
+            T.clear(acc)
+            T.gemm(A_s, A_s, acc)
+            T.copy(acc, C_s)
+            T.copy(C_s, C)
+            T.copy(T.reshape(C_s, (4096,)), Flat)
+
+    kernel = tegula.compile(main, target="sm_90a")
+    assert "C_s[swizzle_offset" not in kernel.get_kernel_source()
+    a = torch.randn(64, 64).half()
+    c, flat = torch.full((64, 64), float("nan")).half(), torch.full((4096,), float("nan")).half()
+    tt.simulate(kernel, a, c, flat)
+    torch.testing.assert_close(c.float(), a.float() @ a.float(), rtol=2e-3, atol=2e-2)
+    assert torch.equal(flat, c.flatten())
 
 
 def test_the_producer_walks_the_tiles_with_its_own_counter():
