@@ -205,7 +205,8 @@ def gemm_choice(gemm, M, N, K, sms, wgmma=None):
     splits = gemm.split_k_slices(M, N, K, sms, **tile)
     if splits > 1:
         return f"split-K x{splits}"
-    cfg = dict(gemm.default_config(M, N, K, wgmma=wgmma), **gemm.backward_config(M, N, K))
+    gemm_bwd = importlib.import_module("tegula.kernels.gemm_backward")
+    cfg = dict(gemm.default_config(M, N, K, wgmma=wgmma), **gemm_bwd.backward_config(M, N, K))
     return f"tile {cfg['block_M']}x{cfg['block_N']}x{cfg['block_K']} s{cfg['num_stages']}"
 
 
@@ -232,9 +233,10 @@ def measure_backward(gemm, c, rep):
     da_choice, db_choice = backward_choices(gemm, c, device_sms())
     row = {"case": label(c), "shape": label(c), "M": M, "N": N, "K": K, "dtype": str(dtype).replace("torch.", ""),
            "da_kernel": da_choice, "db_kernel": db_choice, "target": f">={c['min_ratio']:g}x cuBLAS each GEMM"}
-    ours_da = lambda: gemm.matmul_backward(dc, a, b, False, needs=(True, False, False))[0]  # noqa: E731
-    ours_db = lambda: gemm.matmul_backward(dc, a, b, False, needs=(False, True, False))[1]  # noqa: E731
-    ours = lambda: gemm.matmul_backward(dc, a, b, False)  # noqa: E731
+    gemm_bwd = importlib.import_module("tegula.kernels.gemm_backward")
+    ours_da = lambda: gemm_bwd.matmul_backward(dc, a, b, False, needs=(True, False, False))[0]  # noqa: E731
+    ours_db = lambda: gemm_bwd.matmul_backward(dc, a, b, False, needs=(False, True, False))[1]  # noqa: E731
+    ours = lambda: gemm_bwd.matmul_backward(dc, a, b, False)  # noqa: E731
     row["da_err"], da_error = common.run_ours(ours_da, lambda: dc.float() @ b.float().t())
     row["db_err"], db_error = common.run_ours(ours_db, lambda: a.float().t() @ dc.float())
     row["error"] = (da_error and f"dA: {da_error}") or (db_error and f"dB: {db_error}")

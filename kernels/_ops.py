@@ -55,8 +55,8 @@ import torch
 
 from . import _calls, _index_checks as index_checks
 from . import _model_ops, _quant_ops, elementwise, flash_attention as _fa, flash_decoding as _fd
-from . import gemm as _gemm, layernorm as _ln, mla_decode as _mla, reduce as _reduce, rmsnorm as _rms
-from . import matrix_transpose as _transpose_mod, row_softmax as _softmax_mod
+from . import gemm as _gemm, gemm_backward as _gemm_bwd, layernorm as _ln, mla_decode as _mla, reduce as _reduce
+from . import matrix_transpose as _transpose_mod, rmsnorm as _rms, row_softmax as _softmax_mod
 from ._attention import check_flag, check_kv_scale, check_num_split, check_sm_scale
 from ._attention_fakes import (_flash_attention_backward_fake, _flash_attention_fake, _flash_decode_fake,
                               _mla_decode_fake)
@@ -293,13 +293,13 @@ def _matmul_bwd(ctx, dc):
 def _matmul_backward(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor],
                      activation: str, c: torch.Tensor,
                      needs: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = _gemm.matmul_backward(dc, a, b, bias is not None, activation=activation, c=c, bias=bias,
+    grads = _gemm_bwd.matmul_backward(dc, a, b, bias is not None, activation=activation, c=c, bias=bias,
                                   needs=tuple(needs))
     return tuple(a.new_empty(0) if g is None else g for g in grads)
 
 
 def _matmul_backward_fake(dc, a, b, bias, activation, c, needs):
-    _gemm.check_matmul_backward_args("matmul_backward", dc, a, b, bias is not None, activation, c, bias,
+    _gemm_bwd.check_matmul_backward_args("matmul_backward", dc, a, b, bias is not None, activation, c, bias,
                                      tuple(needs))
     like = (a, b, bias)
     return tuple(torch.empty_like(like[i]) if needs[i] and like[i] is not None else a.new_empty(0)

@@ -15,6 +15,7 @@ import tegula.language as T
 import tegula.testing as tt
 
 gemm = importlib.import_module("tegula.kernels.gemm")
+gemm_bwd = importlib.import_module("tegula.kernels.gemm_backward")
 apply_epilogue, parse_epilogue = gemm.apply_epilogue, gemm._parse_epilogue
 
 LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
@@ -288,7 +289,7 @@ def _activation_reference(dc, saved, activation, bias_grad):
     ("none", True, 1, 5, 24, torch.bfloat16),
 ])
 def test_activation_grad_matches_torch_autograd(target, activation, bias_grad, splits, M, N, dtype):
-    k = tegula.compile(gemm.activation_grad_program(M, N, activation, bias_grad, splits, dtype=gemm.dtype_name(dtype),
+    k = tegula.compile(gemm_bwd.activation_grad_program(M, N, activation, bias_grad, splits, dtype=gemm.dtype_name(dtype),
                                                     **GRAD_TILE), target=target)
     assert k.num_kernels == (2 if bias_grad and splits > 1 else 1)
     gen = torch.Generator().manual_seed(M + N + splits)
@@ -313,11 +314,11 @@ def test_activation_grad_matches_torch_autograd(target, activation, bias_grad, s
 
 def test_the_activation_grad_arguments_are_checked():
     with pytest.raises(ValueError, match="activation must be 'none', 'relu' or 'gelu', got 'silu'"):
-        gemm.activation_grad_program(64, 64, "silu", True, 1)
+        gemm_bwd.activation_grad_program(64, 64, "silu", True, 1)
     with pytest.raises(ValueError, match="computes nothing"):
-        gemm.activation_grad_program(64, 64, "none", False, 1)
+        gemm_bwd.activation_grad_program(64, 64, "none", False, 1)
     with pytest.raises(ValueError, match="splits must leave every slice"):
-        gemm.activation_grad_program(128, 64, "relu", True, 3)   # 4 row tiles: 2 + 2 + 0
+        gemm_bwd.activation_grad_program(128, 64, "relu", True, 3)   # 4 row tiles: 2 + 2 + 0
 
 
 @pytest.mark.parametrize("M,N,sms,splits", [
@@ -328,23 +329,23 @@ def test_the_activation_grad_arguments_are_checked():
     (8192, 65536, 132, 1),   # 256 column tiles already cover the SMs
 ])
 def test_row_split_rule(M, N, sms, splits):
-    assert gemm.grad_row_splits(M, N, sms) == splits
+    assert gemm_bwd.grad_row_splits(M, N, sms) == splits
 
 
 def test_row_split_rule_never_leaves_a_slice_empty():
     for M in (1, 31, 256, 1000, 4097, 8192, 65536):
         for N in (8, 1000, 4096, 11008):
             for sms in (16, 132):
-                s = gemm.grad_row_splits(M, N, sms)
+                s = gemm_bwd.grad_row_splits(M, N, sms)
                 tiles = -(-M // 32)
                 assert s >= 1 and (s == 1 or (s - 1) * -(-tiles // s) < tiles), (M, N, sms, s)
 
 
 def test_outer_products_take_a_short_pipeline():
-    assert gemm.backward_config(4096, 4096, 16)["num_stages"] == 1
-    assert gemm.backward_config(4096, 4096, 128)["num_stages"] == 2
-    assert gemm.backward_config(4096, 4096, 4096) == {}
-    assert gemm.backward_config(64, 4096, 16) == {}      # decode-shaped: split-K's rule
+    assert gemm_bwd.backward_config(4096, 4096, 16)["num_stages"] == 1
+    assert gemm_bwd.backward_config(4096, 4096, 128)["num_stages"] == 2
+    assert gemm_bwd.backward_config(4096, 4096, 4096) == {}
+    assert gemm_bwd.backward_config(64, 4096, 16) == {}      # decode-shaped: split-K's rule
 
 
 # ---- matmul_backward end to end, every kernel simulated ----
@@ -366,13 +367,13 @@ def _simulated_dispatch(monkeypatch, target="sm_90a"):
         return lambda *args: tt.simulate(k, *args)
 
     def activation_grad_kernel_for(M, N, dtype, activation, bias_grad, sms=None):
-        splits = gemm.grad_row_splits(M, N, 2, GRAD_TILE["block_M"], GRAD_TILE["block_N"])
-        k = tegula.compile(gemm.activation_grad_program(M, N, activation, bias_grad, splits,
+        splits = gemm_bwd.grad_row_splits(M, N, 2, GRAD_TILE["block_M"], GRAD_TILE["block_N"])
+        k = tegula.compile(gemm_bwd.activation_grad_program(M, N, activation, bias_grad, splits,
                                                         dtype=gemm.dtype_name(dtype), **GRAD_TILE), target=target)
         return lambda *args: tt.simulate(k, *args)
 
     monkeypatch.setattr(gemm, "kernel_for", kernel_for)
-    monkeypatch.setattr(gemm, "activation_grad_kernel_for", activation_grad_kernel_for)
+    monkeypatch.setattr(gemm_bwd, "activation_grad_kernel_for", activation_grad_kernel_for)
     return calls
 
 
@@ -409,7 +410,7 @@ def test_matmul_backward_simulated_matches_torch_autograd(monkeypatch, activatio
     bias = torch.randn(N, generator=gen).to(dtype) if with_bias else None
     dc = torch.randn(M, N, generator=gen).to(dtype)
     grads, c = _autograd_reference(a, b, bias, activation, dc)
-    da, db, dbias = gemm._backward(dc, a, b, with_bias, activation, c, bias, (True, True, True), sms=4)
+    da, db, dbias = gemm_bwd._backward(dc, a, b, with_bias, activation, c, bias, (True, True, True), sms=4)
     tol = 3 * TOL[dtype]
     assert da.shape == (M, K) and db.shape == (K, N) and da.dtype == db.dtype == dtype
     assert rel_err(da, grads[0]) < tol and rel_err(db, grads[1]) < tol
@@ -430,11 +431,11 @@ def test_unwanted_gradients_are_not_computed(monkeypatch):
     gen = torch.Generator().manual_seed(3)
     a, b, dc = (torch.randn(*s, generator=gen).half() for s in ((M, K), (K, N), (M, N)))
     grads, _ = _autograd_reference(a, b, None, "none", dc)
-    da, db, dbias = gemm._backward(dc, a, b, True, "none", None, None, (True, False, False), sms=4)
+    da, db, dbias = gemm_bwd._backward(dc, a, b, True, "none", None, None, (True, False, False), sms=4)
     assert db is None and dbias is None and len(calls) == 1 and rel_err(da, grads[0]) < 6e-3
-    da, db, dbias = gemm._backward(dc, a, b, False, "none", None, None, (False, True, True), sms=4)
+    da, db, dbias = gemm_bwd._backward(dc, a, b, False, "none", None, None, (False, True, True), sms=4)
     assert da is None and dbias is None and len(calls) == 2 and rel_err(db, grads[1]) < 6e-3
-    assert gemm._backward(dc, a, b, False, "relu", dc, None, (False, False, True), sms=4) == (None, None, None)
+    assert gemm_bwd._backward(dc, a, b, False, "relu", dc, None, (False, False, True), sms=4) == (None, None, None)
     assert len(calls) == 2
 
 
@@ -447,12 +448,12 @@ def test_a_transposed_or_expanded_gradient_is_taken_as_it_comes(monkeypatch):
     a, b = torch.randn(M, K, generator=gen).half(), torch.randn(K, N, generator=gen).half()
     dc_t = torch.randn(N, M, generator=gen).half().t()
     grads, _ = _autograd_reference(a, b, None, "none", dc_t)
-    da, db, _ = gemm._backward(dc_t, a, b, False, "none", None, None, (True, True, True), sms=4)
+    da, db, _ = gemm_bwd._backward(dc_t, a, b, False, "none", None, None, (True, True, True), sms=4)
     assert rel_err(da, grads[0]) < 6e-3 and rel_err(db, grads[1]) < 6e-3
     assert calls[-2][3].get("trans_a") is True and calls[-1][3].get("trans_b") is True
     ones = torch.ones(1, 1).half().expand(M, N)
     grads, _ = _autograd_reference(a, b, None, "none", ones)
-    da, db, _ = gemm._backward(ones, a, b, False, "none", None, None, (True, True, True), sms=4)
+    da, db, _ = gemm_bwd._backward(ones, a, b, False, "none", None, None, (True, True, True), sms=4)
     assert rel_err(da, grads[0]) < 6e-3 and rel_err(db, grads[1]) < 6e-3
 
 
@@ -463,7 +464,7 @@ def test_empty_extents_give_torch_gradients(M, N, K, activation):
     a, b = torch.randn(M, K, generator=gen).half(), torch.randn(K, N, generator=gen).half()
     bias, dc = torch.randn(N, generator=gen).half(), torch.randn(M, N, generator=gen).half()
     (ga, gb, gbias), c = _autograd_reference(a, b, bias, activation, dc)
-    da, db, dbias = gemm._backward(dc, a, b, True, activation, c, bias, (True, True, True), sms=4)
+    da, db, dbias = gemm_bwd._backward(dc, a, b, True, activation, c, bias, (True, True, True), sms=4)
     assert da.shape == (M, K) and db.shape == (K, N) and dbias.shape == (N,)
     torch.testing.assert_close(da.float(), ga) and torch.testing.assert_close(db.float(), gb)
     torch.testing.assert_close(dbias.float(), gbias, rtol=2e-3, atol=2e-3)
@@ -497,4 +498,4 @@ def _args(**over):
 ])
 def test_arguments_are_checked(over, error, pattern):
     with pytest.raises(error, match=pattern):
-        gemm.matmul_backward(**_args(**over))
+        gemm_bwd.matmul_backward(**_args(**over))

@@ -58,27 +58,9 @@ def test_a_staged_epilogue_tile_is_stored_swizzled_unless_its_rows_are_padded():
         assert ("C_s[swizzle_offset<64, 4>(" in src) == swizzled, case
 
 
-def test_a_shared_tile_with_other_accesses_keeps_plain_rows():
-    import tegula.language as T
-
-    @T.prim_func
-    def main(A: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float16")):
-        with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((64, 64), "float16")
-            C_s = T.alloc_shared((64, 64), "float16")
-            acc = T.alloc_fragment((64, 64), "float32")
-            T.copy(A, A_s)
-            T.clear(acc)
-            T.gemm(A_s, A_s, acc)
-            T.copy(acc, C_s)
-            C_s[0, 0] = T.float16(1)  # an element store: not only whole-tile copies
-            T.copy(C_s, C)
-
-    src = tegula.compile(main, target="sm_90a").get_kernel_source()
-    assert "C_s[swizzle_offset" not in src
-
-
-def test_a_shared_tile_read_through_a_view_keeps_plain_rows():
+def _staged_tile_program(other):
+    """A (64, 64) -> C = A @ A through a shared tile C_s, plus `other` touching C_s:
+    "store" writes one element, "view" copies C_s through a T.reshape view to Flat."""
     import tegula.language as T
 
     @T.prim_func
@@ -91,10 +73,22 @@ def test_a_shared_tile_read_through_a_view_keeps_plain_rows():
             T.clear(acc)
             T.gemm(A_s, A_s, acc)
             T.copy(acc, C_s)
+            if other == "store":
+                C_s[0, 0] = T.float16(1)  # an element store: not only whole-tile copies
             T.copy(C_s, C)
-            T.copy(T.reshape(C_s, (4096,)), Flat)
+            if other == "view":
+                T.copy(T.reshape(C_s, (4096,)), Flat)
 
-    kernel = tegula.compile(main, target="sm_90a")
+    return main
+
+
+def test_a_shared_tile_with_other_accesses_keeps_plain_rows():
+    src = tegula.compile(_staged_tile_program("store"), target="sm_90a").get_kernel_source()
+    assert "C_s[swizzle_offset" not in src
+
+
+def test_a_shared_tile_read_through_a_view_keeps_plain_rows():
+    kernel = tegula.compile(_staged_tile_program("view"), target="sm_90a")
     assert "C_s[swizzle_offset" not in kernel.get_kernel_source()
     a = torch.randn(64, 64).half()
     c, flat = torch.full((64, 64), float("nan")).half(), torch.full((4096,), float("nan")).half()

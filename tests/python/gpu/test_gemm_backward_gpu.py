@@ -16,6 +16,7 @@ except ImportError:
     from _util import TOLERANCE, poison, randn, rel_err, seed_of
 
 gemm = importlib.import_module("tegula.kernels.gemm")
+gemm_bwd = importlib.import_module("tegula.kernels.gemm_backward")
 
 DTYPES = [torch.float16, torch.bfloat16]
 SHAPES = [
@@ -69,7 +70,7 @@ def _mismatch(got, ref, dtype, what):
 def test_plain_matmul_gradients(M, N, K, dtype):
     a, b, _, dc = _inputs(M, N, K, dtype, seed_of(M, N, K, dtype), bias=False)
     (ga, gb, _), _ = _autograd(a, b, None, "none", dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, False)
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, False)
     assert not _mismatch(da, ga, dtype, "da")
     assert not _mismatch(db, gb, dtype, "db")
     assert dbias is None
@@ -82,7 +83,7 @@ def test_plain_matmul_gradients(M, N, K, dtype):
 def test_epilogue_gradients(M, N, K, with_bias, activation, dtype):
     a, b, bias, dc = _inputs(M, N, K, dtype, seed_of(M, N, K, with_bias, activation, dtype), bias=with_bias)
     (ga, gb, gbias), c = _autograd(a, b, bias, activation, dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, with_bias, activation, c=c, bias=bias)
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, with_bias, activation, c=c, bias=bias)
     assert not _mismatch(da, ga, dtype, "da")
     assert not _mismatch(db, gb, dtype, "db")
     if with_bias:
@@ -94,15 +95,15 @@ def test_epilogue_gradients(M, N, K, with_bias, activation, dtype):
 @pytest.mark.parametrize("M,N,K", [(8192, 1024, 1024), (4096, 4096, 4096)])
 def test_the_bias_sums_over_many_row_slices(M, N, K):
     """Enough rows that the column sums are cut into slices and combined."""
-    assert gemm.grad_row_splits(M, N, gemm.sm_count(torch.device("cuda"))) > 1
+    assert gemm_bwd.grad_row_splits(M, N, gemm.sm_count(torch.device("cuda"))) > 1
     a, b, bias, dc = _inputs(M, N, K, torch.bfloat16, seed_of(M, N, K), bias=True)
     (ga, gb, gbias), c = _autograd(a, b, bias, "gelu", dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias)
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias)
     assert not _mismatch(dbias, gbias, torch.bfloat16, "dbias")
     assert not _mismatch(da, ga, torch.bfloat16, "da")
     assert not _mismatch(db, gb, torch.bfloat16, "db")
     # The slices are added in a fixed order: the same bits every call.
-    assert torch.equal(gemm.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias)[2], dbias)
+    assert torch.equal(gemm_bwd.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias)[2], dbias)
 
 
 # ---- every element written ----
@@ -121,7 +122,7 @@ def test_transposed_layouts_write_every_element(M, N, K, ta, tb):
     else:
         layout["ldb"] = N
     kernel = gemm.kernel_for(M, N, K, dtype, "bias", sms=gemm.sm_count(a.device), **layout,
-                             **gemm.backward_config(M, N, K))
+                             **gemm_bwd.backward_config(M, N, K))
     bias = randn((N,), dtype, s + 2)
     c = poison((M, N), dtype)
     kernel.launch(a_st, b_st, bias, c)
@@ -135,7 +136,7 @@ def test_activation_grad_writes_every_element(M, N, activation, bias_grad):
     dtype = torch.float16
     s = seed_of(M, N, activation, bias_grad)
     dc, saved = randn((M, N), dtype, s), randn((M, N), dtype, s + 1)
-    kernel = gemm.activation_grad_kernel_for(M, N, dtype, activation, bias_grad, gemm.sm_count(dc.device))
+    kernel = gemm_bwd.activation_grad_kernel_for(M, N, dtype, activation, bias_grad, gemm.sm_count(dc.device))
     dz, dbias = poison((M, N), dtype), poison((N,), dtype)
     if activation == "none":
         kernel(dc, dc, dc, dbias)
@@ -159,7 +160,7 @@ def test_nan_propagates_as_in_torch():
     dc[3, 7] = float("nan")
     a[11, 5] = float("nan")
     (ga, gb, gbias), c = _autograd(a, b, bias, "relu", dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, True, "relu", c=c)
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, True, "relu", c=c)
     for got, ref, what in ((da, ga, "da"), (db, gb, "db"), (dbias, gbias, "dbias")):
         assert torch.equal(torch.isnan(got), torch.isnan(ref)), f"{what}: NaN pattern differs from torch's"
         finite = ~torch.isnan(ref)
@@ -173,7 +174,7 @@ def test_a_nan_output_of_relu_passes_the_gradient():
     c = torch.relu(a.float() @ b.float()).half()
     c[:, 0] = float("nan")
     ref_dz = torch.ops.aten.threshold_backward(dc.float(), c.float(), 0.0)
-    da, db, _ = gemm.matmul_backward(dc, a, b, False, "relu", c=c)
+    da, db, _ = gemm_bwd.matmul_backward(dc, a, b, False, "relu", c=c)
     assert not _mismatch(da, ref_dz @ b.float().t(), torch.float16, "da")
     assert not _mismatch(db, a.float().t() @ ref_dz, torch.float16, "db")
 
@@ -194,7 +195,7 @@ def test_gradients_of_any_strides(make, with_bias):
         dc = torch.cat([dc, dc], 1)[:, 1:N + 1]
     a_view, b_view = a.t().contiguous().t(), b.t().contiguous().t()   # saved operands that were transposed views
     (ga, gb, gbias), c = _autograd(a, b, bias, "none", dc)
-    da, db, dbias = gemm.matmul_backward(dc, a_view, b_view, with_bias, "none")
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a_view, b_view, with_bias, "none")
     assert not _mismatch(da, ga, torch.bfloat16, "da")
     assert not _mismatch(db, gb, torch.bfloat16, "db")
     if with_bias:
@@ -207,13 +208,13 @@ def test_only_the_wanted_gradients():
     M, N, K = 256, 128, 192
     a, b, bias, dc = _inputs(M, N, K, torch.float16, 17)
     (ga, gb, gbias), c = _autograd(a, b, bias, "gelu", dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias, needs=(True, False, False))
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias, needs=(True, False, False))
     assert db is None and dbias is None
     assert not _mismatch(da, ga, torch.float16, "da")
-    da, db, dbias = gemm.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias, needs=(False, False, True))
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, True, "gelu", c=c, bias=bias, needs=(False, False, True))
     assert da is None and db is None
     assert not _mismatch(dbias, gbias, torch.float16, "dbias")
-    assert gemm.matmul_backward(dc, a, b, False, "none", needs=(False, False, True)) == (None, None, None)
+    assert gemm_bwd.matmul_backward(dc, a, b, False, "none", needs=(False, False, True)) == (None, None, None)
 
 
 @pytest.mark.parametrize("M,N,K", [(0, 64, 32), (48, 0, 32), (48, 64, 0)])
@@ -221,7 +222,7 @@ def test_only_the_wanted_gradients():
 def test_empty_extents(M, N, K, activation):
     a, b, bias, dc = _inputs(M, N, K, torch.float16, 21)
     (ga, gb, gbias), c = _autograd(a, b, bias, activation, dc)
-    da, db, dbias = gemm.matmul_backward(dc, a, b, True, activation, c=c, bias=bias)
+    da, db, dbias = gemm_bwd.matmul_backward(dc, a, b, True, activation, c=c, bias=bias)
     torch.testing.assert_close(da.float(), ga)
     torch.testing.assert_close(db.float(), gb)
     torch.testing.assert_close(dbias.float(), gbias, rtol=2e-3, atol=2e-3)
@@ -231,4 +232,4 @@ def test_a_cpu_tensor_is_named():
     a, b, _, dc = _inputs(64, 32, 16, torch.float16, 1, bias=False)
     with pytest.raises(ValueError, match=r"matmul_backward: dc must be on cuda:0 \(the device of a\)|"
                                          r"matmul_backward: dc must be a CUDA tensor"):
-        gemm.matmul_backward(dc.cpu(), a, b, False)
+        gemm_bwd.matmul_backward(dc.cpu(), a, b, False)
