@@ -95,6 +95,35 @@ def event_bench(fn, warmup: float = 25, rep: float = 200) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+_CLEAN = None
+
+
+def clean_l2_bench(fn, count: int = 200) -> float:
+    """Median ms of fn() between CUDA events with L2 flushed and then left clean: the
+    flush's zeros are written back and L2 refilled by reading a buffer of 256 MiB (a sum)
+    before each call. The write flush alone (`bench`) leaves up to the whole L2 dirty, so
+    a kernel that streams tens of MiB pays for writing those lines back to HBM as it
+    evicts them: a 32 MiB read then runs at half speed, cuBLAS's too. A model's decode
+    step finds L2 full of what the kernel before it read, the case measured here."""
+    global _CLEAN
+    if _CLEAN is None:
+        _CLEAN = torch.ones(64 * 1024 * 1024, dtype=torch.float32, device="cuda")
+    fn()
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    for s, e in zip(starts, ends):
+        _flush_l2()
+        _CLEAN.sum()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
 def synced_event_ms(fn, repeat: int, warmup: int = 0, before=None) -> float:
     """Median ms of fn() between CUDA events, one call at a time (synchronised after each),
     as a whole model step or a collective is timed; `warmup` untimed calls first, and

@@ -11,15 +11,17 @@ T.Persistent, the producer warpgroup loading the next tile while the consumers s
 one), their epilogue staged through a shared tile the engine stores swizzled
 (`default_config` says why and what it measured).
 
-Decode-shaped products (M <= 64: a few tokens against a weight) have too few output tiles
-to occupy the GPU: 16 x 4096 x 4096 is 32 tiles of 64 x 128, on 132 SMs, each block
-streaming a 4096-row panel of B alone. They run split-K (`matmul_splitk_program`): K is cut
-into slices so that tiles x slices blocks cover the machine about twice; each block writes
-its fp32 partial product to a workspace, and a second kernel of the same call sums the
-slices in a fixed order (the result does not depend on block scheduling), applies the
-epilogue and stores C. `split_k_slices` is the rule.
+Decode-shaped products (M <= 64: a few tokens against a weight) stream B once and do
+little arithmetic per byte, so their speed is the bandwidth at which the SMs pull B. They
+run `matmul_decode_program`: Cᵀ = Bᵀ Aᵀ, so the weight tile fills the tensor-core
+instruction's 64-row side and the tokens its narrow one (16 for one to sixteen tokens),
+one block an SM streaming its panel of B through a deep pipeline; where the output tiles
+are fewer than the SMs, K is cut into slices and the last block of each tile to finish
+adds the slices' partial sums in a fixed order (`decode_config` is the rule). The general
+split-K (`matmul_splitk_program`: slices written by one kernel, summed by a second) is
+what a tile given by the caller takes at M <= 64.
 
-Both programs read either operand transposed in place (`trans_a`: A stored (K, M);
+Every program here reads either operand transposed in place (`trans_a`: A stored (K, M);
 `trans_b`: B stored (N, K)), which is what the backward needs: dA = dZ @ Bᵀ reads the
 forward's B (K, N) as Bᵀ, dB = Aᵀ @ dZ reads A (M, K) as Aᵀ, with no transposing copy.
 `gemm_backward.matmul_backward` runs them, after a small kernel for the activation's
@@ -210,6 +212,102 @@ def matmul_splitk_program(M, N, K, splits, block_M=64, block_N=128, block_K=64, 
     return gemm_splitk
 
 
+def matmul_decode_program(M, N, K, splits, block_M=16, block_N=64, block_K=256, num_stages=3, threads=128,
+                          dtype="float16", accum_dtype="float32", epilogue="none", ldb=None, trans_a=False,
+                          trans_b=False, lda=None):
+    """C = epilogue(A @ B [+ bias]) for a few rows of A (M <= 64) against a large B: the
+    weight streaming kernel of decode steps. It computes Cᵀ = Bᵀ Aᵀ, so the B tile is the
+    tensor-core instruction's first operand (its 64 rows along N) and M its narrow side
+    (block_M = 16 for one token up to sixteen: no rows of the instruction are wasted on
+    padding). With splits > 1, K is cut into slices of whole block_K steps; each block writes
+    its fp32 partial tile to the workspace `Partial` (splits, N, M), counts itself in a
+    per-tile counter (an acq_rel atomic, after a barrier), and the block that arrives last
+    sums the slices in slice order (the result does not depend on block scheduling),
+    applies the epilogue and stores C. The counters are a workspace too, zeroed by a small
+    kernel ahead of the product, so that no two calls share them (streams, CUDA graphs).
+    With splits == 1 it is one kernel, no workspace. `decode_config` picks the tile and
+    the slice count. Operand layouts (trans_a, trans_b, lda, ldb) as in `matmul_program`."""
+    (a_shape, a_tile), (b_shape, b_tile) = operand_layout(M, N, K, block_M, block_N, block_K, trans_a, trans_b,
+                                                          lda, ldb, op="matmul_decode_program")
+    has_bias, act = _parse_epilogue(epilogue)
+    k_steps = -(-K // block_K)
+    per_slice = -(-k_steps // splits) if splits >= 1 else 0
+    if splits < 1 or (splits - 1) * per_slice >= k_steps:
+        raise ValueError(f"matmul_decode_program: splits must leave every slice at least one of the "
+                         f"{k_steps} block_K={block_K} steps of K={K}, got splits={splits}")
+    tiles_n, tiles_m = -(-N // block_N), -(-M // block_M)
+
+    @T.macro
+    def product(A, B, A_shared, B_shared, Ct, row0, col0, first, steps):
+        T.clear(Ct)
+        for k in T.Pipelined(steps, num_stages=num_stages):
+            load_operands(A, B, A_shared, B_shared, row0, col0, (first + k) * block_K, trans_a, trans_b)
+            # Cᵀ (block_N, block_M) += B tileᵀ @ A tileᵀ
+            T.gemm(B_shared, A_shared, Ct, transpose_A=not trans_b, transpose_B=not trans_a)
+
+    @T.macro
+    def store(Ct, Bias, C, row0, col0):
+        for i, j in T.Parallel(block_N, block_M):
+            v = Ct[i, j]
+            if has_bias:
+                v = v + T.cast(Bias[col0 + i], accum_dtype)
+            if act == "relu":
+                v = T.max(v, 0.0)
+            if act == "gelu":
+                u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+                v = 0.5 * v * (2.0 - 2.0 / (T.exp(2.0 * u) + 1.0))  # 1 + tanh(u)
+            if row0 + j < M and col0 + i < N:
+                C[row0 + j, col0 + i] = T.cast(v, dtype)
+
+    if splits == 1:
+        @T.prim_func
+        def gemm_decode(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
+                        C: T.Tensor((M, N), dtype)):
+            with T.Kernel(tiles_n, tiles_m, threads=threads) as (bx, by):
+                A_shared = T.alloc_shared(a_tile, dtype)
+                B_shared = T.alloc_shared(b_tile, dtype)
+                Ct = T.alloc_fragment((block_N, block_M), accum_dtype)
+                product(A, B, A_shared, B_shared, Ct, by * block_M, bx * block_N, 0, k_steps)
+                store(Ct, Bias, C, by * block_M, bx * block_N)
+
+        return gemm_decode
+
+    @T.prim_func
+    def gemm_decode_splitk(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
+                           C: T.Tensor((M, N), dtype)):
+        Partial = T.alloc_global((splits, N, M), accum_dtype)
+        Count = T.alloc_global((tiles_m * tiles_n,), "int32")
+        with T.Kernel(T.ceildiv(tiles_m * tiles_n, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < tiles_m * tiles_n:
+                    Count[bx * 128 + i] = 0
+
+        with T.Kernel(tiles_n, tiles_m, splits, threads=threads) as (bx, by, bz):
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            Ct = T.alloc_fragment((block_N, block_M), accum_dtype)
+            arrived = T.alloc_shared((1,), "int32")
+            row0, col0, first = by * block_M, bx * block_N, bz * per_slice
+            # The last slice may be shorter when the steps do not divide evenly.
+            product(A, B, A_shared, B_shared, Ct, row0, col0, first, T.min(per_slice, k_steps - first))
+            T.copy(Ct, Partial[bz, col0:col0 + block_N, row0:row0 + block_M])
+            # Every thread's partial is stored before one thread's release of the count.
+            T.sync_threads()
+            tid = T.get_thread_binding()
+            if tid == 0:
+                arrived[0] = T.atomic_add(Count[by * tiles_n + bx], 1, memory_order="acq_rel", return_prev=True)
+            T.sync_threads()
+            if arrived[0] == splits - 1:
+                T.clear(Ct)
+                for s in T.serial(splits):
+                    for i, j in T.Parallel(block_N, block_M):
+                        if row0 + j < M and col0 + i < N:
+                            Ct[i, j] += Partial[s, col0 + i, row0 + j]
+                store(Ct, Bias, C, row0, col0)
+
+    return gemm_decode_splitk
+
+
 # The engine's code paths a kernel can be held to, for comparing them: "auto" lets the
 # engine pick (on sm_90a, TMA loads and warp-specialised pipelines where it can), "legacy"
 # keeps the cp.async pipeline that every thread of the block both loads and computes in.
@@ -227,13 +325,14 @@ def _jits(program):
             for mma in (False, True) for path, configs in PATHS.items()}
 
 
-_TILED, _SPLIT_K = _jits(matmul_program), _jits(matmul_splitk_program)
+_TILED, _SPLIT_K, _DECODE = _jits(matmul_program), _jits(matmul_splitk_program), _jits(matmul_decode_program)
 matmul_kernel = _TILED[False, "auto"]
 # The same program held to mma.sync on sm_90a too (for comparing the two paths).
 matmul_kernel_mma_sync = _TILED[True, "auto"]
 matmul_kernel_legacy = _TILED[False, "legacy"]
 matmul_splitk_kernel = _SPLIT_K[False, "auto"]
 matmul_splitk_kernel_legacy = _SPLIT_K[False, "legacy"]
+matmul_decode_kernel = _DECODE[False, "auto"]
 
 
 def default_config(M, N, K, wgmma=None, sms=None):
@@ -261,7 +360,8 @@ def default_config(M, N, K, wgmma=None, sms=None):
     return dict(block_M=128, block_N=128, block_K=64, num_stages=3, threads=128)
 
 
-# Split-K: a decode-shaped product streams B once and does little arithmetic per byte,
+# The general split-K (a caller's tile at M <= 64; gated_mlp and scaled_gemm cut K by the
+# same rule): a decode-shaped product streams B once and does little arithmetic per byte,
 # so its speed is the bandwidth at which all SMs together pull B. One 64 x 128 tile per
 # block (one m64n128 warpgroup on wgmma); four stages of 24 KiB (A 8, B 16) make 96 KiB of
 # shared memory, so two blocks fit an SM, each with its copies two or three steps ahead.
@@ -300,6 +400,56 @@ def k_slices(tiles, k_steps, target_blocks, min_steps):
     return -(-k_steps // per_slice)
 
 
+# The decode kernel (`matmul_decode_program`): one block an SM, each streaming its panel of
+# B through a deep pipeline. Two tiles, (block_N, block_K, stages): 128 x 128 x 4 and
+# 64 x 256 x 3, 32 KiB of B a stage either way (with A's tile, at most 192 KiB at M = 64).
+DECODE_MAX_M = 64
+# On mma.sync (T.gemm held to it, or a GPU before sm_90) the decode kernel runs up to 16
+# rows; past that the two-kernel split-K was the faster on an H200 held to mma.sync
+# (64 x 8192 x 8192: 45.7 against 58.1 us; 32 x 4096 x 14336: 39.1 against 45.9 us).
+DECODE_MAX_M_MMA_SYNC = 16
+# Past 16 rows (block_M 32 or 64) the decode kernel loads with cp.async, every thread
+# loading and computing ("legacy"), rather than TMA with a producer warpgroup: H200, L2
+# clean, 64 x 8192 x 8192: 37.6 against 42.1 us; 32 x 4096 x 14336: 35.2 against 36.2;
+# 64 x 4096 x 4096: 16.7 against 17.6. At 16 rows TMA is the faster (8 x 14336 x 4096:
+# 32.9 against 34.8).
+DECODE_TMA_MAX_M = 16
+DECODE_TILES = ((128, 128, 4), (64, 256, 3))
+DECODE_MIN_STEPS = 4   # block_K steps a K slice keeps at least
+
+
+def decode_config(M, N, K, sms):
+    """The decode kernel's tile and K slice count for M <= 64: dict(block_M, block_N,
+    block_K, num_stages, threads, splits). block_M is M rounded up to a power of two, at
+    least 16 (the Bᵀ Aᵀ instruction's narrow side). For each tile of DECODE_TILES: with
+    fewer output tiles than SMs, K is cut so that tiles x slices comes nearest to one block
+    an SM without passing it (slices of at least DECODE_MIN_STEPS steps, lowered to the
+    least count of the same length); with more, one slice, in waves. The tile that fills
+    the SMs best wins; at a tie, fewer slices (no partial sums to add), then wider tiles.
+
+    On 132 SMs: 16 x 4096 x 4096: 64 tiles of 64, 2 slices of 8 steps (128 blocks);
+    64 x 8192 x 8192: 128 tiles of 64, 1 slice; 8 x 14336 x 4096: 112 tiles of 128, 1 slice
+    (224 tiles of 64 would take two waves); 33 x 1000 x 4100 (block_M 64): 16 tiles of 64
+    x 4 slices (64 blocks) against 8 of 128 x 7 (56)."""
+    block_M = min(DECODE_MAX_M, max(16, 1 << max(M - 1, 0).bit_length()))
+    best, best_key = None, None
+    for block_N, block_K, stages in DECODE_TILES:
+        tiles = -(-M // block_M) * -(-N // block_N)
+        steps = -(-K // block_K)
+        if tiles >= sms:
+            splits, fill = 1, tiles / (-(-tiles // sms) * sms)
+        else:
+            splits = max(1, min(sms // tiles, steps // DECODE_MIN_STEPS))
+            splits = -(-steps // -(-steps // splits))
+            fill = tiles * splits / sms
+        key = (round(fill, 2), -splits, block_N)
+        if best_key is None or key > best_key:
+            best_key = key
+            best = dict(block_M=block_M, block_N=block_N, block_K=block_K, num_stages=stages, threads=128,
+                        splits=splits)
+    return best
+
+
 def _default_sms():
     """The current GPU's SM count; an H100's where there is none (compiling only)."""
     if torch.cuda.is_available():
@@ -307,17 +457,30 @@ def _default_sms():
     return 132
 
 
+LAYOUT_KEYS = {"trans_a", "trans_b", "lda", "ldb"}   # kernel_for's config keys that name no tile
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_for(M, N, K, dtype: torch.dtype, epilogue="none", mma_sync=False, path="auto", sms=None, **config):
-    """The kernel for this shape: split-K for decode shapes (`split_k_slices` on `sms`
-    SMs, default the current GPU's), else default_config's tile; config overrides the tile
-    (and `splits=n` forces n K slices, 1 the one-kernel program). mma_sync holds T.gemm to
+    """The kernel for this shape: for M <= 64 on wgmma (M <= 16 on mma.sync) the decode
+    kernel (`decode_config` on `sms` SMs, default the current GPU's), else default_config's
+    tile. A tile in config (any key
+    but the layout's) takes the general programs: that tile, split-K (the two-kernel
+    `matmul_splitk_program`) where `split_k_slices` says so, and `splits=n` forces n K
+    slices (1: the one-kernel program). mma_sync holds T.gemm to
     mma.sync (and that path's default tile) even where wgmma exists; path is "auto" or
     "legacy" (see PATHS). The operand layout (trans_a, trans_b, lda, ldb) goes in config,
     named only where it is not the default, so that the default's jit objects stay those
-    of matmul_kernel and matmul_splitk_kernel."""
+    of matmul_kernel and matmul_decode_kernel."""
     if path not in PATHS:
         raise ValueError(f"kernel_for: path must be one of {tuple(PATHS)}, got {path!r}")
+    wgmma = not mma_sync and wgmma_gpu()
+    if M <= (DECODE_MAX_M if wgmma else DECODE_MAX_M_MMA_SYNC) and not set(config) - LAYOUT_KEYS:
+        cfg = decode_config(M, N, K, _default_sms() if sms is None else sms)
+        if path == "auto" and cfg["block_M"] > DECODE_TMA_MAX_M:
+            path = "legacy"
+        return _DECODE[mma_sync, path](M, N, K, cfg.pop("splits"), dtype=dtype_name(dtype), epilogue=epilogue,
+                                       **cfg, **config)
     splits = config.pop("splits", None)
     if splits is None or splits > 1:
         cfg = dict(SPLIT_K_CONFIG, **config)
@@ -387,7 +550,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     tanh form). CUDA float16/bfloat16; strided or misaligned views are copied first; empty
     extents give torch's result. NaN and inf propagate as in torch (relu keeps a NaN).
     The transpose of a launchable tensor is read in place, so `matmul(x, linear.weight.t())`
-    reads an nn.Linear weight (N, K) as it is stored. M <= 64 runs split-K where the output tiles alone would leave SMs idle. path: the
+    reads an nn.Linear weight (N, K) as it is stored. M <= 64 runs the decode kernel (see the module note). path: the
     engine's code path, "auto" or "legacy" (for comparing them; see PATHS)."""
     op = "matmul"
     M, K, N = check_matmul_args(op, a, b, bias, activation, path)

@@ -20,6 +20,20 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / denom if denom > 0 else diff
 
 
+def gemm_reference(a: torch.Tensor, b: torch.Tensor, bias=None, activation: str = "none",
+                   dtype=torch.float64) -> torch.Tensor:
+    """a @ b [+ bias], then "relu" or "gelu" (the tanh form), computed in `dtype` (float64 by
+    default) from the rounded inputs: what a GEMM with that epilogue must give."""
+    c = a.to(dtype) @ b.to(dtype)
+    if bias is not None:
+        c = c + bias.to(dtype)
+    if activation == "relu":
+        c = torch.relu(c)
+    if activation == "gelu":
+        c = torch.nn.functional.gelu(c, approximate="tanh")
+    return c
+
+
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """A tensor like `t` full of NaN: an element a kernel never writes stays NaN."""
     return torch.full_like(t, float("nan"))

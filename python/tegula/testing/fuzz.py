@@ -44,6 +44,10 @@ Coverage (fuzz_gen.py draws each with some probability):
     each scope; consumers of one group or of two, `T.ws(0, 1)`), and groups that each
     work on their own part of a tile or product; gemms with clear_accum=(k == 0),
     (k == last), k % 2 or a T.alloc_var flag (fuzz_families_ws.py);
+  * one-kernel split-K products whose last block adds the slices (the decode GEMM's
+    form): an acq_rel T.atomic_add(..., return_prev=True) by one thread between barriers,
+    tile code under a branch on the shared count, the counter put back to zero
+    (fuzz_families_lastblock.py);
   * barriers between blocks: T.sync_grid, and on sm_90+ T.ClusterKernel's cluster barrier
     (T.cluster_sync, or T.cluster_arrive ... T.cluster_wait), each block reading another's
     writes, the barrier between loops or inside a T.Parallel body;

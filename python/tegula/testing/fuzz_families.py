@@ -406,6 +406,7 @@ FAMILY_MODULES = (
     "fuzz_families_wide",      # rows too wide for the registers (roll_loops)
     "fuzz_families_stages",    # T.Pipelined schedules with computations in several stages
     "fuzz_families_persistent",  # persistent GEMMs, warp specialised across their tiles
+    "fuzz_families_lastblock",   # one-kernel split-K, the last block of a tile adding the slices
 )
 
 

@@ -80,6 +80,8 @@ def _shipped():
         ]
     cases += [
         ("gemm split-k", lambda: gemm.kernel_for(64, 4096, 8192, H, sms=132, splits=4)),
+        ("gemm decode", lambda: gemm.kernel_for(16, 4096, 4096, H, sms=132)),
+        ("gemm decode one slice", lambda: gemm.kernel_for(8, 14336, 4096, BF, sms=132, trans_b=True)),
         ("gemm activation grad", lambda: _mod("gemm_backward").activation_grad_kernel_for(1024, 4096, H, "relu", True, sms=132)),
         ("swiglu linear thin", lambda: sw.linear_kernel_for(4096, 4096, BF, splits=4, **sw.THIN_CONFIG)),
     ]

@@ -114,6 +114,10 @@ def test_generator_covers_the_language():
                "persistent_blocks_some", "persistent_blocks_all", "persistent_blocks_over",
                "persistent_staged_swizzled", "persistent_staged_padded", "persistent_direct_epilogue",
                "persistent_second_compute", "persistent_one_stage", "persistent_bulk_copies"]
+    # one-kernel split-K whose last block adds the slices (fuzz_families_lastblock.py)
+    wanted += ["gen_last_block_reduce", "lastblock_sm_90a", "lastblock_sm_80", "lastblock_one_slice",
+               "lastblock_slices", "lastblock_weight_nk", "lastblock_weight_kn", "lastblock_ragged",
+               "lastblock_epilogue"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -1,7 +1,8 @@
-"""Split-K GEMM for decode shapes (M <= 64), no GPU needed: the two-kernel program compiles
-for both instruction paths, its lowered code simulated thread by thread (and the program
-interpreted as written) matches torch on ragged shapes with short and uneven K slices,
-and matmul's dispatch picks it, with the slice count `split_k_slices` documents."""
+"""The general split-K GEMM (M <= 64 with a tile given to kernel_for), no GPU needed: the
+two-kernel program compiles for both instruction paths, its lowered code simulated thread
+by thread (and the program interpreted as written) matches torch on ragged shapes with
+short and uneven K slices, and kernel_for picks it for a given tile, with the slice count
+`split_k_slices` documents. matmul's own decode kernel: test_gemm_decode.py."""
 import importlib
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 import tegula
 import tegula.testing as tt
+from helpers import gemm_reference
 
 gemm = importlib.import_module("tegula.kernels.gemm")
 fa = importlib.import_module("tegula.kernels.flash_attention")
@@ -25,17 +27,6 @@ SMALL = dict(block_M=64, block_N=32, block_K=32, num_stages=2, threads=128, comb
 def splitk(target, M, N, K, splits, path="auto", **kw):
     return tegula.jit(out_idx=[-1], target=target, pass_configs=gemm.PATHS[path])(gemm.matmul_splitk_program)(
         M, N, K, splits, **{**SMALL, **kw})
-
-
-def torch_reference(a, b, bias=None, activation="none"):
-    c = a.float() @ b.float()
-    if bias is not None:
-        c = c + bias.float()
-    if activation == "relu":
-        c = torch.relu(c)
-    if activation == "gelu":
-        c = torch.nn.functional.gelu(c, approximate="tanh")
-    return c
 
 
 def assert_near(out, ref, dtype):
@@ -87,7 +78,7 @@ def test_simulated_and_reference_match_torch(target, path, M, N, K, splits, epil
     b = torch.randn(K, N, generator=gen).to(dtype)
     bias = torch.randn(N, generator=gen).to(dtype)
     has_bias, act = gemm._parse_epilogue(epilogue)
-    ref = torch_reference(a, b, bias if has_bias else None, act)
+    ref = gemm_reference(a, b, bias if has_bias else None, act, torch.float32)
     assert_near(tt.reference(k, a, b, bias), ref, dtype)
     assert_near(tt.simulate(k, a, b, bias), ref, dtype)
 
@@ -132,14 +123,17 @@ def test_split_rule_never_leaves_a_slice_empty():
                     assert s >= 1 and (s == 1 or (s - 1) * -(-steps // s) < steps), (M, N, K, sms, s)
 
 
-def test_matmul_dispatch_picks_split_k_for_decode_shapes():
-    decode = gemm.kernel_for(16, 4096, 4096, torch.float16, sms=132)
+def test_a_given_tile_takes_split_k_at_decode_shapes():
+    """matmul's own choice at M <= 64 is the decode kernel (test_gemm_decode.py); a tile
+    given to kernel_for takes this program where split_k_slices cuts K."""
+    tile = dict(gemm.SPLIT_K_CONFIG)
+    decode = gemm.kernel_for(16, 4096, 4096, torch.float16, sms=132, **tile)
     assert decode.prim_func.name == "gemm_splitk" and decode.num_kernels == 2
     assert decode.prim_func.workspaces[0].shape == (8, 16, 4096)
-    assert gemm.kernel_for(64, 8192, 8192, torch.bfloat16, "bias_gelu", sms=132).prim_func.workspaces[0].shape \
+    assert gemm.kernel_for(64, 8192, 8192, torch.bfloat16, "bias_gelu", sms=132, **tile).prim_func.workspaces[0].shape \
         == (4, 64, 8192)
-    for shape in [(127, 1000, 333), (4096, 4096, 4096), (1, 8, 16), (16, 4096, 256)]:
-        k = gemm.kernel_for(*shape, torch.float16, sms=132)
+    for shape in [(127, 1000, 333), (4096, 4096, 4096), (16, 4096, 256)]:
+        k = gemm.kernel_for(*shape, torch.float16, sms=132, **tile)
         assert k.prim_func.name == "gemm" and k.num_kernels == 1, shape
     # splits=1 forces the one-kernel program; splits=n forces n slices.
     assert gemm.kernel_for(16, 4096, 4096, torch.float16, sms=132, splits=1).num_kernels == 1
@@ -149,8 +143,11 @@ def test_matmul_dispatch_picks_split_k_for_decode_shapes():
 
 def test_legacy_path_selects_its_own_jit_objects():
     cfg = dict(gemm.SPLIT_K_CONFIG)
-    legacy = gemm.kernel_for(16, 4096, 4096, torch.float16, path="legacy", sms=132)
+    legacy = gemm.kernel_for(16, 4096, 4096, torch.float16, path="legacy", sms=132, **cfg)
     assert legacy is gemm.matmul_splitk_kernel_legacy(16, 4096, 4096, 8, dtype="float16", epilogue="none", **cfg)
+    decode = gemm.decode_config(16, 4096, 4096, 132)
+    assert gemm.kernel_for(16, 4096, 4096, torch.float16, path="legacy", sms=132) is gemm._DECODE[False, "legacy"](
+        16, 4096, 4096, decode.pop("splits"), dtype="float16", epilogue="none", **decode)
     tiled = gemm.kernel_for(4096, 4096, 4096, torch.float16, path="legacy")
     assert tiled is gemm.matmul_kernel_legacy(4096, 4096, 4096, dtype="float16", epilogue="none",
                                               **gemm.default_config(4096, 4096, 4096))

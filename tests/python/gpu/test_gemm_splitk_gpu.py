@@ -1,5 +1,6 @@
-"""Split-K matmul for decode shapes (M <= 64) against torch in float32: the entry point as a
-user calls it, every element written (a NaN-poisoned output through the explicit launch),
+"""The general split-K GEMM (`matmul_splitk_program`, what kernel_for gives a caller's tile
+at M <= 64; matmul itself runs the decode kernel, test_gemm_decode_gpu.py) against torch
+in float32: every element written (a NaN-poisoned output through the explicit launch),
 the sum over the slices deterministic, and the legacy path giving the same numbers."""
 import importlib
 
@@ -29,6 +30,12 @@ def _inputs(M, N, K, dtype, seed):
     return a, b, bias
 
 
+def _split_k(M, N, K, dtype, epilogue="none", **kw):
+    """The split-K kernel kernel_for gives SPLIT_K_CONFIG's tile on this GPU."""
+    return gemm.kernel_for(M, N, K, dtype, epilogue, sms=gemm.sm_count(torch.device("cuda")), **gemm.SPLIT_K_CONFIG,
+                           **kw)
+
+
 def _splits(M, N, K, device="cuda"):
     return gemm.split_k_slices(M, N, K, gemm.sm_count(torch.device(device)), **{
         k: gemm.SPLIT_K_CONFIG[k] for k in ("block_M", "block_N", "block_K")})
@@ -39,7 +46,9 @@ def _splits(M, N, K, device="cuda"):
 def test_matmul_runs_split_k(M, N, K, dtype):
     assert _splits(M, N, K) > 1, "the shape should take the split-K program on this GPU"
     a, b, _ = _inputs(M, N, K, dtype, seed=M + N + K)
-    c = gemm.matmul(a, b)
+    kernel = _split_k(M, N, K, dtype)
+    assert kernel.prim_func.name == "gemm_splitk"
+    c = kernel(a, b, a.new_empty(N))
     assert c.shape == (M, N) and c.dtype == dtype
     assert rel_err(c, a.float() @ b.float()) < TOL[dtype]
 
@@ -49,7 +58,7 @@ def test_matmul_runs_split_k(M, N, K, dtype):
 @pytest.mark.parametrize("M,N,K", [(16, 4096, 4096), (33, 1000, 4100)])
 def test_split_k_epilogues(M, N, K, activation, dtype):
     a, b, bias = _inputs(M, N, K, dtype, seed=7 * M + K)
-    c = gemm.matmul(a, b, bias=bias, activation=activation)
+    c = _split_k(M, N, K, dtype, "bias" if activation == "none" else "bias_" + activation)(a, b, bias)
     ref = a.float() @ b.float() + bias.float()
     if activation == "relu":
         ref = torch.relu(ref)
@@ -61,7 +70,7 @@ def test_split_k_epilogues(M, N, K, activation, dtype):
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_every_element_is_written_into_a_poisoned_output(M, N, K):
     a, b, bias = _inputs(M, N, K, torch.float16, seed=11 + K)
-    kernel = gemm.kernel_for(M, N, K, torch.float16, "bias_gelu", sms=gemm.sm_count(a.device))
+    kernel = _split_k(M, N, K, torch.float16, "bias_gelu")
     assert kernel.num_kernels == 2
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
     kernel.launch(a, b, bias, c)
@@ -72,9 +81,10 @@ def test_every_element_is_written_into_a_poisoned_output(M, N, K):
 
 def test_the_slices_are_summed_in_a_fixed_order():
     a, b, _ = _inputs(16, 4096, 4096, torch.bfloat16, seed=5)
-    first = gemm.matmul(a, b)
+    kernel = _split_k(16, 4096, 4096, torch.bfloat16)
+    first = kernel(a, b, a.new_empty(4096))
     for _ in range(3):
-        assert torch.equal(gemm.matmul(a, b), first)
+        assert torch.equal(kernel(a, b, a.new_empty(4096)), first)
 
 
 @pytest.mark.parametrize("splits", [1, 3, 16])
