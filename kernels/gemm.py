@@ -46,6 +46,18 @@ def _parse_epilogue(epilogue):
 
 
 @T.macro
+def activate(v, act):
+    """v after the activation `act` names: "none", "relu" (NaN kept, as torch's), "gelu"
+    (the tanh form)."""
+    if act == "relu":
+        v = T.max(v, 0.0)
+    if act == "gelu":
+        u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+        v = 0.5 * v * (2.0 - 2.0 / (T.exp(2.0 * u) + 1.0))  # 1 + tanh(u)
+    return v
+
+
+@T.macro
 def apply_epilogue(acc, Bias, col0, rows, cols, has_bias, act, accum_dtype):
     """acc (rows, cols) fp32, whose column j is C's column col0 + j: + bias, then the
     activation, in place."""
@@ -53,12 +65,7 @@ def apply_epilogue(acc, Bias, col0, rows, cols, has_bias, act, accum_dtype):
         v = acc[i, j]
         if has_bias:
             v = v + T.cast(Bias[col0 + j], accum_dtype)
-        if act == "relu":
-            v = T.max(v, 0.0)
-        if act == "gelu":
-            u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
-            v = 0.5 * v * (2.0 - 2.0 / (T.exp(2.0 * u) + 1.0))  # 1 + tanh(u)
-        acc[i, j] = v
+        acc[i, j] = activate(v, act)
 
 
 def operand_layout(M, N, K, block_M, block_N, block_K, trans_a=False, trans_b=False, lda=None, ldb=None,
@@ -160,6 +167,17 @@ def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, 
     return gemm
 
 
+def k_slice_steps(op, K, block_K, splits):
+    """(block_K steps of K, steps a slice) of a K cut into `splits` slices of whole steps,
+    the last one possibly shorter; ValueError (naming op) where a slice would be empty."""
+    k_steps = -(-K // block_K)
+    per_slice = -(-k_steps // splits) if splits >= 1 else 0
+    if splits < 1 or (splits - 1) * per_slice >= k_steps:
+        raise ValueError(f"{op}: splits must leave every slice at least one of the "
+                         f"{k_steps} block_K={block_K} steps of K={K}, got splits={splits}")
+    return k_steps, per_slice
+
+
 def matmul_splitk_program(M, N, K, splits, block_M=64, block_N=128, block_K=64, num_stages=4, threads=128,
                           dtype="float16", accum_dtype="float32", epilogue="none", ldb=None, combine_M=16,
                           combine_N=128, combine_threads=128, trans_a=False, trans_b=False, lda=None):
@@ -173,11 +191,7 @@ def matmul_splitk_program(M, N, K, splits, block_M=64, block_N=128, block_K=64, 
     (a_shape, a_tile), (b_shape, b_tile) = operand_layout(M, N, K, block_M, block_N, block_K, trans_a, trans_b,
                                                           lda, ldb, op="matmul_splitk_program")
     has_bias, act = _parse_epilogue(epilogue)
-    k_steps = -(-K // block_K)
-    per_slice = -(-k_steps // splits) if splits >= 1 else 0
-    if splits < 1 or (splits - 1) * per_slice >= k_steps:
-        raise ValueError(f"matmul_splitk_program: splits must leave every slice at least one of the "
-                         f"{k_steps} block_K={block_K} steps of K={K}, got splits={splits}")
+    k_steps, per_slice = k_slice_steps("matmul_splitk_program", K, block_K, splits)
 
     @T.prim_func
     def gemm_splitk(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
@@ -230,11 +244,7 @@ def matmul_decode_program(M, N, K, splits, block_M=16, block_N=64, block_K=256, 
     (a_shape, a_tile), (b_shape, b_tile) = operand_layout(M, N, K, block_M, block_N, block_K, trans_a, trans_b,
                                                           lda, ldb, op="matmul_decode_program")
     has_bias, act = _parse_epilogue(epilogue)
-    k_steps = -(-K // block_K)
-    per_slice = -(-k_steps // splits) if splits >= 1 else 0
-    if splits < 1 or (splits - 1) * per_slice >= k_steps:
-        raise ValueError(f"matmul_decode_program: splits must leave every slice at least one of the "
-                         f"{k_steps} block_K={block_K} steps of K={K}, got splits={splits}")
+    k_steps, per_slice = k_slice_steps("matmul_decode_program", K, block_K, splits)
     tiles_n, tiles_m = -(-N // block_N), -(-M // block_M)
 
     @T.macro
@@ -250,12 +260,8 @@ def matmul_decode_program(M, N, K, splits, block_M=16, block_N=64, block_K=256, 
         for i, j in T.Parallel(block_N, block_M):
             v = Ct[i, j]
             if has_bias:
-                v = v + T.cast(Bias[col0 + i], accum_dtype)
-            if act == "relu":
-                v = T.max(v, 0.0)
-            if act == "gelu":
-                u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
-                v = 0.5 * v * (2.0 - 2.0 / (T.exp(2.0 * u) + 1.0))  # 1 + tanh(u)
+                v = v + T.cast(Bias[col0 + i], accum_dtype)   # Ct's row i is C's column col0 + i
+            v = activate(v, act)
             if row0 + j < M and col0 + i < N:
                 C[row0 + j, col0 + i] = T.cast(v, dtype)
 
