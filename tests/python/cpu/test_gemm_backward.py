@@ -26,6 +26,7 @@ TARGET_PATHS = [("sm_90a", "auto"), ("sm_90a", "legacy"), ("sm_80", "auto")]
 TILE = dict(block_M=64, block_N=32, block_K=32, num_stages=2, threads=128)
 SPLIT_TILE = dict(TILE, combine_M=16, combine_N=32, combine_threads=64)
 GRAD_TILE = dict(block_M=16, block_N=64, threads=128, combine_N=64, combine_threads=64)
+DECODE_TILE = dict(block_N=64, block_K=32, num_stages=2, threads=128)
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
@@ -351,19 +352,24 @@ def test_outer_products_take_a_short_pipeline():
 # ---- matmul_backward end to end, every kernel simulated ----
 
 def _simulated_dispatch(monkeypatch, target="sm_90a"):
-    """kernel_for and activation_grad_kernel_for with their real choices of program,
-    layout and split count, on small tiles, each kernel run by the simulator; records the
-    layouts the GEMMs were given."""
+    """kernel_for and activation_grad_kernel_for with their real choices of program
+    (sm_90a's: the decode kernel for M <= 64) and layout, on small tiles, each kernel run
+    by the simulator; records the GEMMs' shapes and layouts, and the programs they ran."""
     calls = []
 
     def kernel_for(M, N, K, dtype, epilogue="none", sms=None, **config):
         layout = {k: config[k] for k in ("trans_a", "trans_b", "lda", "ldb") if k in config}
-        calls.append((M, N, K, layout))
         kw = dict(dtype=gemm.dtype_name(dtype), epilogue=epilogue, **layout)
-        splits = gemm.split_k_slices(M, N, K, 4, block_M=64, block_N=32, block_K=32)
-        program = (gemm.matmul_splitk_program(M, N, K, splits, **SPLIT_TILE, **kw) if splits > 1
-                   else gemm.matmul_program(M, N, K, **TILE, **kw))
+        if M <= gemm.DECODE_MAX_M and not set(config) - gemm.LAYOUT_KEYS:
+            # the decode kernel (sm_90a's rule), on a small tile, with two K slices where K has two steps
+            block_M = min(64, max(16, 1 << (M - 1).bit_length()))
+            program = gemm.matmul_decode_program(M, N, K, min(2, -(-K // 32)), block_M=block_M, **DECODE_TILE, **kw)
+        else:
+            splits = gemm.split_k_slices(M, N, K, 4, block_M=64, block_N=32, block_K=32)
+            program = (gemm.matmul_splitk_program(M, N, K, splits, **SPLIT_TILE, **kw) if splits > 1
+                       else gemm.matmul_program(M, N, K, **TILE, **kw))
         k = tegula.compile(program, out_idx=[-1], target=target)
+        calls.append((M, N, K, layout, k.prim_func.name))
         return lambda *args: tt.simulate(k, *args)
 
     def activation_grad_kernel_for(M, N, dtype, activation, bias_grad, sms=None):
@@ -399,7 +405,7 @@ def _autograd_reference(a, b, bias, activation, dc):
     ("relu", True, 40, 24, 56, torch.float16),
     ("gelu", True, 37, 21, 53, torch.float16),      # every row length odd: all operands padded
     ("gelu", False, 72, 40, 24, torch.bfloat16),
-    ("relu", False, 16, 40, 200, torch.float16),    # decode-shaped: dA runs split-K
+    ("relu", False, 16, 40, 200, torch.float16),    # decode-shaped: dA runs the decode kernel
 ])
 def test_matmul_backward_simulated_matches_torch_autograd(monkeypatch, activation, with_bias, M, N, K, dtype):
     calls = _simulated_dispatch(monkeypatch)
@@ -423,6 +429,9 @@ def test_matmul_backward_simulated_matches_torch_autograd(monkeypatch, activatio
     assert da_call[:3] == (M, K, -(-N // 8) * 8 if N % 8 else N) and da_call[3].get("trans_b") is True
     assert db_call[:3] == (K, N, M) and db_call[3].get("trans_a") is True
     assert not da_call[3].get("trans_a") and not db_call[3].get("trans_b")
+    # decode-shaped outputs (M, or K for dB, at most 64 rows) take the decode kernel
+    assert da_call[4].startswith("gemm_decode") == (M <= gemm.DECODE_MAX_M)
+    assert db_call[4].startswith("gemm_decode") == (K <= gemm.DECODE_MAX_M)
 
 
 def test_unwanted_gradients_are_not_computed(monkeypatch):
