@@ -83,11 +83,15 @@ def event_bench(fn, warmup: float = 25, rep: float = 200) -> float:
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
     for _ in range(max(1, int(warmup / estimate))):
         fn()
-    count = min(1000, max(10, int(rep / estimate)))
+    return _median_event_ms(fn, min(1000, max(10, int(rep / estimate))), _flush_l2)
+
+
+def _median_event_ms(fn, count: int, before) -> float:
+    """Median ms of `count` calls of fn() between CUDA events, before() (untimed) ahead of each."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
     for s, e in zip(starts, ends):
-        _flush_l2()
+        before()
         s.record()
         fn()
         e.record()
@@ -108,20 +112,15 @@ def clean_l2_bench(fn, count: int = 200) -> float:
     global _CLEAN
     if _CLEAN is None:
         _CLEAN = torch.ones(64 * 1024 * 1024, dtype=torch.float32, device="cuda")
-    fn()
-    for _ in range(3):
+    for _ in range(4):
         fn()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-    for s, e in zip(starts, ends):
+
+    def flush_then_read():
         _flush_l2()
         _CLEAN.sum()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+    return _median_event_ms(fn, count, flush_then_read)
 
 
 def synced_event_ms(fn, repeat: int, warmup: int = 0, before=None) -> float:

@@ -122,6 +122,17 @@ def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, 
     has_bias, act = _parse_epilogue(epilogue)
 
     @T.macro
+    def buffers():
+        """The block's operand tiles, accumulator and (stage_c) epilogue tile."""
+        A_shared = T.alloc_shared(a_tile, dtype)
+        B_shared = T.alloc_shared(b_tile, dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+        C_shared = None
+        if stage_c:
+            C_shared = T.alloc_shared((block_M, block_N), dtype)
+        return A_shared, B_shared, C_local, C_shared
+
+    @T.macro
     def tile(A, B, Bias, C, A_shared, B_shared, C_local, C_shared, row0, col0):
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -139,12 +150,7 @@ def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, 
         def gemm_persistent(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
                             C: T.Tensor((M, N), dtype)):
             with T.Kernel(blocks, threads=threads) as block_id:
-                A_shared = T.alloc_shared(a_tile, dtype)
-                B_shared = T.alloc_shared(b_tile, dtype)
-                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-                C_shared = None
-                if stage_c:
-                    C_shared = T.alloc_shared((block_M, block_N), dtype)
+                A_shared, B_shared, C_local, C_shared = buffers()
                 for by, bx in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)], blocks, block_id,
                                            group_size=panel_size):
                     tile(A, B, Bias, C, A_shared, B_shared, C_local, C_shared, by * block_M, bx * block_N)
@@ -155,12 +161,7 @@ def matmul_program(M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, 
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
              C: T.Tensor((M, N), dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared(a_tile, dtype)
-            B_shared = T.alloc_shared(b_tile, dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            C_shared = None
-            if stage_c:
-                C_shared = T.alloc_shared((block_M, block_N), dtype)
+            A_shared, B_shared, C_local, C_shared = buffers()
             T.use_swizzle(panel_size=panel_size)
             tile(A, B, Bias, C, A_shared, B_shared, C_local, C_shared, by * block_M, bx * block_N)
 
