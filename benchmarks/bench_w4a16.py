@@ -2,15 +2,18 @@
 run without quantization, at Llama-3-8B's MLP shapes: N x K = 14336 x 4096 (gate/up) and
 4096 x 14336 (down), M = 1, 8, 16 tokens (the decode path) and a few prefill M.
 
-Per row (a decode shape gets a row for each decode pipeline: "auto", TMA with a producer
-warpgroup on sm_90a; "legacy", cp.async in every thread): our time, torch.matmul(x, Wᵀ)'s
-time for the same shape with W in x's dtype, "% copy" = the packed weight bytes (N K / 2)
-streamed per second against a 1 GiB device-to-device copy on the same GPU
-(common.copy_bandwidth_gbs), and the ratio torch / ours. Targets (decode
-rows only): >= 3.0x torch and >= 80% of copy bandwidth. Every output is first compared
-with torch in float32 from the dequantized weight (relative error <= 1e-2 bf16, 2e-3
-fp16, else WRONG). One process, medians of CUDA-event timings with L2 flushed
-(common.bench), the same inputs for both columns.
+Per row (a decode shape gets a row for each decode pipeline: "mma", the default, cp.async
+and mma.sync; "legacy", cp.async and wgmma on sm_90a; "auto", TMA with a producer
+warpgroup and wgmma): our time, torch.matmul(x, Wᵀ)'s time for the same shape with W in
+x's dtype, "% copy" = the packed weight bytes (N K / 2) streamed per second against a 1 GiB
+device-to-device copy on the same GPU (common.copy_bandwidth_gbs), the ratio torch / ours,
+and "read ms": torch reading the packed bytes once (a sum), the floor of any kernel that
+streams them at this size ("% read" = that floor over our time). Targets (decode rows
+only): >= 3.0x torch and >= 80% of copy bandwidth. Every output is first compared with
+torch in float32 from the dequantized weight (relative error <= 1e-2 bf16, 2e-3 fp16, else
+WRONG). One process, medians of CUDA-event timings with L2 flushed and left clean before
+each call (common.clean_l2_bench: a decode step finds L2 full of what the kernel before
+it read), the same inputs for every column.
 
 "kernel ms" is the same call timed by its kernels' own device time (CUPTI, launch gaps
 and host time excluded): where it is well below "ours ms", the call's time is not the
@@ -18,8 +21,8 @@ kernels' (host overhead past the L2 flush, or the gap between a split-K call's t
 kernels).
 
 --sweep times decode tile configurations (block_N, block_K = the bytes a stage loads,
-chunk_K = the columns one dequantize-and-mma pass takes, num_stages, threads, K slices,
-post_scale on/off, both pipelines) at each shape with M <= 64 (the decode program forced
+chunk_K = the columns one dequantize-and-mma pass takes, num_stages, threads, K slices
+(the rule's count, half and twice it), post_scale on/off, the three pipelines) at each shape with M <= 64 (the decode program forced
 past M = 16, to see where it still beats the prefill path), the default first, for
 choosing DECODE_CONFIG, the split rule and DECODE_MAX_M on the GPU at hand.
 --prefill-sweep times the prefill path's two modes ("dequant": dequantize W to x's dtype,
@@ -78,10 +81,10 @@ def tile_text(M, N, K, dtype, group, weight_format, scales, zeros, **config):
     path = config.get("path") or ("decode" if M <= D.DECODE_MAX_M else "prefill")
     config = {k: v for k, v in config.items() if k != "path"}
     if path == "decode":
-        cfg = dict(D.DECODE_CONFIG, **config)
-        pipeline = cfg.pop("pipeline", D.DECODE_PIPELINE)
-        splits = cfg.pop("splits", None) or D.decode_splits(N, K, sms(), cfg["block_N"], cfg["block_K"],
-                                                            D.DECODE_BLOCKS_PER_SM[pipeline])
+        kind = D.scale_kind(scales, weight_format, dtype) if scales is not None else (
+            "dtype" if weight_format == "int4" else "e8m0")
+        zero_dtype = None if zeros is None else D.dtype_name(zeros.dtype)
+        cfg, splits, pipeline = D.decode_tile(M, N, K, dtype, group, weight_format, kind, zero_dtype, sms(), **config)
         post = cfg.get("post_scale")
         return (f"decode {cfg['block_N']}x{cfg['block_K']}/{cfg['chunk_K']} s{cfg['num_stages']} "
                 f"t{cfg['threads']} {pipeline}" + (f" split-K x{splits}" if splits > 1 else "")
@@ -108,9 +111,9 @@ def measure(M, N, K, fmt, dtype, **config):
     ref = x.float() @ w_deq.t()
     ours = lambda: D.w4a16_gemm_with_config(x, q, scales, zeros, group, weight_format, **config)  # noqa: E731
     err, error = common.run_ours(ours, lambda: ref)
-    ours_ms = None if error else common.bench(ours)
+    ours_ms = None if error else common.clean_l2_bench(ours)
     kernel_ms = None if error else kernel_time(ours)
-    torch_ms = common.bench(lambda: torch.matmul(x, w_torch.t()))
+    torch_ms = common.clean_l2_bench(lambda: torch.matmul(x, w_torch.t()))
     decode = M <= D.DECODE_MAX_M
     row = common.memory_row(f"{fmt} {M}x{N}x{K}", N * K // 2, ours_ms, torch_ms,
                             min_ratio=MIN_RATIO if decode else None, min_pct_copy=MIN_PCT_COPY if decode else None,
@@ -118,7 +121,23 @@ def measure(M, N, K, fmt, dtype, **config):
     row["tile"] = tile_text(M, N, K, dtype, group, weight_format, scales, zeros, **config)
     row["config"] = config
     row["kernel_ms"] = kernel_ms
+    if decode and ours_ms is not None:
+        row["read_ms"] = read_floor_ms(q)
+        row["pct_read"] = 100 * row["read_ms"] / ours_ms
     return row
+
+
+_READ = {}
+
+
+def read_floor_ms(q):
+    """The time torch takes to read the packed weight's bytes once (a sum of them seen as
+    float32), timed as our call is (L2 clean): the floor a kernel streaming those bytes
+    meets at this size, start-up and the DRAM pipeline's fill included."""
+    if q.numel() not in _READ:
+        words = q.view(torch.uint8).reshape(-1)[: q.numel() // 4 * 4].view(torch.float32)
+        _READ[q.numel()] = common.clean_l2_bench(lambda: words.sum())
+    return _READ[q.numel()]
 
 
 def kernel_time(fn):
@@ -131,16 +150,19 @@ def kernel_time(fn):
 
 
 def sweep_configs():
-    """Decode tiles to try: the default first, then a grid on both pipelines, each with
-    the split rule at 1, 2 and 4 blocks an SM."""
-    out = [dict(), dict(post_scale=False), dict(pipeline="legacy")]
+    """Decode tiles to try: the default first, then a grid on the three pipelines, each
+    with the split rule's count and with half and twice it."""
+    out = [dict(), dict(post_scale=False), dict(pipeline="legacy"), dict(pipeline="auto")]
     # (block_N, block_K, chunk_K, num_stages, threads): the old 128-column stage first, then
     # stages of 256 and 512 columns (128 and 256 contiguous bytes a weight row; "auto" with
     # 512 falls back to cp.async: X's box would pass TMA's 256 elements)
-    tiles = [(64, 128, 128, 4, 128), (64, 256, 128, 4, 128), (64, 256, 128, 6, 128), (64, 256, 128, 8, 128),
-             (64, 256, 256, 4, 128), (64, 512, 128, 3, 128), (64, 512, 128, 4, 128), (128, 256, 128, 3, 128)]
-    for pipeline, (bn, bk, ck, stages, threads), per_sm in itertools.product(("auto", "legacy"), tiles, (1, 2, 4)):
-        out.append(dict(block_N=bn, block_K=bk, chunk_K=ck, num_stages=stages, threads=threads, blocks_per_sm=per_sm,
+    tiles = [(64, 256, 128, 3, 128), (64, 256, 128, 4, 128), (64, 128, 128, 6, 128), (64, 256, 256, 4, 128),
+             (128, 256, 128, 3, 256), (128, 256, 128, 4, 256), (128, 128, 128, 6, 256), (128, 512, 128, 2, 256)]
+    for pipeline, (bn, bk, ck, stages, threads), scale in itertools.product(("mma", "legacy", "auto"), tiles,
+                                                                             (1.0, 0.5, 2.0)):
+        if threads == 256 and pipeline != "mma":    # two wgmma warpgroups: refused (decode_program)
+            continue
+        out.append(dict(block_N=bn, block_K=bk, chunk_K=ck, num_stages=stages, threads=threads, split_scale=scale,
                         pipeline=pipeline))
     return out
 
@@ -179,9 +201,14 @@ def sweep(M, N, K, fmt, dtype):
     rows = []
     for i, cfg in enumerate(sweep_configs()):
         cfg = dict(cfg)
-        per_sm = cfg.pop("blocks_per_sm", None)
-        if per_sm is not None:
-            cfg["splits"] = D.decode_splits(N, K, sms(), cfg["block_N"], cfg["block_K"], per_sm)
+        scale = cfg.pop("split_scale", None)
+        if scale is not None:
+            rule = D.decode_splits(N, K, sms(), cfg["block_N"], cfg["block_K"])
+            steps = -(-K // cfg["block_K"])
+            want = max(1, min(steps, round(rule * scale)))
+            cfg["splits"] = -(-steps // -(-steps // want))      # no slice empty
+            if scale != 1.0 and cfg["splits"] == rule:
+                continue
         try:
             row = measure(M, N, K, fmt, dtype, path="decode", **cfg)
         except Exception as exc:  # a tile that does not compile is reported, not fatal
@@ -198,7 +225,8 @@ def sweep(M, N, K, fmt, dtype):
 
 
 COLUMNS = [("case", "case", "s"), ("tile", "tile", "s")] + [c for c in common.MEMORY_COLUMNS if c[1] != "roofline"] \
-    + [("kernel ms", "kernel_ms", ".4f"), ("rel err", "rel_err", ".1e")]
+    + [("kernel ms", "kernel_ms", ".4f"), ("read ms", "read_ms", ".4f"), ("% read", "pct_read", ".1f"),
+       ("rel err", "rel_err", ".1e")]
 
 
 def main(argv=None):
@@ -207,8 +235,8 @@ def main(argv=None):
     p.add_argument("--format", action="append", choices=sorted(FORMATS), help="weight formats (default int4)")
     p.add_argument("--shape", action="append", help="N x K, e.g. 4096x14336 (default: both MLP shapes)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
-    p.add_argument("--pipeline", action="append", choices=("auto", "legacy"),
-                   help="decode pipelines to time (default: both, a row each)")
+    p.add_argument("--pipeline", action="append", choices=("mma", "legacy", "auto"),
+                   help="decode pipelines to time (default: all three, a row each)")
     p.add_argument("--sweep", action="store_true", help="time decode tiles instead of the default rows")
     p.add_argument("--prefill-sweep", action="store_true",
                    help="time the prefill modes and tiles (M > 16) instead of the default rows")
@@ -244,6 +272,8 @@ def main(argv=None):
             torch.cuda.empty_cache()
     common.print_table(f"w4a16_gemm vs torch.matmul {args.dtype} ({args.dtype} weights)", rows, COLUMNS,
                        notes=["% copy and GB/s count the packed weight bytes N*K/2 only",
+                              "read ms: torch reading those bytes once (a sum), L2 clean as for every column; "
+                              "% read: that floor over our time",
                               f"targets for M <= 16: >= {MIN_RATIO}x torch, >= {MIN_PCT_COPY:.0f}% copy"])
     common.write_json("w4a16", rows, dtype=args.dtype)
     return common.exit_status(rows)

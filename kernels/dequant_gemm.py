@@ -25,33 +25,31 @@ Why two programs. A decode step (M <= 16 tokens) reads every weight byte once an
 FLOPs a weight, so its time is the weight stream: 14336 x 4096 is 29 MiB packed against 117
 MiB in bf16, the whole of the 4x. `decode_program` therefore makes the weight rows the
 tensor-core M dimension, Yᵀ = W Xᵀ: a block owns `block_N` weight rows, streams their packed
-bytes through a pipelined ring of shared tiles (TMA on sm_90a, cp.async in 16-byte vectors
-elsewhere), and every thread dequantizes the bytes of its own A-operand registers (the
-fragment layout of mma m16n8k16 / wgmma m64nNk16 with A in registers), so no dequantized
-copy of W exists anywhere; the tokens, padded to 8 or 16, are the n of the instruction and
-sit in shared memory. N / block_N blocks are too few for a machine of 132 SMs when N is
-4096, so K is cut into slices (`decode_splits`), each block writing its fp32 partial
-product to a workspace that a second kernel sums in slice order (deterministic, no atomics).
+bytes through a pipelined ring of shared tiles, and every thread dequantizes the bytes of
+its own A-operand registers (the fragment layout of mma m16n8k16 / wgmma m64nNk16 with A in
+registers), so no dequantized copy of W exists anywhere; the tokens, padded to 8 or 16, are
+the n of the instruction and sit in shared memory. When N / block_N tiles leave SMs idle,
+K is cut into slices (`decode_splits`), each block writing its fp32 partial product to a
+workspace that a second kernel sums in slice order (deterministic, no atomics).
 
-A decode stage is big and its work is split in chunks. The first version loaded 128
-columns a stage (64 bytes of each of 64 weight rows, 4 KiB) and ran every stage as
-wait, reorder X, barrier, dequantize 64 weights a thread, barrier, mma, wait: about 430
-instructions a thread for 4 KiB, two block-wide barriers and an mma round trip each, at
-most about 16 KiB of weights in flight a block, and each weight row read 64 bytes at a
-time from rows 2 KiB apart (a DRAM page opened for 64 bytes). It streamed about 0.9
-TB/s whatever the split and pipeline. Now a stage loads block_K = 256 columns (128
-contiguous bytes a row, 8 KiB a stage, six stages: 48 KiB in flight a block, two
-blocks an SM) and runs them as block_K / chunk_K dequantize-and-mma passes with one
-pair of barriers a stage. With int4 weights and whole chunks in a scale group
-(`post_scale`), the registers get the exact integer weight q (or q - z) and the group's
-scale multiplies a second fp32 accumulator after the mma, a few FMAs a chunk instead of
-a 16-bit multiply every two weights. The sm_90a loop then runs about 5.2 instructions a
-weight a thread (3.1 of them the decode: shift, logic op, byte permute, subtract; the
-rest X's reorder, addresses, barriers, mma), against 6.7 before. That is still near
-the issue rate a full-bandwidth stream allows (about 4.5 on 132 SMs at 4.2 TB/s): fewer
-would need a 32-bit view of the A fragment, so that one mask-and-XOR builds a register's
-two weights (the CUDA compiler narrows the engine's element-wise decode to 16-bit
-halves and repacks them with PRMT).
+The decode loop is issue-bound, so its instruction count per weight is what it is tuned
+by. A stage loads block_K = 256 columns (128 contiguous bytes of each of 128 rows) and runs
+them as two chunk_K = 128 dequantize-and-mma passes. `k_slot` orders K so that the two
+codes of a register are 16 bits apart in one packed word: one mask-and-XOR of the word
+builds both 16-bit weights (`pair_bits`), stored into the register whole (the engine's
+pack_casts stores two halves of one 32-bit value as that value), then a half2 subtract (the
+zero point or the magic base) makes them exact integers. With int4 weights and whole
+chunks in a scale group (`post_scale`) the group's scale multiplies a second fp32
+accumulator after the mma, a few FMAs a chunk. That is about 1.4 instructions a weight
+for the dequantization and 2.8 for the whole loop (sm_90a SASS, M = 1: 361 instructions a
+thread for 128 weights), against 3.1 and 4.6 when each weight was built on its own. The
+default pipeline (`DECODE_PIPELINE` "mma") loads with cp.async in every thread and
+multiplies with mma.sync even on sm_90a: wgmma's warpgroup-wide issue and waits made the
+assembler serialise this loop, while eight independent warps a block, 72 registers a
+thread, interleave their dequantization with their mma freely. The floor is the read:
+on an H200 with L2 clean, torch reads these 29 MiB once (a sum) in 16.4 us and the
+decode kernel takes 19-20 us, while torch's bf16 GEMM of the same shape takes 34 us, so
+no kernel reaches 3x torch at this size (see benchmarks/bench_w4a16.py, "read ms").
 
 `prefill_program` (M > 16) is an ordinary tiled GEMM whose B tile is dequantized from its
 packed shared tile into a second shared tile each k step, then T.gemm(X_tile, W_tileᵀ);
@@ -130,25 +128,24 @@ SCALE_TENSOR_DTYPE = {"float32": "float32", "e8m0": "float8_e8m0fnu", "e4m3": "f
 
 def k_slot(j, block_K):
     """Where the tensor cores' k index j of a decode chunk of block_K columns reads its
-    weight: (w, b, e), the packed 32-bit word w of the chunk's row, its byte b and e which
-    nibble of it (low first), standing for K column 8 w + 2 b + e of the chunk
-    (`k_column`). Both operands are read in this order, so the product is unchanged.
+    weight: (w, p, e), the packed 32-bit word w of the chunk's row, the nibble pair p of
+    it (nibbles p and p + 4, bits 4 p and 4 p + 16) and e which of the two, standing for K
+    column 8 w + p + 4 e of the chunk (`k_column`). Both operands are read in this order,
+    so the product is unchanged.
 
     Why this order: in mma m16n8k16's A layout (wgmma's, with A in registers, is the same
     per warp) lane l holds, of each 16 k, the pairs (2 q, 2 q + 1) and (2 q + 8, 2 q + 9),
-    q = l % 4, each pair one 32-bit register of two 16-bit weights. Pair p = 2 c + h of
-    lane q (j = 16 c + 8 h + 2 q + e) stands for columns q (block_K / 4) + 2 p + e: a lane's
-    weights of a row are then block_K / 32 consecutive words (16 bytes for block_K = 128,
-    one shared load instead of sixteen strided byte loads), the two weights of a register
-    one byte, and their two X values adjacent (X is reordered a 32-bit pair at a time).
-    Worked example, block_K = 128: lane q = 1 reads bytes 16..31 of the row's chunk; its
-    k indices j = 2, 3 are columns 32, 33 (byte 16), j = 10, 11 columns 34, 35 (byte 17),
-    j = 18, 19 columns 36, 37.
-
-    (Placing a register's two codes 16 bits apart instead, so that one mask and XOR of
-    the word built both halves, does not pay in the engine's element-wise code: the CUDA
-    compiler narrows each half to its own 16 bits and repacks them, no fewer instructions,
-    and X's gather becomes 16-bit.)"""
+    q = l % 4, each pair one 32-bit register of two 16-bit weights. Pair r = 2 c + h of
+    lane q (j = 16 c + 8 h + 2 q + e) takes word q (block_K / 32) + r // 4, nibbles
+    r % 4 and r % 4 + 4: a lane's weights of a row are block_K / 32 consecutive words (16
+    bytes for block_K = 128, one shared load), and the two codes of a register lie 16
+    bits apart, so that one mask-and-XOR of the word shifted by 4 (r % 4) builds both
+    16-bit weights of the register at once (`pair_bits`; the engine stores the two halves
+    of one 32-bit value into neighbouring registers as that value). Worked example,
+    block_K = 128: lane q = 1 reads bytes 16..31 of the row's chunk; its k indices
+    j = 2, 3 are columns 32, 36 (word 4, nibbles 0 and 4), j = 10, 11 columns 33, 37,
+    j = 18, 19 columns 34, 38. X, the other operand, is gathered into the same order a
+    16-bit element at a time."""
     c, r = j // 16, j % 16
     q, h, e = (r % 8) // 2, r // 8, r % 2
     p = 2 * c + h
@@ -156,8 +153,8 @@ def k_slot(j, block_K):
 
 
 def k_column(j, block_K):
-    w, b, e = k_slot(j, block_K)
-    return 8 * w + 2 * b + e
+    w, p, e = k_slot(j, block_K)
+    return 8 * w + p + 4 * e
 
 
 def group_column(column, block_K, group_size):
@@ -190,14 +187,27 @@ def code_bits(x, weight_format, magic, dtype):
     return (x & 15) ^ magic
 
 
+def pair_bits(x, weight_format, magic, dtype):
+    """code_bits of the codes in nibbles 0 and 4 of x at once: the first code's 16-bit
+    float in bits 0..15, the second's in bits 16..31 (k_slot puts a register's two codes
+    there). One mask and XOR (int4) or two masks, shifts and an OR (fp4) for two weights."""
+    if weight_format == "fp4":
+        return T.shift_left(x & T.uint32(0x00070007), FP4_BITS[dtype]) | T.shift_left(x & T.uint32(0x00080008), 12)
+    return (x & T.uint32(0x000F000F)) ^ (magic | T.shift_left(magic, 16))
+
+
 def decode_half(bits, s, z, weight_format, kind, has_zeros, dtype):
     """code_bits' value as the weight, scaled (and shifted by the zero)."""
-    half = T.cast(bits, "uint16")
+    return weight_value(T.reinterpret(T.cast(bits, "uint16"), dtype), s, z, weight_format, kind, has_zeros, dtype)
+
+
+def weight_value(h, s, z, weight_format, kind, has_zeros, dtype):
+    """The weight whose code_bits, reinterpreted as `dtype`, are h: scaled (and shifted by
+    the zero)."""
     if weight_format == "fp4":
         # (value * 2^-shift) * 2^shift is exact; the multiply by the scale rounds once.
-        return (T.reinterpret(half, dtype) * T.cast(2.0 ** FP4_SHIFT[dtype], dtype)) * T.cast(s, dtype)
+        return (h * T.cast(2.0 ** FP4_SHIFT[dtype], dtype)) * T.cast(s, dtype)
     base = MAGIC[dtype][1]
-    h = T.reinterpret(half, dtype)
     offset = T.cast(T.cast(z, "float32") + base, dtype) if has_zeros else T.cast(base + 8.0, dtype)
     if kind == "unscaled":          # the integer weight alone (exact), scaled after the mma
         return h - offset
@@ -217,9 +227,24 @@ def _param_dtypes(dtype, kind, zero_dtype):
     return SCALE_TENSOR_DTYPE.get(kind, dtype), zero_dtype or "uint8"
 
 
+def _slice_scales(K, group_size, per_slice, block_N, block_K, weight_format, dtype, s_dtype, z_dtype):
+    """(groups, dtype, fits) of a decode block's slice scales. The scales (and zeros) of a
+    block's whole K slice are copied to shared memory once, before the loop, when they fit
+    SLICE_SCALE_BYTES: none of the loop's loads then waits on global memory outside the
+    pipeline (otherwise every weight reads its scale from global memory, and an 8-bit one
+    is converted each time: fp4 with group 32 ran 2.3x slower so). A slice of per_slice
+    steps spans at most `groups` groups wherever it starts; fp4's fp8 scales are converted
+    to x's dtype on the way in (decode_half multiplies in it). z_dtype: None without zeros."""
+    G = -(-K // group_size)
+    groups = min(G, per_slice * block_K // group_size + 2)
+    blk_dtype = dtype if weight_format == "fp4" else s_dtype
+    group_bytes = DTYPE_BYTES[blk_dtype] + (DTYPE_BYTES[z_dtype] if z_dtype else 0)
+    return groups, blk_dtype, block_N * groups * group_bytes <= SLICE_SCALE_BYTES
+
+
 def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="dtype", zero_dtype=None,
                    block_N=64, block_K=512, num_stages=3, threads=128, dtype="float16", combine_N=256,
-                   combine_threads=128, target=None, chunk_K=128, post_scale=None):
+                   combine_threads=128, chunk_K=128, post_scale=None, mma_sync=False):
     """Y (M, N) = X (M, K) @ Wᵀ for M <= 64 (w4a16_gemm sends M <= 16 here), weight rows as
     the tensor-core M dimension and the tokens, padded to 8, 16 or a multiple of 16, as its
     n (see the module notes). Block (n tile, slice) runs the block_K steps of its K slice;
@@ -235,15 +260,16 @@ def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="d
     None: wherever it can): the chunk's integer weights q (exact in x's dtype) go through
     the mma into a second accumulator that is added to the first times the group's scale
     in fp32, a few FMAs a chunk instead of a 16-bit multiply every two weights, and W is
-    never rounded (y is more accurate, not less). target: the
-    target the program will be compiled for (None: the one tegula picks by itself), which
-    decides the proxy fence of sm_90 and newer."""
+    never rounded (y is more accurate, not less). threads: 128, or 256 with mma_sync=True,
+    which says the program will be compiled with MMA's pass configs (mma.sync, 16 rows a
+    warp): on TMA with a producer warpgroup and two wgmma consumer warpgroups the program
+    stopped an H200 with an illegal instruction (4096 x 14336, eight slices), so 256
+    threads are refused otherwise."""
     if M > DECODE_PROGRAM_MAX_M:
         raise ValueError(f"decode_program: M must be at most {DECODE_PROGRAM_MAX_M}, got {M}")
-    if threads != 128:
-        # Two or more warpgroups (block_N=128, threads=256 tried) compile but stopped an H200
-        # with an illegal instruction: refused until that is understood.
-        raise ValueError(f"decode_program: threads must be 128 (one warpgroup), got {threads}")
+    if threads != 128 and not (threads == 256 and mma_sync):
+        raise ValueError(f"decode_program: threads must be 128, or 256 with mma_sync=True (compiled with MMA's "
+                         f"pass configs), got threads={threads}, mma_sync={mma_sync}")
     if chunk_K % 32 or block_K % chunk_K or block_N % 16:
         raise ValueError(f"decode_program: chunk_K must be a multiple of 32, block_K a multiple of chunk_K and "
                          f"block_N of 16, got chunk_K={chunk_K}, block_K={block_K}, block_N={block_N}")
@@ -258,16 +284,8 @@ def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="d
     s_dtype, z_dtype = _param_dtypes(dtype, scale, zero_dtype)
     z_shape = (N, G) if has_zeros else (1,)
     half_k = block_K // 2
-    # The scales (and zeros) of a block's whole K slice are copied to shared memory once,
-    # before the loop, when they fit SLICE_SCALE_BYTES: none of the loop's loads then waits
-    # on global memory outside the pipeline. A slice of per_slice steps spans at most this
-    # many groups wherever it starts.
-    slice_groups = min(G, per_slice * block_K // group_size + 2)
-    # fp4's fp8 scales are converted to x's dtype on the way in (decode_half multiplies in it).
-    blk_dtype = dtype if weight_format == "fp4" else s_dtype
-    group_bytes = DTYPE_BYTES[blk_dtype] + (DTYPE_BYTES[z_dtype] if has_zeros else 0)
-    preload = block_N * slice_groups * group_bytes <= SLICE_SCALE_BYTES
-    fence = async_proxy_target(target)
+    slice_groups, blk_dtype, preload = _slice_scales(K, group_size, per_slice, block_N, block_K, weight_format,
+                                                     dtype, s_dtype, z_dtype if has_zeros else None)
     can_post_scale = weight_format == "int4" and group_size % chunk_K == 0
     if post_scale and not can_post_scale:
         raise ValueError(f"decode_program: post_scale needs int4 weights and group_size a multiple of chunk_K, got "
@@ -283,8 +301,6 @@ def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="d
             Q_words = T.view(Q_s, shape=[block_N, block_K // 8], dtype="uint32")
             X_in = T.alloc_shared((tokens, block_K), dtype)
             X_s = T.alloc_shared((tokens, block_K), dtype)
-            X_in_pairs = T.view(X_in, shape=[tokens, block_K // 2], dtype="uint32")
-            X_s_pairs = T.view(X_s, shape=[tokens, block_K // 2], dtype="uint32")
             W_f = T.alloc_fragment((block_N, chunk_K), dtype)
             acc = T.alloc_fragment((block_N, tokens), "float32")
             part = T.alloc_fragment((block_N, tokens) if post_scale else (1, 1), "float32")
@@ -301,31 +317,30 @@ def decode_program(M, N, K, group_size, splits=1, weight_format="int4", scale="d
                 k0 = (first + k) * block_K
                 T.copy(Q[bx * block_N, k0 // 2], Q_s)
                 T.copy(X[0, k0], X_in)
-                # X into the tensor cores' k order chunk by chunk, a pair of columns (one
-                # 32-bit word) at a time
-                for t, jp in T.Parallel(tokens, block_K // 2):
-                    X_s_pairs[t, jp] = X_in_pairs[t, jp // (chunk_K // 2) * (chunk_K // 2)
-                                                  + k_column(2 * jp % chunk_K, chunk_K) // 2]
-                if fence:
-                    # wgmma reads X_s through the async proxy; the engine fences ordinary
-                    # stores before it, but not stores made through a view, so this does.
-                    T.fence_proxy_async()
+                # X into the tensor cores' k order chunk by chunk
+                for t, jj in T.Parallel(tokens, block_K):
+                    X_s[t, jj] = X_in[t, jj // chunk_K * chunk_K + k_column(jj % chunk_K, chunk_K)]
                 for c in T.unroll(block_K // chunk_K):
+                    # A register's two weights' bits from one 32-bit word (pair_bits): the
+                    # two halves of that word, stored as it is
                     for i, j in T.Parallel(block_N, chunk_K):
-                        w, b, e = k_slot(j, chunk_K)
-                        n = T.min(bx * block_N + i, N - 1)
-                        col = c * chunk_K + group_column(8 * w + 2 * b + e, chunk_K, group_size)
-                        g = T.min((k0 + col) // group_size, G - 1)
+                        w, p, e = k_slot(j, chunk_K)
                         word = Q_words[i, c * (chunk_K // 8) + w]
-                        bits = code_bits(T.shift_right(word, 8 * b + 4 * e), weight_format, Magic, dtype)
+                        bits = T.shift_right(pair_bits(T.shift_right(word, 4 * p), weight_format, Magic, dtype), 16 * e)
+                        W_f[i, j] = T.reinterpret(T.cast(bits, "uint16"), dtype)
+                    for i, j in T.Parallel(block_N, chunk_K):
+                        w, p, e = k_slot(j, chunk_K)
+                        n = T.min(bx * block_N + i, N - 1)
+                        col = c * chunk_K + group_column(8 * w + p + 4 * e, chunk_K, group_size)
+                        g = T.min((k0 + col) // group_size, G - 1)
                         z = (Z_blk[i, g - g_first] if preload else Z[n, g]) if has_zeros else 0
                         if post_scale:
-                            W_f[i, j] = decode_half(bits, 1.0, z, weight_format, "unscaled", has_zeros, dtype)
+                            W_f[i, j] = weight_value(W_f[i, j], 1.0, z, weight_format, "unscaled", has_zeros, dtype)
                         elif preload:
-                            W_f[i, j] = decode_half(bits, S_blk[i, g - g_first], z, weight_format, scale, has_zeros,
-                                                    dtype)
+                            W_f[i, j] = weight_value(W_f[i, j], S_blk[i, g - g_first], z, weight_format, scale,
+                                                     has_zeros, dtype)
                         else:
-                            W_f[i, j] = decode_half(bits, S[n, g], z, weight_format, scale, has_zeros, dtype)
+                            W_f[i, j] = weight_value(W_f[i, j], S[n, g], z, weight_format, scale, has_zeros, dtype)
                     if post_scale:
                         T.gemm(W_f, X_s[:, c * chunk_K:(c + 1) * chunk_K], part, transpose_B=True, clear_accum=True)
                         for i, t in T.Parallel(block_N, tokens):
@@ -458,13 +473,25 @@ prefill_kernel = tegula.jit(out_idx=[-1])(prefill_program)
 # fit an SM. Which streams faster is the GPU's to say (benchmarks/bench_w4a16.py --sweep).
 LEGACY = {tegula.PassConfigKey.TL_DISABLE_TMA_LOWER: True, tegula.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
 decode_kernel_legacy = tegula.jit(out_idx=[-1], pass_configs=LEGACY)(decode_program)
+# The cp.async pipeline with mma.sync instead of wgmma on sm_90a (elsewhere the same as
+# LEGACY): no warpgroup-wide issue and wait, so each warp's dequantize and mma interleave
+# freely, in about 70 registers a thread.
+MMA = dict(LEGACY, **{tegula.PassConfigKey.TL_DISABLE_WGMMA: True})
+decode_kernel_mma = tegula.jit(out_idx=[-1], pass_configs=MMA)(decode_program)
 dequant_kernel = tegula.jit(out_idx=[-1])(dequant_program)
-PIPELINES = ("auto", "legacy")
+PIPELINES = ("auto", "legacy", "mma")
+DECODE_JITS = {"auto": decode_kernel, "legacy": decode_kernel_legacy, "mma": decode_kernel_mma}
 
-# 128 contiguous bytes of each weight row a stage (64 rows: 8 KiB, TMA boxes within their
-# 256-element limit), six stages: 48 KiB of weights in flight a block, two blocks an SM.
-DECODE_CONFIG = dict(block_N=64, block_K=256, chunk_K=128, num_stages=6, threads=128)
-DECODE_PIPELINE = "auto"    # or "legacy" (see LEGACY); kernel_for's `pipeline` overrides it
+# Each stage 128 contiguous bytes of each of 128 weight rows (16 KiB), four stages in
+# flight; eight warps, each 16 rows of mma.sync. On an H200, L2 clean, bf16, int4 group 128
+# (M = 1 / 16): 14336 x 4096 19.8 / 21.6 us against 19.2-19.4 / 24.4 for 64 rows and four
+# warps; 4096 x 14336 (eight slices) 20.0 / 22.7 against 19.6 / 26.0; the cp.async and
+# wgmma pipeline ("legacy") 22.2-26 us, TMA with a producer warpgroup ("auto") 22.8-27.
+DECODE_CONFIG = dict(block_N=128, block_K=256, chunk_K=128, num_stages=4, threads=256)
+DECODE_PIPELINE = "mma"     # or "auto", "legacy" (see DECODE_JITS); kernel_for's `pipeline` overrides it
+# The tile where DECODE_CONFIG's slice scales do not fit shared memory (_slice_scales):
+# small groups over an unsplit K (fp4 with group 32 at K = 4096 is 128 groups a row).
+DECODE_CONFIG_NARROW = dict(block_N=64, threads=128)
 PREFILL_CONFIG = dict(block_M=128, block_N=128, block_K=64, num_stages=3, threads=128)
 # How M > DECODE_MAX_M runs: "dequant", W dequantized to x's dtype by dequant_program and
 # multiplied by tegula.kernels.gemm's matmul (two kernels and a 2-byte-a-weight temporary,
@@ -474,21 +501,31 @@ PREFILL_CONFIG = dict(block_M=128, block_N=128, block_K=64, num_stages=3, thread
 PREFILL_MODE = "dequant"
 PREFILL_MODES = ("dequant", "fused")
 DEQUANT_CONFIG = dict(block_N=32, block_K=256, threads=256)
-# Decode blocks an SM aims for: what fits at once. The warp-specialised kernel's launch
-# bounds hold two (256 threads of up to 128 registers); the cp.async one's registers
-# would allow four, but DECODE_CONFIG's six 8 KiB stages (and X's) leave room for two.
-DECODE_BLOCKS_PER_SM = {"auto": 2, "legacy": 2}
 DECODE_MIN_STEPS = 4        # block_K steps a K slice keeps at least, so that its pipeline fills
+# Output tiles covering this share of the SMs run unsplit: the second kernel that sums the
+# slices costs more than the idle SMs (H200, 112 tiles of 128 rows on 132 SMs: one slice
+# 19.8 us, two 23.3).
+DECODE_UNSPLIT_SHARE = 0.75
 
 
-def decode_splits(N, K, sms, block_N=64, block_K=256, blocks_per_sm=DECODE_BLOCKS_PER_SM["auto"]):
-    """K slices of the decode program: the count bringing (N / block_N) x slices nearest to
-    blocks_per_sm blocks an SM, each slice at least DECODE_MIN_STEPS steps, lowered to the
-    least count of the same slice length. On 132 SMs with 64-row, 256-wide steps, two
-    blocks an SM: N=14336, K=4096: 224 tiles already near 264 -> 1; N=4096, K=14336: 64
-    tiles, 56 steps -> 4 slices of 14; at four blocks an SM 2 and 8 (slices of 7); N=64,
-    K=256: 1 step -> 1."""
-    return k_slices(-(-N // block_N), -(-K // block_K), blocks_per_sm * sms, DECODE_MIN_STEPS)
+def decode_splits(N, K, sms, block_N=DECODE_CONFIG["block_N"], block_K=DECODE_CONFIG["block_K"]):
+    """K slices of the decode program: 1 when the N / block_N output tiles already cover
+    DECODE_UNSPLIT_SHARE of the SMs, else the count bringing tiles x slices nearest to two
+    blocks an SM, each slice at least DECODE_MIN_STEPS steps (k_slices). On 132 SMs with
+    128-row, 256-wide steps: N=14336, K=4096: 112 tiles -> 1; N=4096, K=14336: 32 tiles,
+    56 steps -> 8 slices of 7 (H200, M = 1: 20.0 us against 24.0 at four); N=4096,
+    K=4096: 16 steps -> 4; N=64, K=256: 1 step -> 1."""
+    tiles = -(-N // block_N)
+    if tiles >= DECODE_UNSPLIT_SHARE * sms:
+        return 1
+    return k_slices(tiles, -(-K // block_K), 2 * sms, DECODE_MIN_STEPS)
+
+
+def _decode_scales_fit(K, group_size, splits, cfg, weight_format, scale, zero_dtype, dtype):
+    steps = -(-K // cfg["block_K"])
+    s_dtype, z_dtype = _param_dtypes(dtype_name(dtype), scale, zero_dtype)
+    return _slice_scales(K, group_size, -(-steps // splits), cfg["block_N"], cfg["block_K"], weight_format,
+                         dtype_name(dtype), s_dtype, z_dtype if zero_dtype else None)[2]
 
 
 def prefill_splits(M, N, K, sms, block_M=128, block_N=128, block_K=64):
@@ -511,18 +548,9 @@ def kernel_for(M, N, K, dtype: torch.dtype, group_size, weight_format="int4", sc
     path = path or ("decode" if M <= DECODE_MAX_M else "prefill")
     common = dict(weight_format=weight_format, scale=scale, zero_dtype=zero_dtype, dtype=dtype_name(dtype))
     if path == "decode":
-        cfg = dict(DECODE_CONFIG, **config)
-        splits = cfg.pop("splits", None)
-        pipeline = cfg.pop("pipeline", DECODE_PIPELINE)
-        if pipeline not in PIPELINES:
-            raise ValueError(f"kernel_for: pipeline must be one of {PIPELINES}, got {pipeline!r}")
-        if splits is None:
-            splits = decode_splits(N, K, _default_sms() if sms is None else sms, cfg["block_N"], cfg["block_K"],
-                                   DECODE_BLOCKS_PER_SM[pipeline])
-        if "num_stages" not in config:
-            cfg["num_stages"] = decode_stages(M, cfg, dtype)
-        jit = decode_kernel if pipeline == "auto" else decode_kernel_legacy
-        return jit(M, N, K, group_size, splits, **common, **cfg)
+        cfg, splits, pipeline = decode_tile(M, N, K, dtype, group_size, weight_format, scale, zero_dtype, sms,
+                                            **config)
+        return DECODE_JITS[pipeline](M, N, K, group_size, splits, **common, **cfg, mma_sync=pipeline == "mma")
     if path != "prefill":
         raise ValueError(f"kernel_for: path must be 'decode' or 'prefill', got {path!r}")
     cfg = dict(prefill_config(M), **config)
@@ -530,6 +558,33 @@ def kernel_for(M, N, K, dtype: torch.dtype, group_size, weight_format="int4", sc
         cfg["splits"] = prefill_splits(M, N, K, _default_sms() if sms is None else sms, cfg["block_M"], cfg["block_N"],
                                        cfg["block_K"])
     return prefill_kernel(M, N, K, group_size, **common, **cfg)
+
+
+def decode_tile(M, N, K, dtype: torch.dtype, group_size, weight_format="int4", scale="dtype", zero_dtype=None,
+                sms=None, **config):
+    """(tile, splits, pipeline) of the decode program for this call: DECODE_CONFIG with
+    config's keys over it, decode_splits' slice count on `sms` SMs (or config's `splits`),
+    DECODE_CONFIG_NARROW where the default tile's slice scales would not fit shared memory
+    (unless config names block_N), and the stages decode_stages leaves room for."""
+    cfg = dict(DECODE_CONFIG, **config)
+    splits = cfg.pop("splits", None)
+    pipeline = cfg.pop("pipeline", DECODE_PIPELINE)
+    if pipeline not in PIPELINES:
+        raise ValueError(f"kernel_for: pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    sms = _default_sms() if sms is None else sms
+    if pipeline != "mma" and "threads" not in config:
+        cfg.update(DECODE_CONFIG_NARROW)          # one warpgroup: decode_program's rule off mma.sync
+    if splits is None:
+        splits = decode_splits(N, K, sms, cfg["block_N"], cfg["block_K"])
+        if "block_N" not in config and not _decode_scales_fit(K, group_size, splits, cfg, weight_format, scale,
+                                                              zero_dtype, dtype):
+            # the slice's scales of 128 rows past shared memory's share: 64 rows (one
+            # warpgroup), whose scales fit (fp4 with group 32, H200: 37 against 86 us)
+            cfg.update(DECODE_CONFIG_NARROW)
+            splits = decode_splits(N, K, sms, cfg["block_N"], cfg["block_K"])
+    if "num_stages" not in config:
+        cfg["num_stages"] = decode_stages(M, cfg, dtype)
+    return cfg, splits, pipeline
 
 
 # The shared memory one decode block may take (sm_90a's 227 KiB, less room for the scale

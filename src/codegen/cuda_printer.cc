@@ -586,6 +586,15 @@ class Printer {
           line() << pair << ";\n";
           break;
         }
+        // Registers given the bits of one value as they are (pack_casts' two 16-bit halves of
+        // a 32-bit word): stored as that value's type, so no byte is moved apart.
+        auto* bits = st->value.as<CallNode>();
+        if (lanes > 1 && st->buffer->scope == Scope::Local && bits && bits->op == "reinterpret" &&
+            bits->args.at(0).dtype().lanes == 1 && bits->args.at(0).dtype().bits == st->value.dtype().bits * lanes) {
+          line() << "*reinterpret_cast<" << cuda_type(bits->args[0].dtype()) << "*>(&"
+                 << access(st->buffer, st->indices, 1, false) << ") = " << expr(bits->args[0]) << ";\n";
+          break;
+        }
         auto* copy = st->value.as<BufferLoadNode>();
         if (lanes > 1 && copy && copy->buffer->dtype == st->buffer->dtype) {  // a vector copy
           line() << access(st->buffer, st->indices, lanes, false, true) << " = "

@@ -15,6 +15,15 @@
 // instructions are the scalar conversion done twice. Two conversions each under the same
 // test (a thread's slots that not every thread has) become one test around the pair.
 //
+// Two stores of the two 16-bit halves of one 32-bit value into neighbouring registers,
+//   r[c] = reinterpret<T>(uint16(x));  r[c + 1] = reinterpret<T>(uint16(x >> 16))
+// (T a 16-bit type, c even; `& 0xffff` and `>> 0` around either half allowed; without the
+// reinterpret when r holds 16-bit integers) become one store of x's bits, r[c:+2] =
+// reinterpret<Tx2>(x): the two halves are x's own, so nothing is computed twice and no
+// instruction repacks them (a weight dequantizer builds two 16-bit weights from one 32-bit
+// mask-and-XOR this way; the CUDA compiler would narrow each half and repack them).
+// Two neighbouring `let v = e` around such stores, e the same and reading no r, are one.
+//
 // Example, a float32 -> float16 T.copy of 4 elements a thread, after vectorisation:
 //   vst[0] = float16(vld[0]); vst[1] = float16(vld[1]); vst[2] = ...; vst[3] = ...
 // becomes
@@ -84,6 +93,46 @@ bool reads_memory(const Expr& e) {
   return found;
 }
 
+// v as the 16-bit half it keeps of a 32-bit integer x: x (or x & 0xffff, x >> 0) is half
+// 0, x >> 16 (or (x >> 16) & 0xffff) half 1. Null when v is neither.
+Expr half_of(Expr v, int* half) {
+  *half = 0;
+  auto strip = [](const Expr& e, BinaryOp op, int64_t k) -> Expr {
+    auto* b = e.as<BinaryNode>();
+    if (!b || b->op != op) return {};
+    if (is_const_int(b->b, k)) return b->a;
+    if (op == BinaryOp::BitAnd && is_const_int(b->a, k)) return b->b;
+    return {};
+  };
+  if (Expr x = strip(v, BinaryOp::BitAnd, 0xffff)) v = x;
+  if (Expr x = strip(v, BinaryOp::Shr, 16)) {
+    v = x;
+    *half = 1;
+  } else if (Expr x = strip(v, BinaryOp::Shr, 0)) {
+    v = x;
+  }
+  DataType t = v.dtype();
+  return t.is_int() && t.bits == 32 && t.lanes == 1 ? v : Expr();
+}
+
+// r[c] = reinterpret<T>(uint16(h)) (or = int16/uint16(h) when r holds them), r a register
+// array of a 16-bit type and c a constant: h, or null for any other store.
+Expr stored_half(const Stmt& s, const BufferStoreNode** st_out, int64_t* c_out) {
+  auto* st = s.as<BufferStoreNode>();
+  if (!st || st->buffer->scope != Scope::Local || st->indices.size() != 1 || st->value.dtype().lanes != 1) return {};
+  const int64_t* c = as_const_int(st->indices[0]);
+  DataType t = st->buffer->dtype;
+  if (!c || t.bits != 16 || t.lanes != 1 || st->value.dtype() != t) return {};
+  Expr v = st->value;
+  if (auto* call = v.as<CallNode>(); call && call->op == "reinterpret" && call->args.size() == 1) v = call->args[0];
+  auto* cast = v.as<CastNode>();
+  if (!cast || !cast->dtype.is_int() || cast->dtype.bits != 16 || cast->dtype.lanes != 1) return {};
+  if (v.same_as(st->value) && cast->dtype != t) return {};
+  *st_out = st;
+  *c_out = *c;
+  return cast->value;
+}
+
 class PackCasts : public IRMutator {
  public:
   explicit PackCasts(PassContext& ctx) : ctx_(ctx), sm_(ctx.target.sm) {}
@@ -110,6 +159,18 @@ class PackCasts : public IRMutator {
       Stmt pair = packed(ia->then_case, ib->then_case);
       return pair ? make_if(ia->cond, pair, {}, ia->loc) : Stmt();
     }
+    // The same value bound around each: bound once. It reads no r, so the first store cannot
+    // change it.
+    auto* la = a.as<LetStmtNode>();
+    auto* lb = b.as<LetStmtNode>();
+    if (la && lb) {
+      if (!structural_equal(la->value, lb->value)) return {};
+      Stmt pair = packed(la->body, substitute(lb->body, {{lb->var, la->var}}));
+      auto* st = pair.as<BufferStoreNode>();
+      if (!st || reads(la->value, st->buffer)) return {};
+      return make_let(la->var, la->value, pair, la->loc);
+    }
+    if (Stmt halves = packed_halves(a, b)) return halves;
     Conversion x, y;
     if (!as_conversion(a, &x) || !as_conversion(b, &y)) return {};
     const Buffer& r = x.store->buffer;
@@ -130,6 +191,19 @@ class PackCasts : public IRMutator {
                      make_store(tmp, {make_int(1)}, y.cast->value, y.store->loc),
                      make_store(r, x.store->indices, pair, x.store->loc)},
                     x.store->loc);
+  }
+
+  // r[c] and r[c + 1] the two halves of one 32-bit x (see the file's notes): one store.
+  Stmt packed_halves(const Stmt& a, const Stmt& b) {
+    const BufferStoreNode *sa = nullptr, *sb = nullptr;
+    int64_t ca = 0, cb = 0;
+    Expr ha = stored_half(a, &sa, &ca), hb = stored_half(b, &sb, &cb);
+    if (!ha || !hb || sa->buffer != sb->buffer || cb != ca + 1 || ca % 2) return {};
+    int half_a = 0, half_b = 0;
+    Expr xa = half_of(ha, &half_a), xb = half_of(hb, &half_b);
+    if (!xa || !xb || half_a != 0 || half_b != 1 || !structural_equal(xa, xb) || reads(xa, sa->buffer)) return {};
+    const Buffer& r = sa->buffer;
+    return make_store(r, sa->indices, make_call("reinterpret", {xa}, r->dtype.with_lanes(2), sa->loc), sa->loc);
   }
 
   // One pair of registers per source type, shared by every conversion that needs one.

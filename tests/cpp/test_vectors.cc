@@ -139,6 +139,106 @@ TEST(PackCasts, ComputedValuesPairThroughRegistersUnlessTheSecondReadsTheFirst) 
   EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{1, 0}, {1, 1}})) << to_string(k);
 }
 
+// r[c] = reinterpret<f16>(uint16(lo(x))); r[c + 1] = reinterpret<f16>(uint16(hi(x))) for
+// each (c, x, lo, hi) of `halves`, lo / hi the expression of x each half reads.
+const DataType kU16{DataType::UInt, 16, 1}, kU32{DataType::UInt, 32, 1};
+Expr bits16(const Expr& v) { return make_call("reinterpret", {make_cast(kU16, v)}, DataType::f16()); }
+Expr u32(int64_t v) { return make_int(v, kU32); }
+
+TEST(PackCasts, TwoHalvesOfOneWordAreStoredAsTheWord) {
+  Buffer W = make_buffer("W", Scope::Global, kU32, {c(4)});
+  Buffer r = make_buffer("r", Scope::Local, DataType::f16(), {c(8)});
+  auto word = [&](int64_t i) { return make_load(W, {c(i)}); };
+  auto lo = [](Expr x) { return make_binary(BinaryOp::BitAnd, x, u32(0xffff)); };
+  auto hi = [](Expr x) { return make_binary(BinaryOp::Shr, x, u32(16)); };
+  auto pair = [&](int64_t at, Expr first, Expr second) {
+    return std::vector<Stmt>{make_store(r, {c(at)}, bits16(first)), make_store(r, {c(at + 1)}, bits16(second))};
+  };
+  auto kernel = [&](std::vector<std::vector<Stmt>> pairs) {
+    std::vector<Stmt> body;
+    for (auto& p : pairs) body.insert(body.end(), p.begin(), p.end());
+    return bare("halves", {{W, {}}}, {r}, make_seq(body));
+  };
+  auto ctx = context(90);
+  // x & 0xffff then x >> 16, and x >> 0 then (x >> 16) & 0xffff: one 32-bit store each.
+  Kernel k = kernel({pair(0, lo(word(0)), hi(word(0))),
+                     pair(2, make_binary(BinaryOp::Shr, word(1), u32(0)), lo(hi(word(1))))});
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{2, 0}, {2, 2}})) << to_string(k);
+  std::string code = codegen::print_cuda(k, ctx.target).code;
+  EXPECT_NE(code.find("*reinterpret_cast<unsigned*>(&r[0]) = W[0];"), std::string::npos) << code;
+  // Not the halves of one word: the high half first, two words, an odd first register, a
+  // shift other than 16, a conversion of the integer rather than its bits.
+  for (auto pairs : std::vector<std::vector<Stmt>>{
+           pair(0, hi(word(0)), lo(word(0))), pair(0, lo(word(0)), hi(word(1))), pair(1, lo(word(0)), hi(word(0))),
+           pair(0, lo(word(0)), make_binary(BinaryOp::Shr, word(0), u32(8))),
+           {make_store(r, {c(0)}, make_cast(DataType::f16(), make_cast(kU16, word(0)))),
+            make_store(r, {c(1)}, make_cast(DataType::f16(), make_cast(kU16, hi(word(0)))))}}) {
+    k = kernel({pairs});
+    transform::pack_casts(k, ctx);
+    EXPECT_EQ(stores_into(k, r).front().first, 1) << to_string(k);
+  }
+  // A word read from r itself: the first half's store would change it.
+  Expr from_r = make_call("reinterpret", {make_load(r, {c(4)}, {}, 2)}, kU32);
+  k = kernel({pair(0, from_r, hi(from_r))});
+  transform::pack_casts(k, ctx);
+  EXPECT_EQ(stores_into(k, r).front().first, 1) << to_string(k);
+  // The same value bound around each half (partitioning repeats a loop's `let` per
+  // element): one binding, one store.
+  Expr v0 = make_var("v", kU32), v1 = make_var("v", kU32);
+  k = bare("halves", {{W, {}}}, {r},
+           make_seq({make_let(v0, word(2), make_store(r, {c(4)}, bits16(lo(v0)))),
+                     make_let(v1, word(2), make_store(r, {c(5)}, bits16(hi(v1))))}));
+  transform::pack_casts(k, ctx);
+  auto* let = k.body.as<SeqNode>() ? k.body.as<SeqNode>()->seq.front().as<LetStmtNode>() : k.body.as<LetStmtNode>();
+  ASSERT_TRUE(let) << to_string(k);
+  EXPECT_EQ(stores_into(k, r), (std::vector<std::pair<int, int64_t>>{{2, 4}})) << to_string(k);
+}
+
+// The stored word, run by the reference and the simulator, reads back as its two halves:
+// Y[2 i], Y[2 i + 1] = the float16 values of W[i]'s bits 0..15 and 16..31 (NaN, infinity,
+// negative zero and subnormals among them).
+TEST(PackCasts, InterpretersReadAStoredWordAsItsTwoHalves) {
+  std::vector<double> words = {double(0x3C00C000u), double(0x7E007C00u), double(0x80000001u),
+                               double((0x12345678u & 0x000F000Fu) ^ 0x64086408u)};
+  const int64_t n = int64_t(words.size());
+  Buffer W = make_buffer("W", Scope::Global, kU32, {c(n)});
+  Buffer Y = make_buffer("Y", Scope::Global, DataType::f16(), {c(2 * n)});
+  Buffer r = make_buffer("r", Scope::Local, DataType::f16(), {c(2 * n)});
+  std::vector<Stmt> body;
+  for (int64_t i = 0; i < n; ++i) {
+    Expr w = make_load(W, {c(i)});
+    body.push_back(make_store(r, {c(2 * i)}, bits16(make_binary(BinaryOp::BitAnd, w, u32(0xffff)))));
+    body.push_back(make_store(r, {c(2 * i + 1)}, bits16(make_binary(BinaryOp::Shr, w, u32(16)))));
+  }
+  for (int64_t i = 0; i < 2 * n; ++i) body.push_back(make_store(Y, {c(i)}, make_load(r, {c(i)})));
+  Kernel k = bare("halves", {{W, {}}, {Y, {}}}, {r}, make_seq(body), 1);
+  auto ctx = context(90);
+  transform::pack_casts(k, ctx);
+  ASSERT_EQ(stores_into(k, r).front().first, 2) << to_string(k);
+  double inf = std::numeric_limits<double>::infinity();
+  // 0xC000 -2, 0x3C00 1, 0x7C00 inf, 0x7E00 NaN, 0x0001 2^-24, 0x8000 -0, 0x6400 1024, 0x640C 1036
+  std::vector<double> want = {-2.0, 1.0, inf, std::nan(""), std::ldexp(1.0, -24), -0.0, 1024.0, 1036.0};
+  for (int run : {0, 1}) {
+    std::vector<double> y(2 * n, -12345.0);
+    interp::CallArgs args{{&words, &y}, {{n}, {2 * n}}, {0, 0}};
+    if (run == 0) {
+      interp::run_reference(k, args);
+    } else {
+      auto errors = interp::simulate_kernel(k, {}, args);
+      ASSERT_TRUE(errors.empty()) << errors.front();
+    }
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(y[i])) << i << (run ? " simulate" : " reference");
+      } else {
+        EXPECT_EQ(y[i], want[i]) << i << (run ? " simulate" : " reference");
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(want[i])) << i;
+      }
+    }
+  }
+}
+
 TEST(PackCasts, EveryPairThePassMakesHasACudaSpelling) {
   std::vector<DataType> types = {DataType::f32(), DataType::f16(), DataType::bf16(), {DataType::Float, 64, 1},
                                  {DataType::Float8E4M3, 8, 1}, {DataType::Float8E5M2, 8, 1},

@@ -96,6 +96,9 @@ def _draw(arg: Arg, gen: torch.Generator) -> torch.Tensor:
         if not dtype.is_signed:
             return words.to(dtype)
         return torch.where(words >= 2 ** (bits - 1), words - 2 ** bits, words).to(dtype)
+    if kind == "bits":  # every bit pattern of the integer type, uniformly (words of two 16-bit floats)
+        info = torch.iinfo(dtype)
+        return torch.randint(info.min, info.max + 1, shape, generator=gen, dtype=torch.int64).to(dtype)
     if kind == "wide":  # magnitudes 2^-20 .. 2^15.9, either sign: past the 8-bit floats' range, inside float16's
         u = torch.rand(shape, generator=gen, dtype=torch.float64)
         sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)

@@ -407,6 +407,7 @@ FAMILY_MODULES = (
     "fuzz_families_stages",    # T.Pipelined schedules with computations in several stages
     "fuzz_families_persistent",  # persistent GEMMs, warp specialised across their tiles
     "fuzz_families_lastblock",   # one-kernel split-K, the last block of a tile adding the slices
+    "fuzz_families_halves",      # registers written as the two halves of one 32-bit word
 )
 
 

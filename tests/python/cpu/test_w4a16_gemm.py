@@ -76,7 +76,7 @@ def _run(M, N, K, group_size, fmt, dtype, target, path, splits=1, seed=0, scale_
     group = K if group_size == -1 else group_size
     common = dict(weight_format=weight_format, scale=kind, zero_dtype=zero_dtype, dtype=dg.dtype_name(dtype))
     if path == "decode":
-        program = dg.decode_program(M, N, K, group, splits, **common, **DECODE_TILE, target=target)
+        program = dg.decode_program(M, N, K, group, splits, **common, **DECODE_TILE)
     else:
         program = dg.prefill_program(M, N, K, group, **common, **PREFILL_TILE, splits=splits)
     kernel = tegula.compile(program, out_idx=[-1], target=target)
@@ -108,24 +108,37 @@ def test_programs_simulated_match_torch(M, N, K, group_size, fmt, dtype, target,
     assert_matches(out, x, q, scales, zeros, group_size, weight_format, f"{path} {fmt} {target}")
 
 
-@pytest.mark.parametrize("M,N,K,group_size,fmt,dtype,target,splits,legacy", [
-    (5, 72, 520, 64, "int4", torch.bfloat16, "sm_90a", 2, False),       # 4 chunks a stage, a ragged last stage
-    (16, 64, 384, 32, "int4_zeros", torch.float16, "sm_80", 1, False),
-    (3, 64, 256, 16, "fp4_e4m3", torch.bfloat16, "sm_90a", 1, True),     # cp.async pipeline
-    (9, 72, 512, 128, "fp4_e8m0", torch.float16, "sm_90a", 2, False),   # a group spans several chunks
+@pytest.mark.parametrize("M,N,K,group_size,fmt,dtype,target,splits,pipeline", [
+    (5, 72, 520, 64, "int4", torch.bfloat16, "sm_90a", 2, "auto"),      # 4 chunks a stage, a ragged last stage
+    (16, 64, 384, 32, "int4_zeros", torch.float16, "sm_80", 1, "auto"),
+    (3, 64, 256, 16, "fp4_e4m3", torch.bfloat16, "sm_90a", 1, "legacy"),  # cp.async pipeline
+    (9, 72, 512, 128, "fp4_e8m0", torch.float16, "sm_90a", 2, "auto"),  # a group spans several chunks
+    (5, 72, 520, 64, "int4", torch.bfloat16, "sm_90a", 2, "mma"),       # the shipped pipeline: mma.sync
+    (16, 64, 384, 32, "int4_zeros", torch.float16, "sm_90a", 1, "mma"),
+    (9, 72, 512, 128, "fp4_e8m0", torch.bfloat16, "sm_90a", 2, "mma"),
+    (3, 64, 256, 16, "fp4_e4m3", torch.float16, "sm_90a", 1, "mma"),
 ])
-def test_decode_chunked_stages_simulated(M, N, K, group_size, fmt, dtype, target, splits, legacy):
-    """Stages of block_K columns run as several chunk_K dequantize-and-mma passes."""
+def test_decode_chunked_stages_simulated(M, N, K, group_size, fmt, dtype, target, splits, pipeline):
+    """Stages of block_K columns run as several chunk_K dequantize-and-mma passes, on each
+    pipeline (DECODE_JITS' pass configs)."""
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(M, K, generator=gen).to(dtype)
     q, scales, zeros = make_weights(N, K, group_size, fmt, dtype, gen)
     weight_format, kind, zero_dtype = _formats(fmt)
     program = dg.decode_program(M, N, K, group_size, splits, weight_format=weight_format, scale=kind,
-                                zero_dtype=zero_dtype, dtype=dg.dtype_name(dtype), target=target, **DECODE_CHUNKED)
-    kernel = tegula.compile(program, out_idx=[-1], target=target, **(dict(pass_configs=dg.LEGACY) if legacy else {}))
+                                zero_dtype=zero_dtype, dtype=dg.dtype_name(dtype), **DECODE_CHUNKED)
+    configs = {"auto": {}, "legacy": dg.LEGACY, "mma": dg.MMA}[pipeline]
+    kernel = tegula.compile(program, out_idx=[-1], target=target, pass_configs=configs)
+    source = kernel.get_kernel_source()
+    assert ("wgmma" in source) == (target == "sm_90a" and pipeline != "mma")
+    # a register's two weights built by one 32-bit operation and stored whole
+    assert "*reinterpret_cast<unsigned*>(&W_f[" in source
     z = zeros if zeros is not None else torch.zeros(1, dtype=torch.uint8)
-    out = tt.simulate(kernel, x, q, scales, z, dg.magic_value(weight_format, zeros is not None, dg.dtype_name(dtype)))
-    assert_matches(out, x, q, scales, zeros, group_size, weight_format, f"chunked {fmt} {target}")
+    magic = dg.magic_value(weight_format, zeros is not None, dg.dtype_name(dtype))
+    out = tt.simulate(kernel, x, q, scales, z, magic)
+    assert_matches(out, x, q, scales, zeros, group_size, weight_format, f"chunked {fmt} {target} {pipeline}")
+    # the program's meaning (the reference interpreter) agrees bit for bit
+    assert torch.equal(tt.reference(kernel, x, q, scales, z, magic), out)
 
 
 @pytest.mark.parametrize("post_scale", [True, False])
@@ -199,13 +212,22 @@ def test_k_slots_cover_each_step_once():
         for q in range(4):
             words = {dg.k_slot(j, block_K)[0] for j in range(block_K) if (j % 8) // 2 == q}
             assert words == set(range(q * block_K // 32, (q + 1) * block_K // 32))
+        # a register's two weights (k indices 2 i, 2 i + 1) are the codes 16 bits apart in
+        # one word: nibbles p and p + 4 of the same word
+        for j in range(0, block_K, 2):
+            (w0, p0, e0), (w1, p1, e1) = dg.k_slot(j, block_K), dg.k_slot(j + 1, block_K)
+            assert (w0, p0, e0, e1) == (w1, p1, 0, 1) and p0 < 4
+            assert dg.k_column(j + 1, block_K) == dg.k_column(j, block_K) + 4
 
 
 def test_decode_splits_rule():
-    assert dg.decode_splits(14336, 4096, 132) == 1
-    assert dg.decode_splits(4096, 14336, 132) == 4
-    assert dg.decode_splits(14336, 4096, 132, blocks_per_sm=4) == 2
-    assert dg.decode_splits(4096, 14336, 132, blocks_per_sm=4) == 8
+    assert dg.decode_splits(14336, 4096, 132) == 1       # 112 tiles of 128 rows: unsplit
+    assert dg.decode_splits(4096, 14336, 132) == 8       # 32 tiles: nearest two blocks an SM
+    assert dg.decode_splits(4096, 4096, 132) == 4        # at least DECODE_MIN_STEPS steps a slice
+    assert dg.decode_splits(14336, 4096, 132, block_N=64) == 1
+    assert dg.decode_splits(4096, 14336, 132, block_N=64) == 4
+    assert dg.decode_splits(12800, 4096, 132) == 1       # 100 tiles: three quarters of the SMs
+    assert dg.decode_splits(12288, 4096, 132) == 3       # 96: under them, nearest two blocks an SM
     assert dg.decode_splits(64, 256, 132) == 1
     assert dg.prefill_splits(64, 4096, 4096, 132, block_M=64) == 4
     assert dg.prefill_splits(512, 4096, 4096, 132) == 1
@@ -216,26 +238,55 @@ def test_decode_splits_rule():
         assert (s - 1) * per < steps    # every slice non-empty
 
 
+def test_decode_tile_narrows_where_the_slice_scales_do_not_fit():
+    """128 rows by default; 64 where 128 rows of the slice's scales would pass shared
+    memory's share (fp4 group 32 over an unsplit K of 4096: 128 groups a row), so the loop
+    never reads a scale from global memory; a tile the caller names is kept."""
+    bf16 = torch.bfloat16
+    cfg, splits, pipeline = dg.decode_tile(1, 14336, 4096, bf16, 128, sms=132)
+    assert (cfg["block_N"], cfg["threads"], splits, pipeline) == (128, 256, 1, "mma")
+    cfg, splits, _ = dg.decode_tile(1, 14336, 4096, bf16, 32, "fp4", "e8m0", sms=132)
+    assert (cfg["block_N"], cfg["threads"], splits) == (64, 128, 1)
+    assert dg._decode_scales_fit(4096, 32, 1, cfg, "fp4", "e8m0", None, bf16)
+    cfg, splits, _ = dg.decode_tile(1, 4096, 14336, bf16, 32, "fp4", "e8m0", sms=132)   # 8 slices: fits
+    assert (cfg["block_N"], splits) == (128, 8)
+    cfg, _, _ = dg.decode_tile(1, 14336, 4096, bf16, 32, "fp4", "e8m0", sms=132, block_N=128, threads=256)
+    assert cfg["block_N"] == 128
+    # off mma.sync, one warpgroup (two wgmma consumer warpgroups are refused)
+    for pipeline in ("auto", "legacy"):
+        cfg, splits, _ = dg.decode_tile(1, 4096, 14336, bf16, 128, sms=132, pipeline=pipeline)
+        assert (cfg["block_N"], cfg["threads"], splits) == (64, 128, 4)
+    with pytest.raises(ValueError, match="threads must be 128, or 256 with mma_sync=True"):
+        dg.decode_program(1, 4096, 4096, 128, 1, **dg.DECODE_CONFIG)
+    program = dg.decode_program(1, 14336, 4096, 32, 1, weight_format="fp4", scale="e8m0", dtype="bfloat16",
+                                **dg.decode_tile(1, 14336, 4096, bf16, 32, "fp4", "e8m0", sms=132)[0])
+    assert "S_blk[" in tegula.compile(program, out_idx=[-1], target="sm_90a", pass_configs=dg.MMA).get_kernel_source()
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 14336, 4096), (16, 4096, 14336), (64, 4096, 14336), (256, 4096, 14336)])
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 def test_compiles_at_model_sizes(M, N, K, target):
     if M <= dg.DECODE_MAX_M:
-        program = dg.decode_program(M, N, K, 128, dg.decode_splits(N, K, 132), **dg.DECODE_CONFIG, target=target)
+        program = dg.decode_program(M, N, K, 128, dg.decode_splits(N, K, 132), **dg.DECODE_CONFIG, mma_sync=True)
     else:
         cfg = dg.prefill_config(M)
         splits = dg.prefill_splits(M, N, K, 132, cfg["block_M"], cfg["block_N"], cfg["block_K"])
         assert splits == {64: 4, 256: 2}[M]      # 32 and 64 tiles on 132 SMs
         program = dg.prefill_program(M, N, K, 128, **cfg, splits=splits)
-    kernel = tegula.compile(program, out_idx=[-1], target=target)
+    decode = M <= dg.DECODE_MAX_M
+    # the decode program as w4a16_gemm compiles it: cp.async and mma.sync (DECODE_PIPELINE)
+    kernel = tegula.compile(program, out_idx=[-1], target=target, pass_configs=dg.MMA if decode else {})
     assert len(kernel.cubin()) > 0
     source = kernel.get_kernel_source()
-    assert ("wgmma" in source) == (target == "sm_90a")
-    # X's reordered tile is stored by the threads and read by wgmma: fenced on sm_90a
-    assert ("fence_proxy_async" in source) == (target == "sm_90a")
-    if M <= dg.DECODE_MAX_M:
-        # the default stage's boxes fit TMA's 256-element limit: the warp-specialised TMA
-        # pipeline on sm_90a (a box past it would fall back to cp.async)
-        assert ("tma_load" in source) == (target == "sm_90a")
+    assert ("wgmma" in source) == (target == "sm_90a" and not decode)
+    assert "tma_load" not in source if decode else True
+    if decode:
+        assert dg.DECODE_PIPELINE == "mma"
+        assert "*reinterpret_cast<unsigned*>(&W_f[" in source
+        # the warp-specialised TMA pipeline on wgmma ("auto"): X's reordered tile is stored
+        # by the threads and read by wgmma, so it is fenced; the boxes fit TMA's limit
+        auto = tegula.compile(program, out_idx=[-1], target=target).get_kernel_source()
+        assert ("fence_proxy_async" in auto) == ("tma_load" in auto) == ("wgmma" in auto) == (target == "sm_90a")
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
@@ -252,7 +303,7 @@ def test_legacy_pipeline_simulated(target):
     M, N, K = 5, 72, 256
     x = torch.randn(M, K, generator=gen).half()
     q, s, z = make_weights(N, K, 32, "int4_zeros", torch.float16, gen)
-    program = dg.decode_program(M, N, K, 32, 2, zero_dtype="uint8", **DECODE_TILE, target=target)
+    program = dg.decode_program(M, N, K, 32, 2, zero_dtype="uint8", **DECODE_TILE)
     kernel = tegula.compile(program, out_idx=[-1], target=target, pass_configs=dg.LEGACY)
     assert "tma_load" not in kernel.get_kernel_source()
     out = tt.simulate(kernel, x, q, s, z, dg.magic_value("int4", True, "float16"))
@@ -261,8 +312,9 @@ def test_legacy_pipeline_simulated(target):
 
 def test_fp4_formats_compile():
     for fmt, kind in [("fp4", "e8m0"), ("fp4", "e4m3"), ("int4", "float32")]:
-        program = dg.decode_program(1, 4096, 4096, 32, 2, weight_format=fmt, scale=kind, **dg.DECODE_CONFIG)
-        assert len(tegula.compile(program, out_idx=[-1], target="sm_90a").cubin()) > 0
+        program = dg.decode_program(1, 4096, 4096, 32, 2, weight_format=fmt, scale=kind, **dg.DECODE_CONFIG,
+                                    mma_sync=True)
+        assert len(tegula.compile(program, out_idx=[-1], target="sm_90a", pass_configs=dg.MMA).cubin()) > 0
 
 
 # ---- the entry point, with every kernel simulated ----

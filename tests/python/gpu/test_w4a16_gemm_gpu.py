@@ -97,11 +97,14 @@ def test_forced_paths_and_splits_agree():
     assert_matches_torch(64, 4096, 4096, "fp4_e8m0", torch.bfloat16, 32, path="decode")
 
 
-@pytest.mark.parametrize("config", [dict(post_scale=False), dict(pipeline="legacy"),
+@pytest.mark.parametrize("config", [dict(post_scale=False), dict(pipeline="legacy", block_N=64, threads=128),
+                                    dict(pipeline="auto", block_N=64, threads=128),
+                                    dict(block_N=64, threads=128, num_stages=3),
                                     dict(block_K=128, chunk_K=128, num_stages=4),
                                     dict(block_K=512, chunk_K=128, num_stages=3),
                                     dict(block_K=256, chunk_K=256, num_stages=4),
-                                    dict(pipeline="legacy", block_K=512, num_stages=4, splits=3)])
+                                    dict(pipeline="legacy", block_N=64, threads=128, block_K=512, num_stages=4,
+                                         splits=3)])
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 14336), (16, 14336, 4096), (5, 1000, 1032)])
 def test_decode_tiles(config, M, N, K):
     """The tiles bench_w4a16.py --sweep times, within the same bound (ragged N and K too)."""
