@@ -38,6 +38,7 @@ choices for sweeps. The 16-bit program is unchanged.
 """
 import functools
 import math
+import re
 
 import torch
 
@@ -47,12 +48,18 @@ import tegula.language as T
 from . import _calls, _index_checks as index_checks
 from ._attention import check_kv_scale, check_num_split, check_operand, check_sm_scale, online_softmax
 from ._common import check_devices, check_rank, check_tensor, describe, dtype_name, launchable, sm_count
-from .dequant_gemm import async_proxy_target
 from .flash_attention import FAST_MATH
 
 LOG2E = 1.4426950408889634
 DIM, PE_DIM, PAGE = 512, 64, 64
 FP8 = "float8_e4m3fn"
+
+
+def async_proxy_target(target=None):
+    """Whether `target` (None: the one tegula.compile picks, the GPU's or TEGULA_TARGET's)
+    is sm_90 or newer, where T.gemm may read shared memory through the async proxy."""
+    arch = tegula.env.resolve_target(target)[0]
+    return int(re.match(r"sm_(\d+)", arch).group(1)) >= 90
 
 
 def block_heads(heads):

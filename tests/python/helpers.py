@@ -34,6 +34,17 @@ def gemm_reference(a: torch.Tensor, b: torch.Tensor, bias=None, activation: str 
     return c
 
 
+def gemm_inputs(M, N, K, dtype, seed, b_layout="NK", device="cuda"):
+    """(a, b, bias) of a GEMM test, drawn in that order from one generator seeded `seed`:
+    a (M, K), b (N, K) (a weight, b_layout "NK") or (K, N) ("KN"), bias (N,); standard
+    normal values rounded to dtype."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(M, K, generator=g, device=device).to(dtype)
+    b = torch.randn(*((N, K) if b_layout == "NK" else (K, N)), generator=g, device=device).to(dtype)
+    bias = torch.randn(N, generator=g, device=device).to(dtype)
+    return a, b, bias
+
+
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """A tensor like `t` full of NaN: an element a kernel never writes stays NaN."""
     return torch.full_like(t, float("nan"))

@@ -5,11 +5,12 @@ epilogues, a NaN-poisoned output through the explicit launch, one and several K 
 the result the same on every call (the slices added in a fixed order), concurrent calls on
 two streams, a CUDA graph, NaN and inf where torch defines the result, and the mma.sync
 and cp.async paths."""
+import functools
 import importlib
 
 import pytest
 import torch
-from helpers import gemm_reference
+from helpers import gemm_inputs, gemm_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -27,12 +28,8 @@ EPILOGUE_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 SHAPES = [(16, 4096, 4096), (64, 8192, 8192), (8, 14336, 4096), (33, 1000, 4100), (5, 72, 200), (1, 4104, 520)]
 
 
-def _inputs(M, N, K, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(M, K, generator=g, device="cuda").to(dtype)
-    w = torch.randn(N, K, generator=g, device="cuda").to(dtype)
-    bias = torch.randn(N, generator=g, device="cuda").to(dtype)
-    return a, w, bias
+# a (M, K), B (N, K) and bias, from one seed
+_inputs = functools.partial(gemm_inputs, b_layout="NK")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

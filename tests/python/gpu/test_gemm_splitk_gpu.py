@@ -2,10 +2,12 @@
 at M <= 64; matmul itself runs the decode kernel, test_gemm_decode_gpu.py) against torch
 in float32: every element written (a NaN-poisoned output through the explicit launch),
 the sum over the slices deterministic, and the legacy path giving the same numbers."""
+import functools
 import importlib
 
 import pytest
 import torch
+from helpers import gemm_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -22,12 +24,8 @@ TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 EPILOGUE_TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
-def _inputs(M, N, K, dtype, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(M, K, generator=g, device="cuda").to(dtype)
-    b = torch.randn(K, N, generator=g, device="cuda").to(dtype)
-    bias = torch.randn(N, generator=g, device="cuda").to(dtype)
-    return a, b, bias
+# a (M, K), B (K, N) and bias, from one seed
+_inputs = functools.partial(gemm_inputs, b_layout="KN")
 
 
 def _split_k(M, N, K, dtype, epilogue="none", **kw):
