@@ -37,8 +37,9 @@ void arrive(Mbarrier& m, int64_t n) {
 
 ExprFn Compiler::barrier_call(const CallNode* c, const SourceLoc& loc) {
   const std::string& op = c->op;
-  if (op == "fence_barrier_init" || op == "set_max_nreg" || op == "no_set_max_nreg" || op == "fence_proxy_async") {
-    return [](Frame&) { return 0.0; };  // no effect on what the program computes
+  if (op == "fence_barrier_init" || op == "set_max_nreg" || op == "no_set_max_nreg" || op == "fence_proxy_async" ||
+      op == "cp_async_commit" || op == "cp_async_wait") {
+    return [](Frame&) { return 0.0; };  // no effect on what the program computes (copies land at once)
   }
   if (op == "ptx_cp_async") {
     auto* dst = c->args.at(0).as<BufferLoadNode>();

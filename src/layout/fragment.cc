@@ -155,7 +155,8 @@ class Blocked : public Fragment {
 
 // Rows (every dimension but the last) dealt to groups of `lanes` consecutive threads, a
 // power of two, so the threads sharing a row differ only in their low bits: a row's
-// reduction is then a butterfly over those bits. Within its row a lane takes every
+// reduction is then a butterfly over those bits. A block of threads that are not a whole
+// number of groups (448 threads, 256 lanes) leaves the threads past the last group idle. Within its row a lane takes every
 // lanes-th vector of `vec` elements; a row shorter than lanes*k vectors leaves the last
 // slots of some lanes empty.
 //   RowBlocked({3, 24}, threads=8, vec=8): 3 vectors a row, lanes = 2, 4 row groups;
@@ -175,6 +176,7 @@ class RowBlocked : public Fragment {
   }
   int vector_width() const override { return vec_; }
   bool coords(int t, int s, int64_t* out) const override {
+    if (t >= groups_ * lanes_) return false;  // threads past the last whole group of lanes
     int v = s % vec_, k = (s / vec_) % kv_, r = s / (vec_ * kv_);
     int64_t row = int64_t(r) * groups_ + t / lanes_;
     int64_t vi = int64_t(k) * lanes_ + t % lanes_;
@@ -191,6 +193,13 @@ class RowBlocked : public Fragment {
     if (rows_ % groups_ != 0) *valid = row < make_int(rows_);
     if (nv_ % lanes_ != 0) {
       Expr c = vi < make_int(nv_);
+      *valid = *valid ? (*valid && c) : c;
+    }
+    if (groups_ * lanes_ != threads_) {
+      // A block whose threads are not a whole number of lane groups (448 threads, rows of
+      // 256 lanes): the threads past the last group hold nothing. Without this they would
+      // take rows past the ones their group covers, ones another block or round holds.
+      Expr c = tx < make_int(groups_ * lanes_);
       *valid = *valid ? (*valid && c) : c;
     }
     std::vector<Expr> out;

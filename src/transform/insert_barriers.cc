@@ -54,6 +54,10 @@ struct Touch {
 // Shared buffers that share bytes (plan_storage's reuse), each mapped to one of them: a
 // conflict on the bytes is a conflict between the buffers. Set while insert_barriers runs.
 thread_local const std::map<const BufferNode*, const BufferNode*>* g_same_bytes = nullptr;
+// The shared buffers the program's own cp.async copies (T.ptx_cp_async) write. Such a copy
+// lands at the thread's T.ptx_wait_group, so a wait counts as writing them: the barrier
+// another thread's read needs goes after the wait, not after the issue.
+thread_local const BufSet* g_user_async = nullptr;
 
 Touch touched_raw(const Stmt& s);
 
@@ -86,7 +90,10 @@ Touch touched_raw(const Stmt& s) {
     }
     if (auto* c = e.as<CallNode>()) {
       // cp.async writes its destination (its first argument, an element of the buffer).
-      if (c->op == "cp_async" || c->op == "tma_copy") t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+      if (c->op == "cp_async" || c->op == "tma_copy" || c->op == "ptx_cp_async") {
+        t.writes.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+      }
+      if (c->op == "cp_async_wait" && g_user_async) t.writes.insert(g_user_async->begin(), g_user_async->end());
       // So does an atomic add into shared memory (its address is its first argument).
       // An explicit-width store writes its address's elements.
       auto w = wide_access(c);
@@ -465,16 +472,24 @@ void insert_barriers(Kernel& k, PassContext& ctx) {
     same[b] = group;
     group_end = std::max(group_end, hi);
   }
+  BufSet user_async;
+  post_order(k.body, [](const Stmt&) {}, [&](const Expr& e) {
+    auto* c = e.as<CallNode>();
+    if (c && c->op == "ptx_cp_async") user_async.insert(c->args[0].as<BufferLoadNode>()->buffer.get());
+  });
   g_same_bytes = &same;
+  g_user_async = &user_async;
   auto* seq = k.body.as<SeqNode>();
   try {
     k.body = Barriers(k, ctx.user_mbarriers).run(seq ? seq->seq : std::vector<Stmt>{k.body}, k.body->loc);
     k.body = ScopeBarriers().mutate(k.body);
   } catch (...) {
     g_same_bytes = nullptr;
+    g_user_async = nullptr;
     throw;
   }
   g_same_bytes = nullptr;
+  g_user_async = nullptr;
 }
 
 }  // namespace tegula::transform

@@ -81,6 +81,12 @@ const std::vector<TileCase> kShapes = {
     {{7}, 4, 1},          // rank 1, ragged
     {{16}, 64, 1},        // more threads than elements
     {{6, 40}, 64, 4},     // 10 vectors a row: lanes do not divide it
+    // Blocks that are not a power of two of threads (DeepSeek-V3's 7168-wide rows a block):
+    // a row's 256 or 128 lanes leave the last 192 or 96 threads idle, never a second row.
+    {{1, 7168}, 448, 8},
+    {{5, 4096}, 448, 8},
+    {{4, 7168}, 224, 8},
+    {{3, 24}, 96, 8},
 };
 
 // Both free layouts, over every shape above: the same properties must hold for each.

@@ -863,6 +863,37 @@ TEST(InsertBarriers, BranchOnARegisterEveryThreadHoldsAlikeGetsItsBarrierInside)
   EXPECT_EQ(census(br->then_case).syncs, 1) << to_string(k);
 }
 
+TEST(InsertBarriers, ProgramsOwnCpAsyncLandsAtItsWaitAndTheBarrierFollowsTheWait) {
+  // ptx_cp_async(&S[tx], &A[tx], 4); cp_async_commit(); R[tx] = 1; Out[tx] = R[127 - tx];
+  // cp_async_wait(0); Out[tx] = S[127 - tx]: the exchange through R gets a barrier between
+  // the issue and the wait, but the copy lands at the wait, so the read of another thread's
+  // copy needs a second barrier after the wait.
+  KernelBuilder kb;
+  Buffer A = make_buffer("A", Scope::Global, DataType::f32(), {c(128)}, at(2));
+  Buffer S = make_buffer("S", Scope::Shared, DataType::f32(), {c(128)}, at(2));
+  Buffer Out = make_buffer("Out", Scope::Global, DataType::f32(), {c(128)}, at(2));
+  Stmt issue = make_evaluate(make_call("ptx_cp_async", {make_load(S, {kb.tx}, at(3)), make_load(A, {kb.tx}, at(3)), c(4)},
+                                       DataType::i32(), at(3)));
+  Stmt commit = make_evaluate(make_call("cp_async_commit", {}, DataType::i32(), at(4)));
+  Stmt wait = make_evaluate(make_call("cp_async_wait", {c(0)}, DataType::i32(), at(5)));
+  Stmt read = make_store(Out, {kb.tx}, make_load(S, {c(127) - kb.tx}, at(6)), at(6));
+  Buffer R = make_buffer("R", Scope::Shared, DataType::f32(), {c(128)}, at(2));
+  Stmt r_write = make_store(R, {kb.tx}, make_float(1.0), at(4));
+  Stmt r_read = make_store(Out, {kb.tx}, make_load(R, {c(127) - kb.tx}, at(4)), at(4));
+  Kernel k = kb.build("own_groups", {A, Out}, c(1), 128, {S, R}, make_seq({issue, commit, r_write, r_read, wait, read}));
+  transform::PassContext ctx;
+  ctx.target = sm90();
+  transform::insert_barriers(k, ctx);
+  auto* seq = k.body.as<SeqNode>();
+  ASSERT_TRUE(seq && seq->seq.size() >= 2) << to_string(k);
+  size_t n = seq->seq.size();
+  EXPECT_TRUE(seq->seq[n - 2].as<SyncNode>()) << to_string(k);  // right before the read
+  auto* w = seq->seq[n - 3].as<EvaluateNode>();
+  ASSERT_TRUE(w) << to_string(k);
+  EXPECT_EQ(w->value.as<CallNode>()->op, "cp_async_wait") << to_string(k);
+  EXPECT_EQ(census(k.body).syncs, 2) << to_string(k);
+}
+
 TEST(InsertBarriers, BranchThatMayDivergeAndNeedsABarrierIsRefusedAtItsLine) {
   // A call may write the register through its address: the flag may differ between threads,
   // no barrier can go inside the branch, and leaving it out would race.

@@ -43,8 +43,8 @@ from .builtins import (AllocRequest, Cast, LoopSpec, Parallel, Persistent, Pipel
 from .kernel import Kernel, KernelSpec, get_block_binding, get_thread_binding, launch_thread, thread_binding
 from .builtins import Serial, Unroll, Vectorized, vectorized  # TileLang's loop aliases
 from .barriers import (access_ptr, alloc_barrier, annotate_consumer_reg_alloc, annotate_producer_reg_dealloc, barrier_arrive, barrier_wait, cp_async_barrier_noinc,
-                       disable_warp_group_reg_alloc, fence_proxy_async, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_cp_async,
-                       set_max_nreg, tma_copy, wait_wgmma, wgmma_gemm)
+                       disable_warp_group_reg_alloc, fence_proxy_async, mbarrier_arrive, mbarrier_wait_parity, no_set_max_nreg, ptx_commit_group, ptx_cp_async,
+                       ptx_wait_group, set_max_nreg, tma_copy, wait_wgmma, wgmma_gemm)
 from .cluster import (ClusterKernel, block_rank_in_cluster, cluster_arrive, cluster_arrive_relaxed, cluster_sync,
                       cluster_wait, get_cluster_dims, get_cluster_extent, get_cluster_extents, get_cluster_id,
                       get_cluster_ids, get_cluster_size, sync_grid)

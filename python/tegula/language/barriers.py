@@ -30,6 +30,7 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
+from ..frontend.dtypes import is_int
 from ..frontend.errors import ArgError
 from ..frontend.values import BufferValue, LoadValue, PrimExpr, RegionValue, call, cast_value, ir, to_expr
 from ..frontend.requests import AllocRequest
@@ -160,6 +161,30 @@ def cp_async_barrier_noinc(barrier):
     T.ptx_cp_async copies have landed (`cp.async.mbarrier.arrive.noinc`)."""
     load, _ = _barrier(barrier, "T.cp_async_barrier_noinc")
     _emit("T.cp_async_barrier_noinc", "mbar_cp_async_arrive_noinc", [load])
+
+
+@intrinsic("T.ptx_commit_group")
+def ptx_commit_group():
+    """`cp.async.commit_group`: the thread's cp.async copies issued since its last commit
+    (T.ptx_cp_async, and copies the engine made asynchronous) become one group, for
+    T.ptx_wait_group to wait on."""
+    fn = "T.ptx_commit_group"
+    builder.current(fn).require_kernel(fn)
+    _emit(fn, "cp_async_commit", [])
+
+
+@intrinsic("T.ptx_wait_group")
+def ptx_wait_group(num):
+    """`cp.async.wait_group num`: the thread waits until at most `num` of its committed
+    groups are still in flight. A wait orders only the thread's own copies; the engine puts
+    the block's barrier between a copy's landing and another thread's read."""
+    fn = "T.ptx_wait_group"
+    if isinstance(num, PrimExpr) and num.expr.const is not None and is_int(num.expr.dtype):
+        num = int(num.expr.const)
+    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 0:
+        raise ArgError("num", f"{fn}: num is a constant int of at least 0, got {num!r}")
+    builder.current(fn).require_kernel(fn)
+    _emit(fn, "cp_async_wait", [to_expr(int(num), "int32")])
 
 
 @intrinsic("T.tma_copy")

@@ -293,12 +293,20 @@ def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - TileLang
 
 
 @intrinsic("T.Parallel")
-def Parallel(*extents, coalesced_width=None):  # noqa: N802 - TileLang's name
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None,  # noqa: N802 - TileLang's name
+             annotations=None):
     """`for i, j in T.Parallel(M, N)`: a nest of independent iterations over constant
-    extents, spread over the block's threads by layout inference. coalesced_width is
-    TileLang's hint, accepted and ignored."""
+    extents, spread over the block's threads by layout inference. coalesced_width,
+    prefer_async (TileLang's request for cp.async copies) and annotations are hints,
+    accepted and ignored: the loop's copies complete before the statement after it, which
+    also satisfies a program that waits for them itself (T.ptx_wait_group). loop_layout
+    (a T.Fragment) is not supported: the engine infers the loop's layout."""
     if not extents:
         raise ArgError(None, "T.Parallel needs at least one extent")
+    if loop_layout is not None:
+        raise ArgError("loop_layout", "T.Parallel: loop_layout is not supported; layout inference lays the loop out")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise ArgError("annotations", f"T.Parallel: annotations is a dict, got {annotations!r}")
     dims = [(0, _extent(e, "T.Parallel", i), 1) for i, e in enumerate(extents)]
     return LoopSpec("parallel", dims)
 

@@ -408,6 +408,8 @@ FAMILY_MODULES = (
     "fuzz_families_persistent",  # persistent GEMMs, warp specialised across their tiles
     "fuzz_families_lastblock",   # one-kernel split-K, the last block of a tile adding the slices
     "fuzz_families_halves",      # registers written as the two halves of one 32-bit word
+    "fuzz_families_async",       # copies the program groups and waits for (T.ptx_commit_group)
+    "fuzz_families_rows",        # wide rows over blocks of threads that are not a power of two
 )
 
 
@@ -436,11 +438,12 @@ def all_invalid() -> dict:
     """Every family of invalid programs: kind -> family (fuzz_invalid.py, and the tile code
     under undividable thread guards of fuzz_families_guards.py, the barriers allocated in a
     branch of fuzz_families_barriers.py, the warp groups of fuzz_families_ws.py that are not
-    one range)."""
-    from . import fuzz_families_barriers, fuzz_families_guards, fuzz_families_ws
+    one range, and the waits for copy groups of fuzz_families_async.py that count nothing)."""
+    from . import fuzz_families_async, fuzz_families_barriers, fuzz_families_guards, fuzz_families_ws
     from .fuzz_invalid import INVALID
 
-    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID, **fuzz_families_ws.INVALID}
+    return {**INVALID, **fuzz_families_guards.INVALID, **fuzz_families_barriers.INVALID, **fuzz_families_ws.INVALID,
+            **fuzz_families_async.INVALID}
 
 
 def gen_invalid(c) -> Program:

@@ -121,6 +121,12 @@ def test_generator_covers_the_language():
     # registers written as the two halves of one 32-bit word (fuzz_families_halves.py)
     wanted += ["gen_halves", "halves_store", "halves_subtract", "halves_gemm", "halves_float16", "halves_bfloat16",
                "halves_sm_90a", "halves_sm_80", "halves_masked", "halves_magic"]
+    # copies the program groups and waits for itself (fuzz_families_async.py)
+    wanted += ["gen_async_groups", "async_stages_2", "async_stages_3", "async_sm_90a", "async_sm_80",
+               "async_parallel", "async_annotated", "async_copy"]
+    # wide rows over blocks of threads that are not a power of two (fuzz_families_rows.py)
+    wanted += ["gen_odd_block_rows", "rows_threads_96", "rows_threads_448", "rows_threads_896", "rows_sum", "rows_absmax",
+               "rows_bm_2"]
     missing = [w for w in wanted if w not in features]
     assert not missing, missing
     assert any(f.startswith("gemm_sm_80") for f in features) and any(f.startswith("gemm_sm_90a") for f in features)

@@ -15,7 +15,7 @@ INVALID = all_invalid()
 _SEEN = []
 
 
-@settings(max_examples=120, derandomize=True, deadline=None, database=None, print_blob=False,
+@settings(max_examples=300, derandomize=True, deadline=None, database=None, print_blob=False,
           suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate, Phase.shrink])
 @given(fuzz.invalid_programs())
 def test_invalid_programs_fail_at_their_line(program):

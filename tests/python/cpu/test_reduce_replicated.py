@@ -50,16 +50,17 @@ def test_chained_reductions_count_each_element_once(kind, M, G, gs, threads):
     assert k.cubin()
 
 
-@pytest.mark.parametrize("M,N,threads", [(1, 7168, 448), (1, 3584, 224), (1, 4096, 96)])
+@pytest.mark.parametrize("M,N,threads", [(1, 7168, 448), (1, 3584, 224), (1, 4096, 96), (2, 1792, 224)])
 def test_cross_warp_rows_in_blocks_of_any_warp_count(M, N, threads):
+    # (2, 1792, 224): each row on 128 lanes, the last 96 threads idle (a row was once split
+    # between the threads past the lanes and a second round, and refused at its store).
     k = tegula.compile(rp.rows(M, N, threads), out_idx=[1], target="sm_90a")
     x = torch.randn(M, N, generator=torch.Generator().manual_seed(N))
     for run in (tt.reference, tt.simulate):
         torch.testing.assert_close(run(k, x), x.sum(1), rtol=1e-5, atol=1e-3, msg=run.__name__)
 
 
-@pytest.mark.parametrize("program", [lambda: rp.rows(2, 1792, 224), lambda: rp.chained(3, 6, 32, 96)],
-                         ids=["rows-2x1792-t224", "chained-3x6x32-t96"])
+@pytest.mark.parametrize("program", [lambda: rp.chained(3, 6, 32, 96)], ids=["chained-3x6x32-t96"])
 def test_results_held_by_an_uneven_group_of_threads_are_refused_at_the_store(program):
     # Each row's result is held by a group of threads that is not a power of two: the store
     # cannot pick one copy, and says so at its line instead of writing several.
