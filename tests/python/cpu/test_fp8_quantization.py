@@ -81,6 +81,49 @@ def test_fused_norm_compiles_without_stack(n, group):
     assert stack == 0
 
 
+@pytest.mark.parametrize("n,group", [(7168, None), (7168, 128), (2048, None), (2048, 128)])
+def test_fused_norm_loads_the_weight_in_16_byte_vectors(n, group):
+    """The weight is loaded with x (before the sum of squares) and laid out as x, in one
+    16-byte load per 8 elements: a fragment shared by the rows would be replicated and
+    loaded an element at a time."""
+    kernel = FQ.kernel_for(n, torch.bfloat16, E4M3, group, False, 1e-6, torch.bfloat16)
+    src = kernel.get_kernel_source()
+    assert re.search(r"Vec<bfloat16_t, 8>\*>\(&W\[", src), src
+    assert not re.search(r"= W\[", src), src
+    # both loads come before the first barrier (the sum of squares' cross-warp step)
+    body = src[src.find('extern "C"'):]
+    assert body.find("&W[") < body.find("__syncthreads") and body.find("&X[") < body.find("__syncthreads")
+
+
+def test_exact_row_plans():
+    p = FQ.exact_row_plan(7168, 16)
+    assert (p.blk_m, p.threads, p.n_pad, p.per_thread, p.chunks) == (1, 448, 7168, 16, 1)
+    assert FQ.exact_row_plan(7168, 32).threads == 224
+    assert FQ.exact_row_plan(7168, 56).threads == 128
+    assert FQ.exact_row_plan(7168, 12) is None      # not whole 16-byte vectors
+    assert FQ.exact_row_plan(7000, 8) is None       # 875 threads: not whole warps
+    assert FQ.exact_row_plan(65536, 16) is None     # 4096 threads
+    # a one-row tile of a per-token row takes it; the plan's padded width otherwise
+    assert FQ.kernel_for(7168, torch.bfloat16, E4M3, tile=(1, 32)).get_kernel_source().count(
+        "__launch_bounds__(224)") == 1
+    # by default a padded row takes an exact plan of a power of two of threads where one exists
+    for n, eps, threads in [(7168, None, 128), (7168, 1e-6, 128), (5120, None, 128), (4096, None, 128),
+                            (2880, None, 256)]:
+        src = FQ.kernel_for(n, torch.bfloat16, E4M3, eps=eps).get_kernel_source()
+        assert f"__launch_bounds__({threads})" in src, (n, eps)
+
+
+@pytest.mark.parametrize("tile", [None, (1, 16), (1, 32), (1, 56)], ids=["plan", "1x16", "1x32", "1x56"])
+def test_token_rows_of_7168_match_the_formula(tile):
+    x = sample(3, 7168, torch.bfloat16, seed=7)
+    x[1, 5] = float("nan")
+    x[2, 7000] = float("inf")
+    q, s = poisoned(x, None, E4M3)
+    for kernel, args in FQ.quantize_fp8_launches("t", x, q, s, None, E4M3, False, tile):
+        tt.simulate(kernel, *args)
+    assert_same(q, s, *FQ.quantize_fp8_reference(x, None, E4M3, False))
+
+
 def test_plans():
     # Per group with a dividing K: rows of one group, 8 threads x 16, 32 rows a block.
     p = FQ.plan_quantize(128, 128, 2)

@@ -138,10 +138,31 @@ def test_scales_are_the_correctly_rounded_quotient():
     assert_same(q, s, *FQ.quantize_fp8_reference(x, 128))
 
 
+@pytest.mark.parametrize("k", [2880, 3000, 7168, 5120])
+@pytest.mark.parametrize("fused", [False, True], ids=["quantize", "norm"])
+def test_rows_of_many_blocks_are_each_written_by_their_own(k, fused):
+    """Thousands of rows at once: gpt-oss's 2880 (a 96-thread tile whose last 32 threads once
+    wrote part of the next row with their own scale) and DeepSeek-V3's 7168."""
+    x = sample(4096, k, torch.bfloat16, seed=k)
+    q, s = poisoned(x, None, E4M3)
+    if fused:
+        w = (1 + 0.1 * torch.randn(k, device="cuda")).bfloat16()
+        for kernel, args in FQ.rms_norm_quantize_fp8_launches("t", x, w, q, s, 1e-6, None, E4M3, False, None):
+            kernel(*args)
+        assert_close_fused(q, s, *FQ.rms_norm_quantize_fp8_reference(x, w, 1e-6, None, E4M3, False))
+        return
+    for kernel, args in FQ.quantize_fp8_launches("t", x, q, s, None, E4M3, False, None):
+        kernel(*args)
+    assert_same(q, s, *FQ.quantize_fp8_reference(x, None, E4M3, False))
+
+
 @pytest.mark.parametrize("mode,shape,tile", [
     ("group", (4096, 2048), (64, 32)), ("group", (4096, 7168), (128, 32)), ("group", (16384, 4096), (32, 8)),
     ("token", (4096, 4096), (1, 32)), ("token", (4096, 2048), (2, 32)),
-    ("norm-group", (4096, 7168), (1, 32)), ("norm-group", (4096, 2048), (2, 32))], ids=str)
+    ("norm-group", (4096, 7168), (1, 32)), ("norm-group", (4096, 2048), (2, 32)),
+    # one-row tiles of 7168 without padding: 448, 224 and 896 threads, 128 of 56 elements
+    ("token", (4096, 7168), (1, 16)), ("token", (4096, 7168), (1, 32)), ("token", (4096, 7168), (1, 8)),
+    ("token", (4096, 7168), (1, 56))], ids=str)
 def test_benchmark_tiles_match_the_formula(mode, shape, tile):
     """The tiles the benchmark sweeps give the default plan's results."""
     m, k = shape
