@@ -3,6 +3,7 @@
 // and memory; simt_calls.cc: the calls with warp-, block- or asynchronous effects.
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "interp/simt_machine.h"
 #include "ir/functor.h"
@@ -98,6 +99,8 @@ std::vector<std::string> Machine::run() {
     }
     CoRun mode = co_run_of(k_);
     if (mode == CoRun::None) {
+      check_block_stores_ = true;
+      for (int d = 0; d < 3; ++d) grid_[d] = std::max<int64_t>(1, grid[d]);
       run_blocks(grid.data(), k_.cluster_dims, mode, [&](const BlockTicket& t, const int64_t* b) {
         ticket_ = &t;
         run_block({b[0], b[1], b[2]});
@@ -168,6 +171,7 @@ void Machine::bind_block_vars(const std::vector<int64_t>& bi) {
 
 void Machine::run_block(const std::vector<int64_t>& bi) {
   for (int d = 0; d < 3; ++d) block_index_[d] = bi[d];
+  block_linear_ = int32_t(bi[0] + grid_[0] * (bi[1] + grid_[1] * bi[2]));
   vars_.clear();
   var_undef_.clear();
   for (auto& [var, x] : scalars_) vars_[var].assign(threads_, x);
@@ -273,7 +277,10 @@ void Machine::write_element(Storage* st, int64_t flat, int t, double v, bool und
     error(thread_name(t) + " stores a value computed from unwritten registers into " + element_name(st, flat));
   }
   if (scope == Scope::Global) {
-    if (double* p = global_element(st, flat, t)) *p = v;
+    if (double* p = global_element(st, flat, t)) {
+      note_global_store(st, flat, p, v, t);
+      *p = v;
+    }
     return;
   }
   int64_t p = flat;
@@ -294,6 +301,23 @@ void Machine::write_element(Storage* st, int64_t flat, int t, double v, bool und
   }
   st->data[p] = v;
   st->written[p] = !undef;
+}
+
+void Machine::note_global_store(Storage* st, int64_t flat, const double* p, double v, int t) {
+  if (!check_block_stores_ || st->buf->address || flat < 0 || flat >= st->size) return;
+  if (st->block_writer.empty()) st->block_writer.assign(size_t(st->size), -1);
+  int32_t& w = st->block_writer[size_t(flat)];
+  bool same = (*p == v) || (std::isnan(*p) && std::isnan(v));
+  if (w >= 0 && w != block_linear_ && !same) {
+    int64_t x = w % grid_[0], y = (w / grid_[0]) % grid_[1], z = w / (grid_[0] * grid_[1]);
+    std::ostringstream os;
+    os << thread_name(t) << " stores " << v << " into " << element_name(st, flat) << ", where block (" << x;
+    if (k_.block_vars.size() > 1) os << ", " << y;
+    if (k_.block_vars.size() > 2) os << ", " << z;
+    os << ") stored " << *p << ": on a GPU the blocks run at once, and which store lands is a race";
+    error(os.str());
+  }
+  w = block_linear_;
 }
 
 void Machine::require_defined(const Vals& v, const Threads& ts, const std::string& what) {

@@ -78,6 +78,9 @@ struct Storage {
   // A tensor at a run-time address (buf->address): its strides (empty: row-major); its
   // elements are found per thread, from the address that thread holds (global_element).
   std::vector<int64_t> strides;
+  // global: which block last stored each element (-1: none), for the cross-block check
+  // (Machine::note_global_store); sized at the first store.
+  std::vector<int32_t> block_writer;
 };
 
 // One cp.async: its bytes, read at issue, land when a wait retires their group.
@@ -120,6 +123,9 @@ class Machine {
   // undef: the value was computed from unwritten registers (reported unless the
   // destination is a register, which then stays unwritten).
   void write_element(Storage* st, int64_t flat, int t, double v, bool undef = false);
+  // A plain store of v over *p (element flat of global st) by thread t of the current block:
+  // an error when another block stored a different value there (see check_block_stores_).
+  void note_global_store(Storage* st, int64_t flat, const double* p, double v, int t);
   // The element `flat` of a global tensor as thread t reaches it: a tensor at a run-time
   // address through the address t holds (null, and a report, when that reads no memory of
   // the call); with `bytes` past the element's size, a vector access that must be aligned.
@@ -161,6 +167,13 @@ class Machine {
   std::vector<std::string> errors_;
   bool stopped_ = false;
   std::string block_name_;
+  // Blocks run here one at a time, in order; on a GPU they run at once. So two blocks
+  // storing different values into one global element (without atomics) is a race whose
+  // outcome the simulation would hide: reported when true (grids run block by block, not
+  // co-scheduled ones, whose grid barriers order their blocks).
+  bool check_block_stores_ = false;
+  int32_t block_linear_ = 0;
+  int64_t grid_[3] = {1, 1, 1};
   std::unordered_map<const ir::BufferNode*, std::unique_ptr<Storage>> storage_;
   std::unordered_map<const ir::ExprNode*, std::vector<double>> vars_;  // per thread
   std::unordered_map<const ir::ExprNode*, std::vector<uint8_t>> var_undef_;  // lets of undefined values

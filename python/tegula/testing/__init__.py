@@ -17,7 +17,9 @@ pass, so it is the oracle for tests and a debugging aid: a wrong GPU result that
 `simulate` runs the code after the last pass, every thread of every block (small shapes),
 with barriers, warp shuffles and cp.async groups modelled. It raises `SimulationError`
 when the run did something a GPU would hide or make flaky (an out-of-bounds access, a
-read of unwritten memory, a race between barriers). `simulate` agreeing with `reference`
+read of unwritten memory, a race between barriers, two blocks storing different values
+into one element of global memory: the blocks run one at a time here, and at once on a
+GPU, where which store lands is a race). `simulate` agreeing with `reference`
 is the CPU-side proof that the passes kept the program's meaning.
 
 Outputs start poisoned (NaN for float dtypes, the dtype's minimum for integers), so an

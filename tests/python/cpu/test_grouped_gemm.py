@@ -114,12 +114,22 @@ def test_ragged_extents_bf16_and_rows_before_the_first_expert(trans_w, index_by_
 
 def test_offsets_out_of_range_are_clamped_not_written_past_c():
     """Offsets breaking the contract give unspecified rows, but every write stays in c (the
-    simulator fails on an out-of-bounds access)."""
+    simulator fails on an out-of-bounds access). Past both ends: clamped. Decreasing, so
+    that experts 0 and 2 overlap (rows 10..29): two blocks store those rows, which the
+    simulator reports as the race it is on a GPU."""
     E, N, K = 3, 64, 64
     a = torch.randn(50, K).half()
     w = torch.randn(E, K, N).half()
+    out = tt.simulate(small_kernel("sm_80", {}, E, N, K, False), a, w,
+                      torch.tensor([-20, 10, 30, 400], dtype=torch.int32))
+    assert out.shape == (50, N)
     offsets = torch.tensor([-20, 30, 10, 400], dtype=torch.int32)
-    out = tt.simulate(small_kernel("sm_80", {}, E, N, K, False), a, w, offsets)
+    with pytest.raises(tt.SimulationError) as info:
+        tt.simulate(small_kernel("sm_80", {}, E, N, K, False), a, w, offsets)
+    reports = [line.strip() for line in str(info.value).splitlines()[1:]]
+    assert reports and all("which store lands is a race" in r or r.startswith("(stopped after") for r in reports), \
+        reports
+    out = tt.simulate(small_kernel("sm_80", {}, E, N, K, False), a, w, offsets, check=False)
     assert out.shape == (50, N)
 
 
