@@ -43,11 +43,14 @@ def prefetch_ref(x, steps, bn):
     return x.float().reshape(x.shape[0], steps, bn).sum(1)
 
 
-def thread_groups_program(threads=128):
+def thread_groups_program(threads=128, early=False):
     """Each thread moves its 4 floats of each half of A with T.ptx_cp_async, one group per
     half; after T.ptx_wait_group(1) the first half is read back reversed (each thread reads
-    what another copied), after T.ptx_wait_group(0) the second: B = flip(A) + 1 per half."""
+    what another copied), after T.ptx_wait_group(0) the second: B = flip(A) + 1 per half.
+    early: the read after T.ptx_wait_group(1) is of the second half, whose group may still
+    be in flight (a program the simulator must refuse)."""
     n = threads * 4
+    first = n if early else 0
 
     @T.prim_func
     def thread_groups(A: T.Tensor((2 * n,), "float32"), B: T.Tensor((2 * n,), "float32")):
@@ -60,7 +63,7 @@ def thread_groups_program(threads=128):
             T.ptx_commit_group()
             T.ptx_wait_group(1)
             for i in T.Parallel(n):
-                B[i] = S[n - 1 - i] + 1
+                B[i] = S[first + n - 1 - i] + 1
             T.ptx_wait_group(0)
             for i in T.Parallel(n):
                 B[n + i] = S[2 * n - 1 - i] + 1

@@ -53,24 +53,9 @@ def test_thread_groups_land_at_their_waits():
 def test_wait_group_before_the_copies_land_is_a_race():
     """The read of the second half after only T.ptx_wait_group(1), its group possibly still in
     flight, is what the simulator reports: a barrier does not make a copy land."""
-    n = 512
-
-    @T.prim_func
-    def early(A: T.Tensor((2 * n,), "float32"), B: T.Tensor((2 * n,), "float32")):
-        with T.Kernel(1, threads=128) as bx:
-            S = T.alloc_shared((2 * n,), "float32")
-            tx = T.get_thread_binding()
-            T.ptx_cp_async(T.access_ptr(S[tx * 4], "w", 4), T.access_ptr(A[tx * 4], "r", 4), 4)
-            T.ptx_commit_group()
-            T.ptx_cp_async(T.access_ptr(S[n + tx * 4], "w", 4), T.access_ptr(A[n + tx * 4], "r", 4), 4)
-            T.ptx_commit_group()
-            T.ptx_wait_group(1)
-            for i in T.Parallel(n):
-                B[i] = S[2 * n - 1 - i] + 1
-
-    k = tegula.compile(early, target="sm_90a")
+    k = tegula.compile(ap.thread_groups_program(early=True), target="sm_90a")
     with pytest.raises(tt.SimulationError, match=r"thread 0 reads S\[1023\] while a cp.async into it is in flight"):
-        tt.simulate(k, torch.randn(2 * n), torch.zeros(2 * n))
+        tt.simulate(k, torch.randn(1024), torch.zeros(1024))
 
 
 def _build(body):

@@ -143,17 +143,23 @@ def test_scales_are_the_correctly_rounded_quotient():
 def test_rows_of_many_blocks_are_each_written_by_their_own(k, fused):
     """Thousands of rows at once: gpt-oss's 2880 (a 96-thread tile whose last 32 threads once
     wrote part of the next row with their own scale) and DeepSeek-V3's 7168."""
-    x = sample(4096, k, torch.bfloat16, seed=k)
-    q, s = poisoned(x, None, E4M3)
+    _launch_and_check((4096, k), None, fused, None)
+
+
+def _launch_and_check(shape, group, fused, tile):
+    """The kernels of one call (the fused norm's when fused) at `tile`, against the formula."""
+    m, k = shape
+    x = sample(m, k, torch.bfloat16, seed=k)
+    q, s = poisoned(x, group, E4M3)
     if fused:
         w = (1 + 0.1 * torch.randn(k, device="cuda")).bfloat16()
-        for kernel, args in FQ.rms_norm_quantize_fp8_launches("t", x, w, q, s, 1e-6, None, E4M3, False, None):
+        for kernel, args in FQ.rms_norm_quantize_fp8_launches("t", x, w, q, s, 1e-6, group, E4M3, False, tile):
             kernel(*args)
-        assert_close_fused(q, s, *FQ.rms_norm_quantize_fp8_reference(x, w, 1e-6, None, E4M3, False))
+        assert_close_fused(q, s, *FQ.rms_norm_quantize_fp8_reference(x, w, 1e-6, group, E4M3, False))
         return
-    for kernel, args in FQ.quantize_fp8_launches("t", x, q, s, None, E4M3, False, None):
+    for kernel, args in FQ.quantize_fp8_launches("t", x, q, s, group, E4M3, False, tile):
         kernel(*args)
-    assert_same(q, s, *FQ.quantize_fp8_reference(x, None, E4M3, False))
+    assert_same(q, s, *FQ.quantize_fp8_reference(x, group, E4M3, False))
 
 
 @pytest.mark.parametrize("mode,shape,tile", [
@@ -165,16 +171,4 @@ def test_rows_of_many_blocks_are_each_written_by_their_own(k, fused):
     ("token", (4096, 7168), (1, 56))], ids=str)
 def test_benchmark_tiles_match_the_formula(mode, shape, tile):
     """The tiles the benchmark sweeps give the default plan's results."""
-    m, k = shape
-    group = None if mode == "token" else 128
-    x = sample(m, k, torch.bfloat16, seed=k)
-    q, s = poisoned(x, group, E4M3)
-    if mode == "norm-group":
-        w = (1 + 0.1 * torch.randn(k, device="cuda")).bfloat16()
-        for kernel, args in FQ.rms_norm_quantize_fp8_launches("t", x, w, q, s, 1e-6, group, E4M3, False, tile):
-            kernel(*args)
-        assert_close_fused(q, s, *FQ.rms_norm_quantize_fp8_reference(x, w, 1e-6, group, E4M3, False))
-        return
-    for kernel, args in FQ.quantize_fp8_launches("t", x, q, s, group, E4M3, False, tile):
-        kernel(*args)
-    assert_same(q, s, *FQ.quantize_fp8_reference(x, group, E4M3, False))
+    _launch_and_check(shape, None if mode == "token" else 128, mode == "norm-group", tile)
