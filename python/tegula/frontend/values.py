@@ -81,6 +81,14 @@ def _refuse_address(value: "PrimExpr") -> None:
                         f"T.make_tensor({value.expr}, shape, dtype), the tensor there")
 
 
+def constant_int(value):
+    """value as a Python int when it is a kernel expression of an integer constant (a
+    T.int32(4), a folded product); value itself otherwise, for the caller's own check."""
+    if isinstance(value, PrimExpr) and value.expr.const is not None and is_int(value.expr.dtype):
+        return int(value.expr.const)
+    return value
+
+
 def to_expr(value, dtype: str | None = None):
     """PrimExpr or number -> `_C.ir.Expr`."""
     if isinstance(value, PrimExpr):

@@ -30,9 +30,9 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import is_int
 from ..frontend.errors import ArgError
-from ..frontend.values import BufferValue, LoadValue, PrimExpr, RegionValue, call, cast_value, ir, to_expr
+from ..frontend.values import (BufferValue, LoadValue, PrimExpr, RegionValue, call, cast_value, constant_int, ir,
+                               to_expr)
 from ..frontend.requests import AllocRequest
 from .tileops import copy as _copy, gemm as _gemm
 
@@ -179,8 +179,7 @@ def ptx_wait_group(num):
     groups are still in flight. A wait orders only the thread's own copies; the engine puts
     the block's barrier between a copy's landing and another thread's read."""
     fn = "T.ptx_wait_group"
-    if isinstance(num, PrimExpr) and num.expr.const is not None and is_int(num.expr.dtype):
-        num = int(num.expr.const)
+    num = constant_int(num)
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 0:
         raise ArgError("num", f"{fn}: num is a constant int of at least 0, got {num!r}")
     builder.current(fn).require_kernel(fn)

@@ -16,8 +16,8 @@ from ..frontend.dtypes import FLOAT_MAX, is_float, is_int, itemsize, normalize_d
 from ..frontend.errors import ArgError
 from ..frontend.pipeline_schedule import PipelineSchedule
 from ..frontend.requests import AllocRequest, LetRequest, LoopSpec, loop_extent as _extent, loop_range as _range, serial
-from ..frontend.values import (DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, ir, scalar_operand as _scalar,
-                               select)
+from ..frontend.values import (DeclaredVar, PrimExpr, VarBuffer, binop, call, cast_value, constant_int, ir,
+                               scalar_operand as _scalar, select)
 
 # ---- scalar math ----
 
@@ -319,8 +319,7 @@ def parallel(start, stop=None, annotations=None):
 
 
 def _barrier_int(value, arg: str):
-    if isinstance(value, PrimExpr) and value.expr.const is not None and is_int(value.expr.dtype):
-        value = int(value.expr.const)
+    value = constant_int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgError(arg, f"T.sync_threads: '{arg}' must be a constant int, got {value!r}")
     return int(value)

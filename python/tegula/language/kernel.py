@@ -15,10 +15,9 @@ import numbers
 
 from ..frontend import builder
 from ..frontend.builder import intrinsic
-from ..frontend.dtypes import is_int
 from ..frontend.errors import ArgError
 from ..frontend.requests import KernelSpec, loop_extent as _extent
-from ..frontend.values import PrimExpr
+from ..frontend.values import PrimExpr, constant_int
 
 DEFAULT_THREADS = 128  # TileLang's, when T.Kernel is given none
 MAX_THREADS = 1024  # per block, on every NVIDIA GPU
@@ -54,8 +53,7 @@ def _cluster_dims(cluster_dims, grid: list, fn: str) -> tuple | None:
     if not 1 <= len(dims) <= 3:
         raise ArgError("cluster_dims", f"{fn}: cluster_dims must be an int or 1 to 3 ints, got {cluster_dims!r}")
     for index, d in enumerate(dims):
-        if isinstance(d, PrimExpr) and d.expr.const is not None and is_int(d.expr.dtype):
-            d = dims[index] = int(d.expr.const)
+        d = dims[index] = constant_int(d)
         if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d <= 0:
             raise ArgError("cluster_dims", f"{fn}: cluster_dims must be positive constant ints, got {cluster_dims!r}",
                            index if isinstance(cluster_dims, (list, tuple)) else None)
